@@ -1,0 +1,267 @@
+"""The exception tree of pytest-talos.
+
+Everything the library raises on purpose is a :class:`TalosError` (or a
+:class:`ConformanceFailure`, which is an ``AssertionError`` so pytest reports it as a
+test failure rather than an error)::
+
+    TalosError                      .node and .method where known
+    +-- ConfigError                 talosconfig problems; names the file and key path
+    +-- TransportError
+    |   +-- ConnectError            DNS / TCP / TLS failure; says which and what to check
+    |   +-- AuthenticationError     handshake or certificate rejected
+    |   +-- DeadlineExceeded        .timeout
+    +-- APIError                    non-OK gRPC status: .code, .details
+    |   +-- InvalidArgument, NotFound, AlreadyExists, PermissionDenied,
+    |       FailedPrecondition, Unimplemented, Unauthenticated, Unavailable,
+    |       ResourceExhausted, Internal, Unknown, Cancelled, Aborted
+    +-- NodeError                   an error carried in one node's reply metadata
+    +-- WaitTimeout                 .last_observation, .elapsed
+    ConformanceFailure(AssertionError)  .node, .check, .expected, .observed, .evidence
+
+This module imports nothing from the package, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "APIError",
+    "Aborted",
+    "AlreadyExists",
+    "AuthenticationError",
+    "Cancelled",
+    "ConfigError",
+    "ConformanceFailure",
+    "ConnectError",
+    "DeadlineExceeded",
+    "FailedPrecondition",
+    "Internal",
+    "InvalidArgument",
+    "NodeError",
+    "NotFound",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "TalosError",
+    "TransportError",
+    "Unauthenticated",
+    "Unavailable",
+    "Unimplemented",
+    "Unknown",
+    "WaitTimeout",
+    "api_error_for_code",
+]
+
+
+class TalosError(Exception):
+    """Base of every error pytest-talos raises on purpose."""
+
+    def __init__(self, message: str, *, node: str | None = None, method: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.node = node
+        self.method = method
+
+    def __str__(self) -> str:
+        where = []
+        if self.node:
+            where.append(f"node {self.node}")
+        if self.method:
+            where.append(self.method)
+        prefix = f"[{', '.join(where)}] " if where else ""
+        return prefix + self.message
+
+
+class ConfigError(TalosError):
+    """The talosconfig (or another input file) is missing, unreadable or invalid."""
+
+    def __init__(self, message: str, *, path: str | None = None, key: str | None = None):
+        parts = [p for p in (path, key) if p]
+        full = f"{': '.join(parts)}: {message}" if parts else message
+        super().__init__(full)
+        self.path = path
+        self.key = key
+
+
+class TransportError(TalosError):
+    """The call never reached a Talos API server, or the connection broke."""
+
+
+class ConnectError(TransportError):
+    """DNS, TCP or TLS failure while connecting."""
+
+
+class AuthenticationError(TransportError):
+    """The TLS handshake or the certificates were rejected (by either side)."""
+
+
+class DeadlineExceeded(TransportError):
+    """The call did not finish within its deadline."""
+
+    def __init__(
+        self, message: str, *, timeout: float, node: str | None = None, method: str | None = None
+    ):
+        super().__init__(message, node=node, method=method)
+        self.timeout = timeout
+
+
+class APIError(TalosError):
+    """The server answered with a non-OK gRPC status."""
+
+    code_name = "UNKNOWN"
+
+    def __init__(
+        self,
+        details: str,
+        *,
+        code: str | None = None,
+        node: str | None = None,
+        method: str | None = None,
+    ):
+        self.code = code or self.code_name
+        self.details = details
+        super().__init__(f"{self.code}: {details}", node=node, method=method)
+
+
+class Cancelled(APIError):
+    code_name = "CANCELLED"
+
+
+class Unknown(APIError):
+    code_name = "UNKNOWN"
+
+
+class InvalidArgument(APIError):
+    code_name = "INVALID_ARGUMENT"
+
+
+class NotFound(APIError):
+    code_name = "NOT_FOUND"
+
+
+class AlreadyExists(APIError):
+    code_name = "ALREADY_EXISTS"
+
+
+class PermissionDenied(APIError):
+    code_name = "PERMISSION_DENIED"
+
+
+class ResourceExhausted(APIError):
+    code_name = "RESOURCE_EXHAUSTED"
+
+
+class FailedPrecondition(APIError):
+    code_name = "FAILED_PRECONDITION"
+
+
+class Aborted(APIError):
+    code_name = "ABORTED"
+
+
+class Unimplemented(APIError):
+    code_name = "UNIMPLEMENTED"
+
+
+class Internal(APIError):
+    code_name = "INTERNAL"
+
+
+class Unavailable(APIError):
+    code_name = "UNAVAILABLE"
+
+
+class Unauthenticated(APIError):
+    code_name = "UNAUTHENTICATED"
+
+
+_BY_CODE: dict[str, type[APIError]] = {
+    cls.code_name: cls
+    for cls in (
+        Cancelled,
+        Unknown,
+        InvalidArgument,
+        NotFound,
+        AlreadyExists,
+        PermissionDenied,
+        ResourceExhausted,
+        FailedPrecondition,
+        Aborted,
+        Unimplemented,
+        Internal,
+        Unavailable,
+        Unauthenticated,
+    )
+}
+
+
+def api_error_for_code(code_name: str) -> type[APIError]:
+    """The APIError subclass for a gRPC status code name such as ``INVALID_ARGUMENT``."""
+    return _BY_CODE.get(code_name.upper(), APIError)
+
+
+class NodeError(TalosError):
+    """One node of a fan-out call failed; its error came back in the reply metadata.
+
+    ``.cause`` is the typed :class:`APIError` rebuilt from the node's status when known.
+    """
+
+    def __init__(self, node: str, message: str, *, cause: APIError | None = None,
+                 method: str | None = None):
+        super().__init__(message, node=node, method=method)
+        self.cause = cause
+
+
+class WaitTimeout(TalosError):
+    """A wait gave up; says what it last saw and how long it waited."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        last_observation: Any,
+        elapsed: float,
+        node: str | None = None,
+    ):
+        super().__init__(
+            f"{message} (waited {elapsed:.1f}s; last observed: {last_observation!r})", node=node
+        )
+        self.last_observation = last_observation
+        self.elapsed = elapsed
+
+
+class ConformanceFailure(AssertionError):
+    """A node does not do what a conformance check claims; carries the evidence."""
+
+    def __init__(
+        self,
+        check: str,
+        message: str,
+        *,
+        node: str | None = None,
+        expected: Any = None,
+        observed: Any = None,
+        evidence: Mapping[str, Any] | None = None,
+    ):
+        self.check = check
+        self.node = node
+        self.expected = expected
+        self.observed = observed
+        self.evidence: dict[str, Any] = dict(evidence or {})
+        super().__init__(self._render(message))
+
+    def _render(self, message: str) -> str:
+        lines = [f"{self.check}" + (f" on {self.node}" if self.node else "") + f": {message}"]
+        if self.expected is not None:
+            lines.append(f"  expected: {self.expected}")
+        if self.observed is not None:
+            lines.append(f"  observed: {self.observed}")
+        for key, value in self.evidence.items():
+            text = str(value).rstrip()
+            if "\n" in text:
+                indented = "\n".join("    " + line for line in text.splitlines())
+                lines.append(f"  {key}:\n{indented}")
+            else:
+                lines.append(f"  {key}: {text}")
+        return "\n".join(lines)
