@@ -1,0 +1,1 @@
+"""The emulated Talos cluster: state, servicers, PKI, servers, fault profiles."""

@@ -1,0 +1,392 @@
+"""Certificates the way Talos issues them, for the emulator and for tests.
+
+* the Talos OS CA: Ed25519 by default, Organization ``talos``, ten years;
+* apid server certificates: CN = hostname, SANs = node IPs + ``127.0.0.1`` + DNS names,
+  ExtKeyUsage ServerAuth, 24 hours;
+* client (talosconfig) certificates: Organization = role strings such as ``os:admin``,
+  KeyUsage DigitalSignature, ExtKeyUsage ClientAuth only, one year;
+* a talosconfig file in the talosctl format.
+
+ECDSA P-256 and RSA 2048 exist only so tests can cover other key types. Everything here
+lives in memory; the only file ever written is the talosconfig a caller asks for (mode 0600).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import ipaddress
+import os
+import re
+import secrets
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, cast
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from pytest_talos.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_CA_VALIDITY",
+    "DEFAULT_CLIENT_VALIDITY",
+    "DEFAULT_SERVER_VALIDITY",
+    "CertAndKey",
+    "CertificateAuthority",
+    "KeyType",
+    "issue_client_cert",
+    "issue_server_cert",
+    "render_talosconfig",
+    "write_talosconfig",
+]
+
+KeyType = Literal["ed25519", "ecdsa", "rsa"]
+PrivateKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+
+DEFAULT_CA_VALIDITY = dt.timedelta(days=3650)  # NewTalosCA: 87600h
+DEFAULT_SERVER_VALIDITY = dt.timedelta(hours=24)  # siderolabs/crypto default validity
+DEFAULT_CLIENT_VALIDITY = dt.timedelta(days=365)  # admin certificate TTL
+# Backdate notBefore a little so a peer whose clock lags slightly still accepts the cert.
+_CLOCK_SKEW = dt.timedelta(minutes=1)
+_PEM_LABEL = re.compile(rb"-----(BEGIN|END) PRIVATE KEY-----")
+
+
+def _generate_key(key_type: KeyType) -> PrivateKey:
+    if key_type == "ed25519":
+        return ed25519.Ed25519PrivateKey.generate()
+    if key_type == "ecdsa":
+        return ec.generate_private_key(ec.SECP256R1())
+    if key_type == "rsa":
+        return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    raise ValueError(f"unknown key type {key_type!r}; use 'ed25519', 'ecdsa' or 'rsa'")
+
+
+def _key_type_of(key: PrivateKey) -> KeyType:
+    if isinstance(key, ed25519.Ed25519PrivateKey):
+        return "ed25519"
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        return "ecdsa"
+    return "rsa"
+
+
+def _signature_hash(key: PrivateKey) -> hashes.SHA256 | None:
+    # Ed25519 signs the message itself; a separate digest is an error there.
+    return None if isinstance(key, ed25519.Ed25519PrivateKey) else hashes.SHA256()
+
+
+def _pkcs8_pem(key: PrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _talos_key_pem(key: PrivateKey) -> bytes:
+    """The key PEM exactly as talosctl / siderolabs/crypto write it."""
+    if isinstance(key, ed25519.Ed25519PrivateKey):
+        # PKCS#8 DER under a non-standard label.
+        return _PEM_LABEL.sub(rb"-----\1 ED25519 PRIVATE KEY-----", _pkcs8_pem(key))
+    # ECDSA as SEC1 "EC PRIVATE KEY", RSA as PKCS#1 "RSA PRIVATE KEY".
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _serial() -> int:
+    # Positive, at most 20 octets (RFC 5280 4.1.2.2).
+    return secrets.randbits(159) | 1
+
+
+@dataclass(frozen=True)
+class CertAndKey:
+    """A PEM certificate and its private key. ``repr`` never shows the key."""
+
+    cert_pem: bytes
+    key_pem: bytes = field(repr=False)  # PKCS#8 "PRIVATE KEY", loadable by any TLS stack
+    key_pem_talos: bytes = field(repr=False)  # as talosctl writes it (Ed25519 label etc.)
+
+    @property
+    def cert(self) -> x509.Certificate:
+        return x509.load_pem_x509_certificate(self.cert_pem)
+
+    @property
+    def key_type(self) -> KeyType:
+        key = serialization.load_pem_private_key(self.key_pem, password=None)
+        return _key_type_of(cast(PrivateKey, key))
+
+    def __repr__(self) -> str:
+        cert = self.cert
+        return (
+            f"CertAndKey(subject={cert.subject.rfc4514_string()!r}, "
+            f"not_after={cert.not_valid_after_utc.isoformat()}, key=<hidden>)"
+        )
+
+    def load_into(self, ctx: ssl.SSLContext) -> None:
+        """Load this certificate and key into ``ctx`` (e.g. an emulated apid's server side).
+
+        ``ssl`` reads keys only from a path; the PEM goes into an anonymous memory-backed
+        file (Linux ``memfd_create``) so the key never touches a disk.
+        """
+        memfd_create = getattr(os, "memfd_create", None)
+        if memfd_create is None:
+            raise ConfigError("loading keys needs os.memfd_create (Linux); keys are never written")
+        fd: int = memfd_create("pytest-talos-pki", getattr(os, "MFD_CLOEXEC", 0))
+        try:
+            with os.fdopen(os.dup(fd), "wb") as handle:
+                handle.write(self.cert_pem + self.key_pem)
+            ctx.load_cert_chain(f"/proc/self/fd/{fd}")
+        except ssl.SSLError as exc:
+            raise ConfigError(f"ssl rejected the certificate and key ({exc.reason})") from None
+        finally:
+            os.close(fd)
+
+    @classmethod
+    def from_key(cls, cert: x509.Certificate, key: PrivateKey) -> CertAndKey:
+        return cls(
+            cert_pem=cert.public_bytes(serialization.Encoding.PEM),
+            key_pem=_pkcs8_pem(key),
+            key_pem_talos=_talos_key_pem(key),
+        )
+
+
+@dataclass(frozen=True)
+class CertificateAuthority:
+    """A CA that can sign certificates. ``repr`` never shows the key."""
+
+    cert: x509.Certificate
+    private_key: PrivateKey = field(repr=False)
+
+    @classmethod
+    def generate(
+        cls,
+        organization: str = "talos",
+        validity: dt.timedelta = DEFAULT_CA_VALIDITY,
+        key_type: KeyType = "ed25519",
+    ) -> CertificateAuthority:
+        key = _generate_key(key_type)
+        name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization)])
+        not_before = _now() - _CLOCK_SKEW
+        ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(_serial())
+            .not_valid_before(not_before)
+            .not_valid_after(not_before + validity)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(_key_usage(cert_sign=True), critical=True)
+            .add_extension(ski, critical=False)
+            .sign(key, _signature_hash(key))
+        )
+        return cls(cert=cert, private_key=key)
+
+    @property
+    def cert_pem(self) -> bytes:
+        return self.cert.public_bytes(serialization.Encoding.PEM)
+
+    @property
+    def key_type(self) -> KeyType:
+        return _key_type_of(self.private_key)
+
+    def as_cert_and_key(self) -> CertAndKey:
+        return CertAndKey.from_key(self.cert, self.private_key)
+
+    def sign(self, builder: x509.CertificateBuilder) -> x509.Certificate:
+        """Sign a leaf builder that already has subject, key, validity and extensions."""
+        issuer_key: CertificateIssuerPrivateKeyTypes = self.private_key
+        aki = x509.AuthorityKeyIdentifier.from_issuer_public_key(self.private_key.public_key())
+        return (
+            builder.issuer_name(self.cert.subject)
+            .serial_number(_serial())
+            .add_extension(aki, critical=False)
+            .sign(issuer_key, _signature_hash(self.private_key))
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"CertificateAuthority(subject={self.cert.subject.rfc4514_string()!r}, "
+            f"key_type={self.key_type!r}, key=<hidden>)"
+        )
+
+
+def _key_usage(*, cert_sign: bool = False) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=cert_sign,
+        crl_sign=cert_sign,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+def _unique(items: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _leaf_builder(
+    subject: x509.Name,
+    key: PrivateKey,
+    not_before: dt.datetime,
+    not_after: dt.datetime,
+) -> x509.CertificateBuilder:
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .public_key(key.public_key())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_key_usage(), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+    )
+
+
+def issue_server_cert(
+    ca: CertificateAuthority,
+    *,
+    hostname: str,
+    ips: Sequence[str],
+    dns: Sequence[str] = (),
+    validity: dt.timedelta = DEFAULT_SERVER_VALIDITY,
+    key_type: KeyType = "ed25519",
+) -> CertAndKey:
+    """An apid server certificate: CN = hostname; SANs = IPs + 127.0.0.1, hostname + dns."""
+    key = _generate_key(key_type)
+    ip_sans = [ipaddress.ip_address(ip) for ip in _unique([*ips, "127.0.0.1"])]
+    dns_sans = _unique([hostname, *dns])
+    sans: list[x509.GeneralName] = [x509.IPAddress(ip) for ip in ip_sans]
+    sans += [x509.DNSName(name) for name in dns_sans]
+    not_before = _now() - _CLOCK_SKEW
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hostname)])
+    builder = (
+        _leaf_builder(subject, key, not_before, not_before + validity)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
+    )
+    return CertAndKey.from_key(ca.sign(builder), key)
+
+
+def _roles_subject(roles: Sequence[str], common_name: str | None) -> x509.Name:
+    # Go puts all Organization values in one multi-valued RDN; readers take every O value.
+    rdns: list[x509.RelativeDistinguishedName] = []
+    orgs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, role) for role in _unique(roles)]
+    if orgs:
+        rdns.append(x509.RelativeDistinguishedName(orgs))
+    if common_name:
+        rdns.append(
+            x509.RelativeDistinguishedName([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+        )
+    return x509.Name(rdns)
+
+
+def issue_client_cert(
+    ca: CertificateAuthority,
+    *,
+    roles: Sequence[str],
+    validity: dt.timedelta = DEFAULT_CLIENT_VALIDITY,
+    not_before: dt.datetime | None = None,
+    not_after: dt.datetime | None = None,
+    key_type: KeyType = "ed25519",
+    ext_key_usage: Sequence[x509.ObjectIdentifier] = (ExtendedKeyUsageOID.CLIENT_AUTH,),
+    common_name: str | None = None,
+) -> CertAndKey:
+    """A talosconfig client certificate; Organization = the role strings.
+
+    ``not_before``/``not_after`` let tests issue expired or nearly expired certificates;
+    ``ext_key_usage`` lets them issue one apid must reject (anything but ``[ClientAuth]``).
+    An empty ``ext_key_usage`` omits the extension.
+    """
+    key = _generate_key(key_type)
+    start = not_before if not_before is not None else _now() - _CLOCK_SKEW
+    end = not_after if not_after is not None else start + validity
+    builder = _leaf_builder(_roles_subject(roles, common_name), key, start, end)
+    if ext_key_usage:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(list(ext_key_usage)), False)
+    return CertAndKey.from_key(ca.sign(builder), key)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def render_talosconfig(
+    *,
+    context: str,
+    endpoints: Sequence[str],
+    nodes: Sequence[str] = (),
+    ca_pem: bytes,
+    client: CertAndKey,
+    cluster: str | None = None,
+) -> bytes:
+    """The talosconfig YAML (talosctl layout; ca/crt/key are base64 of the PEM)."""
+    entry: dict[str, object] = {"endpoints": list(endpoints)}
+    if nodes:
+        entry["nodes"] = list(nodes)
+    if cluster:
+        entry["cluster"] = cluster
+    entry.update(ca=_b64(ca_pem), crt=_b64(client.cert_pem), key=_b64(client.key_pem_talos))
+    document = {"context": context, "contexts": {context: entry}}
+    text = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=1 << 16)
+    return text.encode("utf-8")
+
+
+def write_talosconfig(
+    path: str | os.PathLike[str] | None,
+    *,
+    context: str,
+    endpoints: Sequence[str],
+    nodes: Sequence[str] = (),
+    ca_pem: bytes,
+    client: CertAndKey,
+    cluster: str | None = None,
+) -> bytes:
+    """Render a talosconfig and, when ``path`` is given, write it with mode 0600.
+
+    Returns the YAML bytes either way (``path=None`` only renders).
+    """
+    data = render_talosconfig(
+        context=context,
+        endpoints=endpoints,
+        nodes=nodes,
+        ca_pem=ca_pem,
+        client=client,
+        cluster=cluster,
+    )
+    if path is not None:
+        _write_private_file(Path(path), data)
+    return data
+
+
+def _write_private_file(path: Path, data: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Create with 0600 so the key is never readable by others, not even briefly.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(fd, 0o600)  # the file may have existed with wider permissions
+            handle.write(data)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write the talosconfig ({exc.strerror}); choose a writable path",
+            path=str(path),
+        ) from None
