@@ -1,0 +1,31 @@
+"""The typed Talos API client: :class:`TalosClient` (sync) over :class:`AsyncTalosClient`.
+
+Every method returns frozen dataclasses from :mod:`pytest_talos.models`, never protobuf;
+every failure is a :class:`~pytest_talos.errors.TalosError` (see :mod:`pytest_talos.transport`
+for how wire failures are classified).
+
+Layout: ``_rpcs`` (method paths and roles), ``_calls`` (request builders, fan-out table),
+``_convert`` (machine API replies -> models), ``_resources`` (COSI resources and type
+resolution), ``_async`` (the asyncio client), ``_sync`` (the blocking facade on a private
+loop thread).
+"""
+
+from pytest_talos.client._async import (
+    DEFAULT_WATCH_TIMEOUT,
+    AsyncTalosClient,
+    FanoutCall,
+    TalosConfigWarning,
+)
+from pytest_talos.client._sync import StreamIterator, TalosClient
+from pytest_talos.transport import DEFAULT_STREAM_TIMEOUT, DEFAULT_TIMEOUT
+
+__all__ = [
+    "DEFAULT_STREAM_TIMEOUT",
+    "DEFAULT_TIMEOUT",
+    "DEFAULT_WATCH_TIMEOUT",
+    "AsyncTalosClient",
+    "FanoutCall",
+    "StreamIterator",
+    "TalosClient",
+    "TalosConfigWarning",
+]

@@ -1,0 +1,86 @@
+"""Request builders and reply helpers of AsyncTalosClient (pure functions, no I/O)."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeVar
+
+from google.protobuf.message import Message
+
+from pytest_talos._proto.machine import machine_pb2 as m
+from pytest_talos.client import _convert as convert
+from pytest_talos.client import _rpcs as rpcs
+from pytest_talos.errors import TalosError
+from pytest_talos.transport import Rpc
+
+T = TypeVar("T")
+Converter = Callable[[Any, str | None], T]
+FanoutCall = Literal[
+    "version",
+    "hostname",
+    "services",
+    "memory",
+    "mounts",
+    "processes",
+    "netstat",
+    "logs_containers",
+    "etcd_members",
+]
+
+KUBECONFIG_MEMBER = "kubeconfig"
+KUBECONFIG_LIMIT = 16 << 20  # a kubeconfig is a few kB; refuse to inflate anything huge
+REBOOT_MODES = {"default": 0, "powercycle": 1, "force": 2}
+WIPE_MODES = {"all": 0, "system-disk": 1, "user-disks": 2}
+LIST_TYPES = {"regular": 0, "directory": 1, "symlink": 2}
+
+
+def netstat_request(listening: bool) -> m.NetstatRequest:
+    return m.NetstatRequest(
+        filter=m.NetstatRequest.LISTENING if listening else m.NetstatRequest.ALL,
+        feature=m.NetstatRequest.Feature(pid=True),
+        l4proto=m.NetstatRequest.L4proto(tcp=True, tcp6=True, udp=True, udp6=True),
+        netns=m.NetstatRequest.NetNS(hostnetwork=True),
+    )
+
+
+FANOUT: dict[str, tuple[Rpc[Any, Any], Callable[[], Message], Converter[Any]]] = {
+    "version": (rpcs.VERSION, rpcs.Empty, convert.version),
+    "hostname": (rpcs.HOSTNAME, rpcs.Empty, convert.hostname),
+    "services": (rpcs.SERVICE_LIST, rpcs.Empty, convert.services),
+    "memory": (rpcs.MEMORY, rpcs.Empty, convert.memory),
+    "mounts": (rpcs.MOUNTS, rpcs.Empty, convert.mounts),
+    "processes": (rpcs.PROCESSES, rpcs.Empty, convert.processes),
+    "netstat": (rpcs.NETSTAT, lambda: netstat_request(True), convert.netstat),
+    "logs_containers": (rpcs.LOGS_CONTAINERS, rpcs.Empty, convert.logs_containers),
+    "etcd_members": (rpcs.ETCD_MEMBER_LIST, m.EtcdMemberListRequest, convert.etcd_members),
+}
+
+
+def choice(kind: str, value: str, choices: Mapping[str, int]) -> int:
+    if value not in choices:
+        raise ValueError(f"unknown {kind} {value!r}; use one of {', '.join(choices)}")
+    return choices[value]
+
+
+def untar_kubeconfig(data: bytes) -> bytes:
+    """The single ``kubeconfig`` file of the Kubeconfig .tar.gz stream."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+            members = archive.getmembers()
+            names = [member.name for member in members]
+            if len(members) != 1 or names[0].removeprefix("./") != KUBECONFIG_MEMBER:
+                raise TalosError(
+                    f"the Kubeconfig reply should hold exactly one file named kubeconfig, "
+                    f"it holds {names or 'nothing'}"
+                )
+            member = members[0]
+            if not member.isfile() or member.size > KUBECONFIG_LIMIT:
+                raise TalosError("the Kubeconfig reply's kubeconfig is not a small regular file")
+            handle = archive.extractfile(member)
+            return handle.read() if handle is not None else b""
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise TalosError(
+            f"the Kubeconfig reply is not a valid .tar.gz ({type(exc).__name__}: {exc})"
+        ) from None

@@ -1,0 +1,305 @@
+"""TalosClient: the synchronous client. Calls run on a private event loop thread.
+
+Every method of :class:`AsyncTalosClient` exists here with the same arguments, blocking
+until the result is there; streaming methods return a :class:`StreamIterator`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import threading
+import weakref
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
+
+from pytest_talos.client._async import AsyncTalosClient
+from pytest_talos.errors import TransportError
+from pytest_talos.transport import DEFAULT_STREAM_TIMEOUT, DEFAULT_TIMEOUT
+
+__all__ = ["StreamIterator", "TalosClient"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+_JOIN_TIMEOUT = 5.0  # seconds to wait for the loop thread when closing
+
+
+class _LoopThread:
+    """An event loop running forever on a daemon thread; ``run`` blocks on a coroutine."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, name="pytest-talos-client", daemon=True)
+        self._thread.start()
+        self.stopped = False
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self.stopped:
+            coro.close()
+            raise TransportError("the Talos client is closed")
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("TalosClient was called from its own event loop thread")
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # e.g. KeyboardInterrupt while waiting
+            raise
+
+    def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(_JOIN_TIMEOUT)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+async def _next(stream: AsyncGenerator[T, None]) -> T:
+    return await stream.__anext__()
+
+
+async def _aclose(stream: AsyncGenerator[Any, None]) -> None:
+    await stream.aclose()
+
+
+class StreamIterator(Generic[T], Iterator[T]):
+    """A blocking iterator over a server stream. ``close()`` (or leaving a ``with``
+    block, or breaking out of a ``for`` loop and dropping it) ends the call."""
+
+    def __init__(self, runner: _LoopThread, stream: AsyncGenerator[T, None]) -> None:
+        self._runner = runner
+        self._stream = stream
+        self._done = False
+
+    def __iter__(self) -> StreamIterator[T]:
+        return self
+
+    def __next__(self) -> T:
+        if self._done:
+            raise StopIteration
+        try:
+            return self._runner.run(_next(self._stream))
+        except StopAsyncIteration:
+            self._done = True
+            raise StopIteration from None
+        except BaseException:
+            self._done = True  # an async generator that raised is finished
+            raise
+
+    def close(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        if not self._runner.stopped:
+            self._runner.run(_aclose(self._stream))
+
+    def __enter__(self) -> StreamIterator[T]:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not self._done and not self._runner.stopped:
+            # Not waiting here: __del__ may run on any thread, even the loop's own.
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                asyncio.run_coroutine_threadsafe(_aclose(self._stream), self._runner.loop)
+
+
+def _blocking(
+    method: Callable[Concatenate[AsyncTalosClient, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[TalosClient, P], T]:
+    @functools.wraps(method)
+    def call(self: TalosClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._runner.run(method(self._core, *args, **kwargs))
+
+    return call
+
+
+def _streaming(
+    method: Callable[Concatenate[AsyncTalosClient, P], AsyncGenerator[T, None]],
+) -> Callable[Concatenate[TalosClient, P], StreamIterator[T]]:
+    @functools.wraps(method)
+    def call(self: TalosClient, /, *args: P.args, **kwargs: P.kwargs) -> StreamIterator[T]:
+        return StreamIterator(self._runner, method(self._core, *args, **kwargs))
+
+    return call
+
+
+def _shutdown(runner: _LoopThread, core: AsyncTalosClient) -> None:
+    if not runner.stopped:
+        try:
+            runner.run(core.close())
+        finally:
+            runner.stop()
+
+
+class TalosClient:
+    """A synchronous Talos API client; see :class:`AsyncTalosClient` for the targeting rules.
+
+    Use it as a context manager or call :meth:`close` (idempotent). Clients made with
+    :meth:`with_node` share the connection; closing them does nothing, closing the
+    client they came from closes them all.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        ca_pem: bytes,
+        crt_pem: bytes,
+        key_pem: bytes,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        node: str | None = None,
+        nodes: Sequence[str] | None = None,
+        cluster: str | None = None,
+        server_hostname: str | None = None,
+        stream_timeout: float = DEFAULT_STREAM_TIMEOUT,
+        roles: Sequence[str] | None = None,
+    ) -> None:
+        core = AsyncTalosClient(
+            endpoint,
+            ca_pem,
+            crt_pem,
+            key_pem,
+            timeout=timeout,
+            node=node,
+            nodes=nodes,
+            cluster=cluster,
+            server_hostname=server_hostname,
+            stream_timeout=stream_timeout,
+            roles=roles,
+        )
+        self._adopt(core)
+
+    def _adopt(self, core: AsyncTalosClient) -> None:
+        self._core = core
+        self._runner = _LoopThread()
+        self._owner = True
+        self._finalizer = weakref.finalize(self, _shutdown, self._runner, core)
+
+    @classmethod
+    def from_talosconfig(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        context: str | None = None,
+        endpoint: str | None = None,
+        node: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        *,
+        env: Mapping[str, str] = os.environ,
+    ) -> TalosClient:
+        """Load a talosconfig the way talosctl does (path, $TALOSCONFIG, ~/.talos/config)."""
+        core = AsyncTalosClient.from_talosconfig(path, context, endpoint, node, timeout, env=env)
+        client = object.__new__(cls)
+        client._adopt(core)
+        return client
+
+    def with_node(self, node: str) -> TalosClient:
+        """A client for another node through the same endpoint and connection."""
+        derived = object.__new__(type(self))
+        derived._core = self._core.with_node(node)
+        derived._runner = self._runner
+        derived._owner = False
+        return derived
+
+    @property
+    def async_client(self) -> AsyncTalosClient:
+        """The asyncio core (its coroutines must run on this client's loop)."""
+        return self._core
+
+    @property
+    def endpoint(self) -> str:
+        return self._core.endpoint
+
+    @property
+    def node(self) -> str | None:
+        return self._core.node
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return self._core.nodes
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return self._core.roles
+
+    @property
+    def timeout(self) -> float:
+        return self._core.timeout
+
+    @property
+    def closed(self) -> bool:
+        return self._runner.stopped
+
+    def __repr__(self) -> str:
+        return repr(self._core).replace("AsyncTalosClient", type(self).__name__, 1)
+
+    def close(self) -> None:
+        """Close the connection and stop the loop thread; idempotent."""
+        if self._owner:
+            self._finalizer()
+
+    def __enter__(self) -> TalosClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # machine API
+    version = _blocking(AsyncTalosClient.version)
+    hostname = _blocking(AsyncTalosClient.hostname)
+    services = _blocking(AsyncTalosClient.services)
+    service = _blocking(AsyncTalosClient.service)
+    service_start = _blocking(AsyncTalosClient.service_start)
+    service_stop = _blocking(AsyncTalosClient.service_stop)
+    service_restart = _blocking(AsyncTalosClient.service_restart)
+    apply_configuration = _blocking(AsyncTalosClient.apply_configuration)
+    logs = _blocking(AsyncTalosClient.logs)
+    logs_bytes = _blocking(AsyncTalosClient.logs_bytes)
+    logs_containers = _blocking(AsyncTalosClient.logs_containers)
+    events = _streaming(AsyncTalosClient.events)
+    list = _blocking(AsyncTalosClient.list)
+    read = _blocking(AsyncTalosClient.read)
+    kubeconfig = _blocking(AsyncTalosClient.kubeconfig)
+    netstat = _blocking(AsyncTalosClient.netstat)
+    processes = _blocking(AsyncTalosClient.processes)
+    memory = _blocking(AsyncTalosClient.memory)
+    mounts = _blocking(AsyncTalosClient.mounts)
+    reboot = _blocking(AsyncTalosClient.reboot)
+    shutdown = _blocking(AsyncTalosClient.shutdown)
+    reset = _blocking(AsyncTalosClient.reset)
+    upgrade = _blocking(AsyncTalosClient.upgrade)
+    rollback = _blocking(AsyncTalosClient.rollback)
+    etcd_members = _blocking(AsyncTalosClient.etcd_members)
+    generate_client_configuration = _blocking(AsyncTalosClient.generate_client_configuration)
+    health_check = _streaming(AsyncTalosClient.health_check)
+    fanout = _blocking(AsyncTalosClient.fanout)
+    fanout_version = _blocking(AsyncTalosClient.fanout_version)
+    # resources (COSI)
+    resource_definitions = _blocking(AsyncTalosClient.resource_definitions)
+    resolve_type = _blocking(AsyncTalosClient.resolve_type)
+    get = _blocking(AsyncTalosClient.get)
+    list_resources = _blocking(AsyncTalosClient.list_resources)
+    watch = _streaming(AsyncTalosClient.watch)
+    machine_config = _blocking(AsyncTalosClient.machine_config)

@@ -1,0 +1,329 @@
+"""The wire: grpclib over a stdlib ``ssl`` context, node metadata, deadlines, error mapping.
+
+Why grpclib and not grpcio: Talos signs its API certificates with Ed25519, which grpcio's
+BoringSSL refuses while verifying a server; Python's ``ssl`` (OpenSSL 3) handles it.
+
+This is the only module of the client side that touches grpclib, ``ssl`` errors and raw
+sockets. Whatever goes wrong below it leaves as a :class:`~pytest_talos.errors.TalosError`
+carrying ``.node`` and ``.method``::
+
+    DNS failure                     -> ConnectError        "cannot resolve ..."
+    TCP refused / unreachable       -> ConnectError        "... refused: is apid listening on ...?"
+    TCP or TLS handshake too slow   -> DeadlineExceeded    says which phase stalled
+    server certificate rejected     -> AuthenticationError "wrong CA in talosconfig? SANs?"
+    client certificate rejected     -> AuthenticationError "expired? another cluster's CA?"
+    endpoint does not speak TLS     -> ConnectError        "not a TLS/Talos API endpoint"
+    non-OK gRPC status              -> APIError subclass   PermissionDenied names the roles
+    connection lost / stream reset  -> TransportError
+    per-node error in fan-out reply -> NodeError           (see :func:`node_error`)
+
+Node targeting works as with talosctl: ``node`` metadata proxies one-to-one through the
+endpoint's apid, ``nodes`` fans out and apid tags every reply element with the node.
+
+Layout: this module (TLS context, targets, :class:`Transport`), ``_channel`` (the phased
+connection), ``_errors`` (the classification above, pure functions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+from google.protobuf.message import Message
+from grpclib.const import Cardinality
+
+from pytest_talos.errors import ConfigError, TransportError
+from pytest_talos.talosconfig import load_client_identity, normalize_endpoint
+from pytest_talos.transport._channel import Session, TalosChannel
+from pytest_talos.transport._errors import (
+    DEFAULT_TIMEOUT,
+    CallInfo,
+    ConnectPhase,
+    api_error,
+    classify_error,
+    connect_failure,
+    endpoint_text,
+    idle_expired,
+    node_error,
+    with_context,
+)
+
+__all__ = [
+    "DEFAULT_STREAM_TIMEOUT",
+    "DEFAULT_TIMEOUT",
+    "NO_TARGET",
+    "CallInfo",
+    "ConnectPhase",
+    "Rpc",
+    "Target",
+    "Transport",
+    "api_error",
+    "build_ssl_context",
+    "certificate_roles",
+    "classify_error",
+    "connect_failure",
+    "node_error",
+    "split_endpoint",
+]
+
+DEFAULT_STREAM_TIMEOUT = 120.0  # seconds, total limit of finite streams (read, list, logs)
+_CLOSE_GRACE = 0.5  # seconds the server gets to acknowledge a TLS close on client close
+
+ReqT = TypeVar("ReqT", bound=Message)
+RepT = TypeVar("RepT", bound=Message)
+
+
+# --------------------------------------------------------------------------- call description
+
+
+@dataclass(frozen=True)
+class Rpc(Generic[ReqT, RepT]):
+    """One gRPC method: its wire path, message types and the roles allowed to call it."""
+
+    path: str
+    request_type: type[ReqT]
+    reply_type: type[RepT]
+    roles: tuple[str, ...] = ("os:admin",)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Which node(s) a call addresses through the endpoint (none: the endpoint itself)."""
+
+    node: str | None = None
+    nodes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.node is not None and self.nodes:
+            raise ValueError("a call targets either one node or a list of nodes, not both")
+
+    @property
+    def label(self) -> str | None:
+        return self.node if self.node is not None else (",".join(self.nodes) or None)
+
+    def metadata(self) -> list[tuple[str, str]]:
+        if self.node is not None:
+            return [("node", self.node)]
+        return [("nodes", node) for node in self.nodes]
+
+
+NO_TARGET = Target()
+
+
+# --------------------------------------------------------------------------- TLS
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """``host[:port]`` (default 50000, IPv6 in brackets) -> ``(host, port)``."""
+    normalized = normalize_endpoint(endpoint)
+    host, _, port = normalized.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def build_ssl_context(ca_pem: bytes, crt_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
+    """A client context as talosctl uses: TLS >= 1.2, ALPN h2, mTLS, hostname checked.
+
+    The key may carry talosctl's ``ED25519 PRIVATE KEY`` label; it is loaded from memory.
+    """
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED + check_hostname
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_ciphers("ECDHE+AESGCM:ECDHE+CHACHA20")  # TLS 1.2 only; 1.3 suites are fixed
+    ctx.set_alpn_protocols(["h2"])
+    try:
+        ctx.load_verify_locations(cadata=ca_pem.decode("ascii"))
+    except (ssl.SSLError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        raise ConfigError(
+            f"the CA certificate is not a usable PEM certificate ({type(exc).__name__}); "
+            "check the ca of the talosconfig context"
+        ) from None
+    load_client_identity(ctx, crt_pem, key_pem)
+    return ctx
+
+
+def certificate_roles(crt_pem: bytes) -> tuple[str, ...]:
+    """The Talos roles a client certificate carries (its Subject Organization values)."""
+    try:
+        cert = x509.load_pem_x509_certificate(crt_pem)
+    except ValueError:
+        return ()
+    values = cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
+    roles = (v.value.decode() if isinstance(v.value, bytes) else v.value for v in values)
+    return tuple(role for role in roles if role)
+
+
+# --------------------------------------------------------------------------- transport
+
+
+class Transport:
+    """One endpoint, one HTTP/2 connection, reused by every call and every target node.
+
+    The connection is opened lazily by the first call, on that call's event loop; all
+    later calls must run on the same loop (the sync client guarantees this).
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        ssl_context: ssl.SSLContext,
+        *,
+        server_hostname: str | None = None,
+        cluster: str | None = None,
+        client_roles: Sequence[str] = (),
+        timeout: float = DEFAULT_TIMEOUT,
+        stream_timeout: float = DEFAULT_STREAM_TIMEOUT,
+    ) -> None:
+        _check_positive("timeout", timeout)
+        _check_positive("stream_timeout", stream_timeout)
+        self.host, self.port = split_endpoint(endpoint)
+        self.endpoint = endpoint_text(self.host, self.port)
+        self.timeout = timeout
+        self.stream_timeout = stream_timeout
+        self.client_roles = tuple(client_roles)
+        self._ssl = ssl_context
+        self._server_hostname = server_hostname
+        self._base_metadata = [("runtime", "Talos")]
+        if cluster:
+            self._base_metadata.append(("context", cluster))
+        self._metadata: dict[Target, list[tuple[str, str]]] = {}
+        self._channel: TalosChannel | None = None
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"Transport({self.endpoint!r}, roles={self.client_roles!r})"
+
+    # -- plumbing
+
+    def channel(self) -> TalosChannel:
+        if self.closed:
+            raise TransportError(f"the client for {self.endpoint} is closed")
+        if self._channel is None:
+            self._channel = TalosChannel(self.host, self.port, self._ssl, self._server_hostname)
+        return self._channel
+
+    def metadata(self, target: Target) -> list[tuple[str, str]]:
+        cached = self._metadata.get(target)
+        if cached is None:
+            cached = self._metadata[target] = [*self._base_metadata, *target.metadata()]
+        return cached
+
+    def call_info(
+        self, rpc: Rpc[Any, Any], target: Target, timeout: float, *, streaming: bool = False
+    ) -> CallInfo:
+        channel = self._channel
+        session = channel.session if channel is not None else Session(server_spoke=True)
+        return CallInfo(
+            method=rpc.path,
+            endpoint=self.endpoint,
+            node=target.label or self.host,
+            timeout=timeout,
+            phase=channel.phase if channel is not None else "idle",
+            required_roles=rpc.roles,
+            client_roles=self.client_roles,
+            streaming=streaming,
+            server_spoke=session.server_spoke,
+            lost_error=session.lost_error,
+        )
+
+    # -- calls
+
+    async def unary(
+        self,
+        rpc: Rpc[ReqT, RepT],
+        request: ReqT,
+        target: Target = NO_TARGET,
+        *,
+        timeout: float | None = None,
+    ) -> RepT:
+        """One request, one reply, within ``timeout`` seconds (connecting included)."""
+        limit = timeout if timeout is not None else self.timeout
+        _check_positive("timeout", limit)
+        try:
+            async with self.channel().request(
+                rpc.path,
+                Cardinality.UNARY_UNARY,
+                rpc.request_type,
+                rpc.reply_type,
+                timeout=limit,
+                metadata=self.metadata(target),
+            ) as call:
+                await call.send_message(request, end=True)
+                reply = await call.recv_message()
+        except Exception as exc:
+            raise classify_error(exc, self.call_info(rpc, target, limit)) from None
+        if reply is None:
+            raise with_context(
+                TransportError("the server ended the call without a reply"),
+                self.call_info(rpc, target, limit),
+            )
+        return reply
+
+    async def stream(
+        self,
+        rpc: Rpc[ReqT, RepT],
+        request: ReqT,
+        target: Target = NO_TARGET,
+        *,
+        idle_timeout: float | None = None,
+        total_timeout: float | None = None,
+    ) -> AsyncGenerator[RepT, None]:
+        """Server-streaming call; errors surface while iterating, mapped like unary ones.
+
+        ``idle_timeout`` bounds the gap between messages (None: no gap limit, for event
+        streams); ``total_timeout`` bounds the whole call (default ``stream_timeout``).
+        """
+        total = total_timeout if total_timeout is not None else self.stream_timeout
+        _check_positive("total_timeout", total)
+        if idle_timeout is not None:
+            _check_positive("idle_timeout", idle_timeout)
+        idle: asyncio.Timeout | None = None
+        try:
+            async with self.channel().request(
+                rpc.path,
+                Cardinality.UNARY_STREAM,
+                rpc.request_type,
+                rpc.reply_type,
+                timeout=total,
+                metadata=self.metadata(target),
+            ) as call:
+                await call.send_message(request, end=True)
+                while True:
+                    async with asyncio.timeout(idle_timeout) as idle:
+                        message = await call.recv_message()
+                    if message is None:
+                        return
+                    yield message
+        except Exception as exc:
+            info = self.call_info(rpc, target, total, streaming=True)
+            if idle is not None and idle.expired() and idle_timeout is not None:
+                raise with_context(idle_expired(info, idle_timeout), info) from None
+            raise classify_error(exc, info) from None
+
+    def close(self) -> None:
+        """Close the connection now, without waiting for the server's TLS goodbye.
+
+        Idempotent; must run on the loop that used the transport. Prefer :meth:`aclose`,
+        which lets the socket be released cleanly.
+        """
+        self.closed = True
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
+
+    async def aclose(self) -> None:
+        """Close the connection (TLS close, then cut after a short grace); idempotent."""
+        self.closed = True
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            session = channel.session
+            channel.close()
+            await session.wait_closed(_CLOSE_GRACE)
+
+
+def _check_positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")

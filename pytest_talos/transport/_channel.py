@@ -1,0 +1,145 @@
+"""A grpclib channel that connects in explicit phases and remembers how it went."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from grpclib.client import Channel, Handler
+from grpclib.config import Configuration
+from grpclib.protocol import H2Protocol
+
+from pytest_talos.errors import ConnectError
+from pytest_talos.transport._errors import (
+    ConnectPhase,
+    connect_failure,
+    endpoint_text,
+    not_tls_message,
+)
+
+
+@dataclass
+class Session:
+    """What one TCP+TLS connection went through (for error classification and closing)."""
+
+    server_spoke: bool = False
+    lost_error: BaseException | None = None
+    transport: asyncio.Transport | None = None
+    lost: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def wait_closed(self, grace: float) -> None:
+        """Give the TLS close a moment to finish, then cut the connection."""
+        if self.transport is None:
+            return
+        try:
+            await asyncio.wait_for(self.lost.wait(), grace)
+        except TimeoutError:
+            self.transport.abort()
+            await asyncio.sleep(0)  # let asyncio release the socket
+
+
+class _TrackingProtocol(H2Protocol):
+    """grpclib's HTTP/2 protocol, noting whether the server ever spoke and why it hung up."""
+
+    def __init__(self, session: Session, *args: Any) -> None:
+        super().__init__(*args)
+        self._session = session
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._session.transport = cast(asyncio.Transport, transport)
+        super().connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._session.server_spoke = True
+        super().data_received(data)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._session.lost_error = exc
+        self._session.lost.set()
+        super().connection_lost(exc)
+
+
+class TalosChannel(Channel):
+    """A grpclib channel that connects in explicit phases so failures can be explained.
+
+    grpclib hands host, port and TLS to one ``create_connection`` call; splitting DNS,
+    TCP and TLS tells "refused" from "not TLS" from "handshake stalled".
+    """
+
+    def __init__(
+        self, host: str, port: int, ssl_context: ssl.SSLContext, server_hostname: str | None
+    ) -> None:
+        config = Configuration(ssl_target_name_override=server_hostname)
+        super().__init__(host, port, ssl=ssl_context, config=config)
+        self._tls = ssl_context
+        self._server_name = server_hostname or host
+        self.phase: ConnectPhase = "idle"
+        self.session = Session(server_spoke=True)
+
+    async def _create_connection(self) -> H2Protocol:
+        loop = asyncio.get_running_loop()
+        host, port = self._host, self._port
+        self.phase = "resolve"
+        try:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            self.phase = "tcp"
+            sock = await _connect_any(loop, infos)
+            self.phase = "tls"
+            protocol = await self._handshake(loop, sock)
+        except (OSError, EOFError) as exc:  # ssl.SSLError and socket.gaierror are OSErrors
+            raise connect_failure(exc, host, port, self.phase) from None
+        self.phase = "ready"
+        return protocol
+
+    async def _handshake(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> H2Protocol:
+        session = Session()
+        try:
+            transport, protocol = await loop.create_connection(
+                lambda: _TrackingProtocol(session, Handler(), self._config, self._h2_config),
+                sock=sock,
+                ssl=self._tls,
+                server_hostname=self._server_name,
+            )
+        except (OSError, EOFError):
+            await asyncio.sleep(0)  # let asyncio finish closing its half-built transport
+            sock.close()
+            raise
+        except BaseException:
+            sock.close()
+            raise
+        ssl_object = transport.get_extra_info("ssl_object")
+        alpn = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
+        if alpn not in (None, "h2"):
+            transport.close()
+            endpoint = endpoint_text(self._host, self._port)
+            raise ConnectError(
+                not_tls_message(endpoint, f"it speaks TLS but offers {alpn!r}, not h2")
+            )
+        self.session = session
+        return protocol
+
+
+async def _connect_any(
+    loop: asyncio.AbstractEventLoop,
+    infos: Sequence[tuple[Any, ...]],
+) -> socket.socket:
+    """Connect to the first address that accepts; re-raise the first failure otherwise."""
+    first_error: OSError | None = None
+    for family, type_, proto, _, address in infos:
+        sock = socket.socket(family, type_, proto)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, address)
+        except OSError as exc:
+            sock.close()
+            first_error = first_error or exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    raise first_error or OSError("no address to connect to")

@@ -1,0 +1,220 @@
+"""Fixtures for the client integration tests: certificates made per session, a minimal
+apid on 127.0.0.2 (fronting three simulated nodes), and misbehaving endpoints.
+
+Everything listens on 127.0.0.0/8 only. No key is ever written except inside the
+talosconfig files under the session's tmp directory (mode 0600).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pytest_talos.client import TalosClient
+from pytest_talos.emulator.pki import (
+    CertAndKey,
+    CertificateAuthority,
+    KeyType,
+    issue_client_cert,
+    issue_server_cert,
+    write_talosconfig,
+)
+from tests.integration.minimal_server import FakeNode, MinimalApid
+
+APID_HOST = "127.0.0.2"
+OTHER_NODE = "127.0.0.12"
+DOWN_NODE = "127.0.0.13"
+WRONG_SAN_HOST = "127.0.0.3"  # serves a certificate made for APID_HOST only
+CLUSTER = "minimal"
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: CertificateAuthority
+    server: CertAndKey
+    admin: CertAndKey
+    reader: CertAndKey
+    operator: CertAndKey
+    expired: CertAndKey
+    foreign_ca: CertificateAuthority
+    foreign_admin: CertAndKey  # issued by foreign_ca
+
+
+@pytest.fixture(autouse=True)
+def _no_developer_talosconfig(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's own talosconfig must never leak into these tests."""
+    for name in ("TALOSCONFIG", "TALOS_HOME"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def pki() -> Pki:
+    ca = CertificateAuthority.generate()
+    foreign_ca = CertificateAuthority.generate()
+    now = dt.datetime.now(dt.UTC)
+    return Pki(
+        ca=ca,
+        server=issue_server_cert(ca, hostname="node-1", ips=[APID_HOST]),
+        admin=issue_client_cert(ca, roles=["os:admin"]),
+        reader=issue_client_cert(ca, roles=["os:reader"]),
+        operator=issue_client_cert(ca, roles=["os:operator"]),
+        expired=issue_client_cert(
+            ca,
+            roles=["os:admin"],
+            not_before=now - dt.timedelta(days=30),
+            not_after=now - dt.timedelta(days=1),
+        ),
+        foreign_ca=foreign_ca,
+        foreign_admin=issue_client_cert(foreign_ca, roles=["os:admin"]),
+    )
+
+
+def fake_nodes() -> list[FakeNode]:
+    return [
+        FakeNode(APID_HOST, "node-1"),
+        FakeNode(OTHER_NODE, "node-2", tag="v1.13.8"),
+        FakeNode(DOWN_NODE, "node-3", down=True),
+    ]
+
+
+@pytest.fixture(scope="session")
+def apid(pki: Pki) -> Iterator[MinimalApid]:
+    with MinimalApid(APID_HOST, pki.ca, pki.server, fake_nodes()) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def wrong_san_apid(pki: Pki) -> Iterator[MinimalApid]:
+    with MinimalApid(WRONG_SAN_HOST, pki.ca, pki.server) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def talosconfig(tmp_path_factory: pytest.TempPathFactory, pki: Pki, apid: MinimalApid) -> Path:
+    path = tmp_path_factory.mktemp("talos") / "config"
+    write_talosconfig(
+        path,
+        context=CLUSTER,
+        endpoints=[apid.endpoint],
+        ca_pem=pki.ca.cert_pem,
+        client=pki.admin,
+        cluster=CLUSTER,
+    )
+    return path
+
+
+@pytest.fixture(scope="session")
+def client(talosconfig: Path) -> Iterator[TalosClient]:
+    with TalosClient.from_talosconfig(talosconfig) as talos:
+        yield talos
+
+
+MakeClient = Callable[..., TalosClient]
+
+
+@pytest.fixture
+def make_client(pki: Pki) -> Iterator[MakeClient]:
+    """``make_client(endpoint, cert=pki.admin, ca_pem=pki.ca.cert_pem, **options)``."""
+    made: list[TalosClient] = []
+
+    def make(
+        endpoint: str,
+        cert: CertAndKey | None = None,
+        ca_pem: bytes | None = None,
+        **options: object,
+    ) -> TalosClient:
+        chosen = cert or pki.admin
+        talos = TalosClient(
+            endpoint,
+            ca_pem or pki.ca.cert_pem,
+            chosen.cert_pem,
+            chosen.key_pem_talos,
+            **options,  # type: ignore[arg-type]
+        )
+        made.append(talos)
+        return talos
+
+    yield make
+    for talos in made:
+        talos.close()
+
+
+# --------------------------------------------------------------------------- bad endpoints
+
+
+@pytest.fixture
+def silent_endpoint() -> Iterator[str]:
+    """Completes the TCP handshake (kernel backlog) and never says a word."""
+    with socket.create_server(("127.0.0.1", 0), backlog=8) as listener:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+
+
+@pytest.fixture
+def closed_port() -> str:
+    """A port nothing listens on (connections are refused)."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    return f"127.0.0.1:{port}"
+
+
+class _PlainServer:
+    """Answers every connection with plain-text HTTP/1.1 (no TLS) and hangs up."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.listener.close()
+
+
+@pytest.fixture
+def plaintext_endpoint() -> Iterator[str]:
+    server = _PlainServer()
+    yield server.endpoint
+    server.close()
+
+
+# --------------------------------------------------------------------------- other key types
+
+
+@dataclass(frozen=True)
+class KeyTypeSetup:
+    ca: CertificateAuthority
+    client: CertAndKey
+    apid: MinimalApid
+
+
+@pytest.fixture(scope="session", params=["ecdsa", "rsa"])
+def other_key_type(request: pytest.FixtureRequest) -> Iterator[KeyTypeSetup]:
+    key_type: KeyType = request.param
+    host = {"ecdsa": "127.0.0.4", "rsa": "127.0.0.5"}[key_type]
+    ca = CertificateAuthority.generate(key_type=key_type)
+    server = issue_server_cert(ca, hostname="node-1", ips=[host], key_type=key_type)
+    client = issue_client_cert(ca, roles=["os:admin"], key_type=key_type)
+    with MinimalApid(host, ca, server) as running:
+        yield KeyTypeSetup(ca, client, running)
