@@ -1,1 +1,69 @@
-"""The emulated Talos cluster: state, servicers, PKI, servers, fault profiles."""
+"""The emulated Talos cluster: state, servicers, PKI, servers, fault profiles.
+
+Importing this package is cheap; the heavy modules load on first use of a name::
+
+    from pytest_talos.emulator import EmulatedCluster, FAULTS
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_talos.emulator.calllog import CallRecord
+    from pytest_talos.emulator.cluster import (
+        ClientIdentity,
+        EmulatedCluster,
+        EmulatedNode,
+        EmulatorError,
+        NodeInfo,
+    )
+    from pytest_talos.emulator.faults import (
+        FAULTS,
+        FaultProfile,
+        describe_faults,
+        fault_names,
+        resolve_faults,
+    )
+
+__all__ = [
+    "FAULTS",
+    "CallRecord",
+    "ClientIdentity",
+    "EmulatedCluster",
+    "EmulatedNode",
+    "EmulatorError",
+    "FaultProfile",
+    "NodeInfo",
+    "describe_faults",
+    "fault_names",
+    "resolve_faults",
+]
+
+_HOMES = {
+    "FAULTS": "faults",
+    "FaultProfile": "faults",
+    "describe_faults": "faults",
+    "fault_names": "faults",
+    "resolve_faults": "faults",
+    "CallRecord": "calllog",
+    "ClientIdentity": "cluster",
+    "EmulatedCluster": "cluster",
+    "EmulatedNode": "cluster",
+    "EmulatorError": "cluster",
+    "NodeInfo": "cluster",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

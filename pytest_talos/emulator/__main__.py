@@ -1,0 +1,99 @@
+"""``python -m pytest_talos.emulator``: run an emulated Talos cluster in the foreground.
+
+Writes the talosconfig, prints ``<hostname> <role> <address>:50000`` per node once every
+node serves, and stops cleanly on SIGINT/SIGTERM. ``--list-faults`` lists the fault profiles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Sequence
+
+from pytest_talos.emulator.faults import describe_faults, fault_names
+from pytest_talos.errors import TalosError
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_talos.emulator",
+        description="Run an emulated Talos v1.13 cluster on loopback addresses.",
+    )
+    parser.add_argument("--controlplanes", type=int, default=1, metavar="N")
+    parser.add_argument("--workers", type=int, default=1, metavar="M")
+    parser.add_argument("--talosconfig", metavar="PATH", help="where to write the talosconfig")
+    parser.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="NAME",
+        choices=fault_names(),
+        help="activate a fault profile (repeatable; see --list-faults)",
+    )
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="run timers (try window, crash loop) X times faster",
+    )
+    parser.add_argument("--platform", choices=("container", "metal"), default="container")
+    parser.add_argument(
+        "--subnet", metavar="CIDR", help="the /24 for node addresses (default: a free 127.A.B.0/24)"
+    )
+    parser.add_argument(
+        "--list-faults", action="store_true", help="print the fault profiles and exit"
+    )
+    return parser
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    from pytest_talos.emulator.cluster import EmulatedCluster
+
+    cluster = EmulatedCluster(
+        controlplanes=args.controlplanes,
+        workers=args.workers,
+        faults=args.fault,
+        time_scale=args.time_scale,
+        platform=args.platform,
+        subnet=args.subnet,
+        talosconfig_path=args.talosconfig,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await cluster.start()
+    try:
+        for node in cluster.nodes:
+            print(f"{node.hostname} {node.role} {node.address}:50000", flush=True)
+        await stop.wait()
+    finally:
+        await cluster.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.list_faults:
+        print(describe_faults())
+        return 0
+    if not args.talosconfig:
+        print(
+            "error: --talosconfig PATH is required (where the admin talosconfig goes)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        asyncio.run(_serve(args))
+    except TalosError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

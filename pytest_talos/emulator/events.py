@@ -1,0 +1,148 @@
+"""Runtime events of an emulated node: xid ids, payloads and the bounded event buffer.
+
+facts §3 (Events): every event has an ``rs/xid`` id (20 characters, sortable), an optional
+actor id and a payload whose ``type_url`` is ``talos/runtime/<proto full name>``. The payloads
+here are plain dataclasses; the servicer turns them into ``machine.*Event`` messages.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import os
+import secrets
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+__all__ = [
+    "AddressPayload",
+    "EventBuffer",
+    "MachineStatusPayload",
+    "Payload",
+    "PhasePayload",
+    "RuntimeEvent",
+    "SequencePayload",
+    "ServiceStatePayload",
+    "TaskPayload",
+    "new_xid",
+]
+
+_MACHINE = secrets.token_bytes(3)
+_PID = (os.getpid() & 0xFFFF).to_bytes(2, "big")
+_COUNTER = itertools.count(secrets.randbelow(1 << 23))
+
+
+def new_xid(unix_seconds: float) -> str:
+    """An ``rs/xid``: 4-byte time, 3-byte machine, 2-byte pid, 3-byte counter, base32hex."""
+    raw = (
+        int(unix_seconds).to_bytes(4, "big")
+        + _MACHINE
+        + _PID
+        + (next(_COUNTER) & 0xFFFFFF).to_bytes(3, "big")
+    )
+    return base64.b32hexencode(raw).decode("ascii").lower().rstrip("=")
+
+
+@dataclass(frozen=True)
+class SequencePayload:
+    sequence: str
+    action: str  # NOOP, START, STOP
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class PhasePayload:
+    phase: str
+    action: str  # START, STOP
+
+
+@dataclass(frozen=True)
+class TaskPayload:
+    task: str
+    action: str  # START, STOP
+
+
+@dataclass(frozen=True)
+class ServiceStatePayload:
+    service: str
+    action: str  # the service state in upper case, e.g. RUNNING
+    message: str
+    healthy: bool = False
+    unknown: bool = True
+    last_message: str = ""
+
+
+@dataclass(frozen=True)
+class MachineStatusPayload:
+    stage: str  # BOOTING, RUNNING, REBOOTING, ...
+    ready: bool
+    unmet: Sequence[tuple[str, str]] = ()
+
+
+@dataclass(frozen=True)
+class AddressPayload:
+    hostname: str
+    addresses: Sequence[str] = ()
+
+
+Payload = (
+    SequencePayload
+    | PhasePayload
+    | TaskPayload
+    | ServiceStatePayload
+    | MachineStatusPayload
+    | AddressPayload
+)
+
+
+@dataclass(frozen=True)
+class RuntimeEvent:
+    id: str
+    time: float  # emulated Unix seconds
+    payload: Payload
+    actor_id: str = ""
+
+
+@dataclass
+class EventBuffer:
+    """The node's event ring buffer plus live subscribers (the Events streams)."""
+
+    capacity: int = 1000  # INFERRED size; facts only say tail -1 returns >20 events
+    _events: deque[RuntimeEvent] = field(default_factory=deque)
+    _subscribers: list[Callable[[RuntimeEvent], None]] = field(default_factory=list)
+
+    def append(self, event: RuntimeEvent) -> None:
+        self._events.append(event)
+        while len(self._events) > self.capacity:
+            self._events.popleft()
+        for subscriber in list(self._subscribers):
+            subscriber(event)
+
+    def snapshot(self) -> list[RuntimeEvent]:
+        return list(self._events)
+
+    def clear(self) -> None:
+        self._events.clear()
+
+    def subscribe(self, subscriber: Callable[[RuntimeEvent], None]) -> Callable[[], None]:
+        self._subscribers.append(subscriber)
+
+        def unsubscribe() -> None:
+            if subscriber in self._subscribers:
+                self._subscribers.remove(subscriber)
+
+        return unsubscribe
+
+    def backlog(
+        self, *, tail_events: int, tail_id: str, tail_seconds: int, now: float
+    ) -> list[RuntimeEvent]:
+        """The buffered events an Events request asks for (facts §3 tail options)."""
+        events = self.snapshot()
+        if tail_id:
+            return [e for e in events if e.id > tail_id]
+        if tail_seconds > 0:
+            return [e for e in events if e.time >= now - tail_seconds]
+        if tail_events < 0:
+            return events
+        return events[-tail_events:] if tail_events > 0 else []

@@ -1,0 +1,145 @@
+"""Named fault profiles: each one a defect that a conformance check must catch.
+
+A profile is only a name, a one-line description and the nodes it touches; the behaviour
+lives where the emulator models the healthy behaviour, guarded by ``faults.on(name, node)``
+(grep for ``fault <name>``). Profiles are independent of each other, so any combination
+can be active at once: ``EmulatedCluster(faults=["ssh-open", "kubelet-crashloop"])``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from pytest_talos.errors import ConfigError
+
+__all__ = [
+    "FAULTS",
+    "FaultProfile",
+    "FaultSet",
+    "Scope",
+    "describe_faults",
+    "fault_names",
+    "resolve_faults",
+]
+
+# Which nodes a profile affects: every node, or only the last node of the cluster (so that a
+# check comparing nodes with each other has something to compare against).
+Scope = Literal["all", "last-node", "controlplanes"]
+
+
+@dataclass(frozen=True)
+class FaultProfile:
+    name: str
+    description: str
+    scope: Scope = "all"
+
+
+_PROFILES = (
+    FaultProfile("ssh-open", "every node runs sshd and answers on TCP port 22"),
+    FaultProfile("shell-present", "/bin/sh and /bin/bash exist in every node's root filesystem"),
+    FaultProfile("extra-port", "every node also listens on TCP port 8080, which Talos never opens"),
+    FaultProfile(
+        "lenient-validation",
+        "ApplyConfiguration skips validation: bad label names, unknown keys, bad types pass",
+    ),
+    FaultProfile(
+        "version-bump-on-reject",
+        "a rejected ApplyConfiguration still bumps the MachineConfig resource version",
+    ),
+    FaultProfile(
+        "kubelet-crashloop", "kubelet fails and restarts every 5 s whatever the machine config"
+    ),
+    FaultProfile(
+        "flapping-service",
+        "containerd is healthy most of the time but fails every 30 s and restarts 5 s later",
+    ),
+    FaultProfile("try-no-revert", "try-mode changes are never reverted when the timer fires"),
+    FaultProfile(
+        "no-kubeconfig", "Kubeconfig returns an archive without the kubeconfig file in it"
+    ),
+    FaultProfile(
+        "node-not-ready",
+        "the last node's Kubernetes Node object reports Ready=False",
+        scope="last-node",
+    ),
+    FaultProfile(
+        "wrong-version",
+        "the last node's Version API reports v1.12.6 (its Versions resource does not)",
+        scope="last-node",
+    ),
+    FaultProfile("no-mtls", "apid accepts clients without a certificate and gives them os:admin"),
+    FaultProfile("rw-rootfs", "the root filesystem is mounted read-write (/proc/mounts)"),
+    FaultProfile("pid1-not-machined", "PID 1 is systemd instead of machined"),
+    FaultProfile("service-down", "udevd has failed and is not restarted on every node"),
+    FaultProfile(
+        "etcd-member-missing",
+        "the etcd member list on control planes lacks the last control plane",
+        scope="controlplanes",
+    ),
+    FaultProfile(
+        "cidr-overlap", "the pod subnet overlaps the node addresses (127.0.0.0/8 pod CIDR)"
+    ),
+    FaultProfile("cosi-writable", "COSI Create/Update/Destroy are accepted instead of refused"),
+    FaultProfile("reader-can-apply", "ApplyConfiguration accepts os:reader clients"),
+    FaultProfile("events-no-hello", "the Events stream does not send the empty hello event first"),
+    FaultProfile(
+        "services-resource-stale",
+        "Services resources stay behind when a service stops (COSI disagrees with ServiceList)",
+    ),
+)
+
+FAULTS: Mapping[str, FaultProfile] = {profile.name: profile for profile in _PROFILES}
+
+
+def fault_names() -> list[str]:
+    return sorted(FAULTS)
+
+
+def describe_faults() -> str:
+    """One line per profile: ``name  description`` (what ``--list-faults`` prints)."""
+    width = max(len(name) for name in FAULTS)
+    return "\n".join(f"{name:<{width}}  {FAULTS[name].description}" for name in fault_names())
+
+
+def resolve_faults(names: Iterable[str | FaultProfile]) -> tuple[FaultProfile, ...]:
+    """Validate fault names; unknown names raise one clear :class:`ConfigError`."""
+    resolved: dict[str, FaultProfile] = {}
+    for item in names:
+        name = item.name if isinstance(item, FaultProfile) else str(item)
+        if name not in FAULTS:
+            raise ConfigError(
+                f"unknown fault profile {name!r}; choose from: {', '.join(fault_names())} "
+                "(python -m pytest_talos.emulator --list-faults describes them)"
+            )
+        resolved[name] = FAULTS[name]
+    return tuple(resolved.values())
+
+
+@dataclass(frozen=True)
+class FaultSet:
+    """The active profiles of one cluster and the node layout they are scoped against."""
+
+    profiles: tuple[FaultProfile, ...] = ()
+    last_node: str = ""
+    last_controlplane: str = ""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(profile.name for profile in self.profiles)
+
+    def active(self, name: str) -> bool:
+        """Whether the profile is on anywhere in the cluster."""
+        return name in self.names
+
+    def on(self, name: str, hostname: str, *, controlplane: bool = False) -> bool:
+        """Whether the profile affects the node ``hostname``."""
+        profile = FAULTS[name]
+        if profile not in self.profiles:
+            return False
+        if profile.scope == "last-node":
+            return hostname == self.last_node
+        if profile.scope == "controlplanes":
+            return controlplane
+        return True

@@ -1,0 +1,105 @@
+"""Where the emulator's behaviour is a guess rather than a fact from talos-facts.md.
+
+``docs/emulator.md`` prints this list (``scripts/gen_emulator_docs.py``) next to
+:data:`pytest_talos.emulator.machineconfig.INFERRED` and the Kubernetes API limits. Code
+marks the same places with ``INFERRED`` comments.
+"""
+
+from __future__ import annotations
+
+__all__ = ["INFERRED"]
+
+INFERRED: tuple[str, ...] = (
+    # transport and routing
+    "A client certificate whose ExtKeyUsage is not exactly `[ClientAuth]` (or that has none) "
+    "passes the TLS handshake in Python's `ssl` and is then refused by closing the connection "
+    "at once; Go's apid fails the handshake itself. Clients see a TLS/connection error either "
+    "way. Fault `no-mtls` gives certificate-less clients `os:admin`.",
+    "Per-node errors of a one-to-many call read `rpc error: code = <Go code name> desc = "
+    "<message>` (grpc-go's status error text); an unreachable node reads `connection error: "
+    'desc = "transport: Error while dialing: dial tcp <host>:<port>: <reason>"`. Targets '
+    "outside 127.0.0.0/8 are never dialled and count as unreachable.",
+    "Forwarded calls carry `proxyfrom: <control-plane address>:50000`; forwarded unary calls "
+    "without a client deadline get 30 s. A worker given `nodes` that all name itself serves "
+    "them locally with the per-node metadata filled in.",
+    "`ApplyConfiguration` is allowed to `os:reader` by the role table so that the handler's "
+    "own admin check (facts §9 step 3) is the one that answers (same status and text).",
+    # services, logs, events
+    "Services per node: apid, auditd, containerd, cri, kubelet, machined, syslogd, udevd; "
+    "control planes add etcd and trustd; metal nodes add dashboard. Health checks exist for "
+    "apid, containerd, cri, etcd, kubelet and trustd; the others report health unknown.",
+    'Service event texts: first `Waiting for service "cri" to be "up", …` for services '
+    "with dependencies (apid, trustd, cri, etcd, kubelet), then `Running pre stage`, "
+    "`Creating service runner`, `Started task <id> "
+    "(PID n) for container <id>` (or `Service started as goroutine`), `Health check "
+    "successful`, `Service stopping`, `Service finished successfully`, and on a crash `Error "
+    'running Containerd(<id>), going to restart forever: task "<id>" failed: exit code 1` '
+    "(state Failed). Delays (emulated): 0.3 s to Running, 1 s to the first health check, "
+    "0.5 s until a kubelet with a bad flag exits, 5 s before a restart.",
+    "Service logs are a few synthetic lines; a kubelet with an unknown flag logs `Error: "
+    "failed to parse kubelet flag: unknown flag: --<flag>` (the first unknown flag, sorted). "
+    'Logs outside namespace `system` (containers) answer NotFound `container "<id>" not '
+    "found`; logs are registered for the service ids only.",
+    "Fault `kubelet-crashloop` fails kubelet with a CRI error in its log; fault "
+    "`flapping-service` fails containerd every 30 s (restart after 5 s); fault "
+    "`service-down` leaves udevd Failed without restarts.",
+    "The event buffer keeps the last 1000 events; two tail options at once answer "
+    "InvalidArgument `only one of tail_events, tail_id, tail_seconds can be set`. A boot emits "
+    "sequence/phase/task events (initialize, boot), a MachineStatus BOOTING event, an "
+    "AddressEvent and every service's state events.",
+    # system data
+    "Root filesystem layout (/sbin/init plus symlinks apid, trustd, dashboard, ...; "
+    "/usr/bin/containerd, runc, ...), /etc/os-release keys other than `ID=talos`, mount "
+    "devices and sizes (`/dev/loop0 / squashfs ro,relatime` in /proc/mounts), the 8 GiB "
+    "meminfo, the process table (one process per running service), and netstat entries "
+    "(apid, trustd, kube-apiserver, kubelet on `::` tcp6; etcd on the node address; "
+    "loopback-only 127.0.0.1:10248 kubelet and 127.0.0.1:7445 KubePrism, which a scan of "
+    "the node address never sees).",
+    "Read of a directory answers InvalidArgument `path must be a regular file`; a missing "
+    "path NotFound `lstat <path>: no such file or directory`; Copy of a relative path "
+    "InvalidArgument `path must be absolute`. List includes the root itself as `.`.",
+    "Version reports sha `3ebd10a7c` for v1.13.9 (a hash of the tag otherwise) and "
+    "go_version `go1.25.9`.",
+    # COSI
+    "COSI texts: NotFound `resource <type>(<namespace>/<id>@undefined) doesn't exist`; a "
+    "single-resource Watch with bootstrap/label query answers Unimplemented `bootstrap "
+    "contents and label queries are not supported for single resource watch`; any bookmark "
+    "is FailedPrecondition `invalid bookmark`. A DESTROYED tombstone carries only "
+    "namespace/type/id. Several label queries must all match.",
+    "Resource details: ResourceDefinition YAML keys (`type`, `displayType`, `aliases`, "
+    "`allAliases`, `defaultNamespace`, `printColumns`, `sensitivity`), namespace "
+    "descriptions, owners (`cluster.MemberController`, `runtime.MachineStatusController`), "
+    "EtcdMember spec `memberID` (field 1) and Nodename spec (`nodename` 1, `hostname` 2), "
+    "Version spec name `Talos`, MachineStatus unmet condition `services` with reason "
+    "`unhealthy services: <ids>`. Namespaces registered: those of facts §8; types: the "
+    "ones listed in docs/emulator.md.",
+    "ExtensionStatuses resources (ids `0`, `1`, …) have a YAML spec `image`, `metadata` "
+    "(name, version, author, description) and no proto_spec (not restated in our protos).",
+    # apply and lifecycle
+    "A REBOOT-mode (or AUTO-resolved REBOOT) apply on a container node restarts the node "
+    "like a metal reboot (the container restarts). A reboot starts 0.1 s (emulated) after "
+    "the reply and keeps the API down for 5 s; the node boots with fresh resources (versions "
+    "start at 1 again) and a fresh event buffer. A try timeout of zero means the default 1m.",
+    "Reset (both platforms) stops every service and powers the node off for good (tests may "
+    "`power_on()` it); metal reset does not wipe or enter maintenance mode. Upgrade takes "
+    "the version from the image tag (`…:vX.Y.Z`); Rollback swaps back to the previous "
+    "version; both reboot. Shutdown powers off.",
+    "Bootstrap always answers AlreadyExists `etcd data directory is not empty` (the emulated "
+    "cluster is bootstrapped when it starts).",
+    "GenerateClientConfiguration with several roles names the context after the cluster; "
+    "the key PEM uses the `ED25519 PRIVATE KEY` label.",
+    # health and Kubernetes
+    "HealthCheck prints `waiting for <condition>: ...`, then `...: OK` or `...: <problem>` "
+    "when the problem changes, re-checks every second (emulated) and ends with "
+    "DeadlineExceeded `<condition>: <problem>` after `wait_timeout` (default 20 min). Disk "
+    "sizes, memory sizes, kube-proxy and CoreDNS always pass; `kubelet to be healthy` looks "
+    "at control planes (facts §11).",
+    "The Kubernetes Node is Ready unless the node is powered off or fault `node-not-ready` "
+    "is on (a crash-looping kubelet does not make it NotReady). kube-system holds the "
+    "control-plane static pods and one kube-proxy pod per node, ready while kubelet runs. "
+    "The kubeconfig's client certificate is ECDSA with O=system:masters, CN=admin.",
+    "trustd (50001), etcd (2379/2380) and kubelet (10250) listeners accept a TCP connection "
+    "and close it; no TLS is spoken there.",
+    "Emulated time runs `time_scale` times faster for timestamps too (events, resources), "
+    "so periods look real in the data while tests run fast.",
+)

@@ -1,0 +1,82 @@
+"""What the emulated Kubernetes API serves: the cluster's Nodes and kube-system Pods.
+
+The objects are built on every request from the nodes' state (:meth:`NodeState.kube_node`):
+labels from ``machine.nodeLabels`` (issue #3), readiness (fault ``node-not-ready``), and one
+pod per control-plane component plus a kube-proxy pod per node, ready while kubelet runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pytest_talos.emulator import kubeapi
+from pytest_talos.emulator.state import NodeState
+
+__all__ = ["ClusterKubeProvider"]
+
+_CONTROL_PLANE_PODS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+_CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+
+
+def _when(seconds: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC)
+
+
+class ClusterKubeProvider:
+    """A :class:`~pytest_talos.emulator.kubeapi.KubeProvider` over the cluster's nodes."""
+
+    def __init__(self, states: Callable[[], Sequence[NodeState]], kubernetes_version: str):
+        self._states = states
+        self._version = kubernetes_version
+
+    def nodes(self) -> list[dict[str, Any]]:
+        objects = []
+        for state in self._states():
+            info = state.kube_node()
+            objects.append(
+                kubeapi.make_node_object(
+                    info.name,
+                    labels=info.labels,
+                    ready=info.ready,
+                    addresses=[info.address],
+                    kubelet_version=info.kubelet_version,
+                    pod_cidr=info.pod_cidr,
+                    resource_version=0,  # the API server stamps its own versions
+                    creation_ts=_when(info.created),
+                    taints=[_CONTROL_PLANE_TAINT] if info.controlplane else [],
+                    os_image=info.os_image,
+                )
+            )
+        return objects
+
+    def pods(self, namespace: str | None) -> list[dict[str, Any]]:
+        if namespace not in (None, "kube-system"):
+            return []
+        return [pod for state in self._states() for pod in self._pods_of(state)]
+
+    def _pods_of(self, state: NodeState) -> list[dict[str, Any]]:
+        ready = state.powered and state.services.services["kubelet"].running
+        names = [("kube-proxy", f"kube-proxy-{state.identity.node_id[:5].lower()}")]
+        if state.identity.controlplane:
+            names = [(c, f"{c}-{state.hostname}") for c in _CONTROL_PLANE_PODS] + names
+        return [
+            kubeapi.make_pod_object(
+                name,
+                "kube-system",
+                node_name=state.hostname,
+                image=f"registry.k8s.io/{component}:v{self._version}",
+                resource_version=0,
+                creation_ts=_when(state.booted_at),
+                labels={"k8s-app": component, "tier": "control-plane"},
+                ready=ready,
+                host_ip=state.identity.address,
+                pod_ip=state.identity.address,
+                host_network=True,
+            )
+            for component, name in names
+        ]
+
+    def version(self) -> dict[str, Any]:
+        return kubeapi.version_info(self._version)

@@ -1,0 +1,593 @@
+"""The COSI resource registry of an emulated node: definitions, a versioned store, encoders.
+
+* :data:`DEFINITIONS` — the resource types the emulator serves, each with the
+  ResourceDefinition data talosctl resolves names with (facts §7: ``aliases`` plus the
+  automatic aliases), its default namespace, print columns, sensitivity and a spec encoder
+  that fills ``proto_spec`` (wire-compatible with ``api/resource/definitions/**``) while
+  ``yaml_spec`` is the YAML of the same spec.
+* :class:`ResourceStore` — resources keyed by (namespace, type, id) with cosi's version rules
+  and synchronous change notifications (the COSI Watch servicer turns them into a stream).
+
+Plain Python; the only protobuf here is the spec encoding, which is part of the resource.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import ipaddress
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import yaml
+
+from pytest_talos._proto.resource.definitions.cluster import cluster_pb2
+from pytest_talos._proto.resource.definitions.config import config_pb2
+from pytest_talos._proto.resource.definitions.enums import enums_pb2
+from pytest_talos._proto.resource.definitions.network import network_pb2
+from pytest_talos._proto.resource.definitions.runtime import runtime_pb2
+from pytest_talos._proto.resource.definitions.v1alpha1 import v1alpha1_pb2
+from pytest_talos._proto.v1alpha1 import meta_pb2
+
+__all__ = [
+    "DEFINITIONS",
+    "NAMESPACES",
+    "EventKind",
+    "RawSpec",
+    "Resource",
+    "ResourceDefinition",
+    "ResourceStore",
+    "StoreEvent",
+    "T",
+    "definition_for",
+]
+
+
+class T:
+    """Resource type names (facts §7/§8)."""
+
+    RESOURCE_DEFINITIONS = "ResourceDefinitions.meta.cosi.dev"
+    NAMESPACES = "Namespaces.meta.cosi.dev"
+    MACHINE_CONFIGS = "MachineConfigs.config.talos.dev"
+    MACHINE_TYPES = "MachineTypes.config.talos.dev"
+    SERVICES = "Services.v1alpha1.talos.dev"
+    MACHINE_STATUSES = "MachineStatuses.runtime.talos.dev"
+    VERSIONS = "Versions.runtime.talos.dev"
+    EXTENSION_STATUSES = "ExtensionStatuses.runtime.talos.dev"
+    DIAGNOSTICS = "Diagnostics.runtime.talos.dev"
+    VOLUME_STATUSES = "VolumeStatuses.block.talos.dev"
+    MEMBERS = "Members.cluster.talos.dev"
+    IDENTITIES = "Identities.cluster.talos.dev"
+    INFOS = "Infos.cluster.talos.dev"
+    NODE_ADDRESSES = "NodeAddresses.net.talos.dev"
+    HOSTNAME_STATUSES = "HostnameStatuses.net.talos.dev"
+    ETCD_MEMBERS = "EtcdMembers.etcd.talos.dev"
+    NODENAMES = "Nodenames.kubernetes.talos.dev"
+
+
+# facts §8: the namespaces machined registers. Descriptions are ours (INFERRED).
+NAMESPACES: Mapping[str, str] = {
+    "meta": "Metadata namespace which contains resource and namespace definitions.",
+    "runtime": "Talos runtime resources.",
+    "cluster": "Cluster configuration and discovery resources.",
+    "cluster-raw": "Cluster unmerged raw resources.",
+    "config": "Talos node configuration.",
+    "etcd": "etcd resources.",
+    "files": "Files and file-like resources.",
+    "hardware": "Hardware resources.",
+    "k8s": "Kubernetes all node types resources.",
+    "controlplane": "Kubernetes control plane resources.",
+    "kubespan": "KubeSpan resources.",
+    "network": "Networking resources.",
+    "network-config": "Networking configuration resources.",
+    "cri": "CRI Seccomp resources.",
+    "secrets": "Resources with secret material.",
+    "security": "Security resources.",
+    "perf": "Stats resources.",
+}
+
+SpecEncoder = Callable[[Any], bytes]
+
+
+@dataclass(frozen=True)
+class ResourceDefinition:
+    type: str
+    display_type: str
+    default_namespace: str
+    aliases: tuple[str, ...] = ()
+    print_columns: tuple[tuple[str, str], ...] = ()
+    sensitive: bool = False
+    encode_proto: SpecEncoder = field(default=lambda spec: b"", repr=False, compare=False)
+
+    @property
+    def id(self) -> str:
+        return self.type.lower()
+
+    @property
+    def all_aliases(self) -> tuple[str, ...]:
+        """Explicit aliases plus cosi's automatic ones (facts §7)."""
+        return tuple(dict.fromkeys([*self.aliases, *_automatic_aliases(self)]))
+
+    def spec(self) -> dict[str, Any]:
+        """The ResourceDefinition resource spec (YAML shape)."""
+        return {
+            "type": self.type,
+            "displayType": self.display_type,
+            "aliases": list(self.aliases),
+            "allAliases": list(self.all_aliases),
+            "defaultNamespace": self.default_namespace,
+            "printColumns": [{"name": n, "jsonPath": p} for n, p in self.print_columns],
+            "sensitivity": "sensitive" if self.sensitive else "non-sensitive",
+        }
+
+
+def _automatic_aliases(definition: ResourceDefinition) -> list[str]:
+    # facts §7: singular lower-case name, plural lower-case name, plural + each suffix prefix,
+    # and the upper-case initials (+ "s") when the display name has at least two capitals.
+    plural, *suffix = definition.type.split(".")
+    aliases = [definition.display_type.lower(), plural.lower()]
+    aliases += [".".join([plural, *suffix[:n]]).lower() for n in range(1, len(suffix))]
+    initials = "".join(ch for ch in definition.display_type if ch.isupper())
+    if len(initials) >= 2:
+        aliases += [initials.lower(), initials.lower() + "s"]
+    return aliases
+
+
+# ---- spec encoders (proto_spec) ------------------------------------------------------------
+
+
+def _netip(address: str) -> bytes:
+    return ipaddress.ip_address(address).packed
+
+
+def _machine_type_enum(name: str) -> enums_pb2.MachineType:
+    kinds: dict[str, enums_pb2.MachineType] = {
+        "init": enums_pb2.TYPE_INIT,
+        "controlplane": enums_pb2.TYPE_CONTROL_PLANE,
+        "worker": enums_pb2.TYPE_WORKER,
+    }
+    return kinds.get(name, enums_pb2.TYPE_UNKNOWN)
+
+
+def _encode_rd(spec: Mapping[str, Any]) -> bytes:
+    message = meta_pb2.ResourceDefinitionSpec(
+        resource_type=spec["type"],
+        display_type=spec["displayType"],
+        default_namespace=spec["defaultNamespace"],
+        aliases=spec["aliases"],
+        all_aliases=spec["allAliases"],
+        sensitivity=(
+            meta_pb2.ResourceDefinitionSpec.SENSITIVE
+            if spec["sensitivity"] == "sensitive"
+            else meta_pb2.ResourceDefinitionSpec.NON_SENSITIVE
+        ),
+    )
+    for column in spec["printColumns"]:
+        message.print_columns.add(name=column["name"], json_path=column["jsonPath"])
+    return message.SerializeToString()
+
+
+def _encode_namespace(spec: Mapping[str, Any]) -> bytes:
+    return meta_pb2.NamespaceSpec(description=spec["description"]).SerializeToString()
+
+
+def _encode_machine_config(spec: bytes) -> bytes:
+    # facts §8: yaml_marshalled = the exact submitted bytes.
+    return config_pb2.MachineConfigSpec(yaml_marshalled=spec).SerializeToString()
+
+
+def _encode_machine_type(spec: Mapping[str, Any]) -> bytes:
+    kind = _machine_type_enum(spec["machineType"])
+    return config_pb2.MachineTypeSpec(machine_type=kind).SerializeToString()
+
+
+def _encode_service(spec: Mapping[str, Any]) -> bytes:
+    return v1alpha1_pb2.ServiceSpec(
+        running=spec["running"], healthy=spec["healthy"], unknown=spec["unknown"]
+    ).SerializeToString()
+
+
+_STAGES: dict[str, enums_pb2.RuntimeMachineStage] = {
+    "unknown": enums_pb2.MACHINE_STAGE_UNKNOWN,
+    "booting": enums_pb2.MACHINE_STAGE_BOOTING,
+    "installing": enums_pb2.MACHINE_STAGE_INSTALLING,
+    "maintenance": enums_pb2.MACHINE_STAGE_MAINTENANCE,
+    "running": enums_pb2.MACHINE_STAGE_RUNNING,
+    "rebooting": enums_pb2.MACHINE_STAGE_REBOOTING,
+    "shutting down": enums_pb2.MACHINE_STAGE_SHUTTING_DOWN,
+    "resetting": enums_pb2.MACHINE_STAGE_RESETTING,
+    "upgrading": enums_pb2.MACHINE_STAGE_UPGRADING,
+}
+
+
+def _encode_machine_status(spec: Mapping[str, Any]) -> bytes:
+    status = spec["status"]
+    message = runtime_pb2.MachineStatusSpec(
+        stage=_STAGES.get(spec["stage"], enums_pb2.MACHINE_STAGE_UNKNOWN),
+        status=runtime_pb2.MachineStatusStatus(ready=status["ready"]),
+    )
+    for condition in status.get("unmetConditions") or []:
+        message.status.unmet_conditions.add(name=condition["name"], reason=condition["reason"])
+    return message.SerializeToString()
+
+
+def _encode_version(spec: Mapping[str, Any]) -> bytes:
+    return runtime_pb2.VersionSpec(version=spec["version"], name=spec["name"]).SerializeToString()
+
+
+def _encode_member(spec: Mapping[str, Any]) -> bytes:
+    message = cluster_pb2.MemberSpec(
+        node_id=spec["nodeId"],
+        hostname=spec["hostname"],
+        machine_type=_machine_type_enum(spec["machineType"]),
+        operating_system=spec["operatingSystem"],
+    )
+    for address in spec["addresses"]:
+        message.addresses.add(ip=_netip(address))
+    if spec.get("controlPlane"):
+        message.control_plane.api_server_port = spec["controlPlane"]["apiServerPort"]
+    return message.SerializeToString()
+
+
+def _encode_identity(spec: Mapping[str, Any]) -> bytes:
+    return cluster_pb2.IdentitySpec(node_id=spec["nodeId"]).SerializeToString()
+
+
+def _encode_info(spec: Mapping[str, Any]) -> bytes:
+    return cluster_pb2.InfoSpec(
+        cluster_id=spec["clusterId"], cluster_name=spec["clusterName"]
+    ).SerializeToString()
+
+
+def _encode_node_address(spec: Mapping[str, Any]) -> bytes:
+    message = network_pb2.NodeAddressSpec()
+    for prefix in spec["addresses"]:
+        network = ipaddress.ip_interface(prefix)
+        message.addresses.add(ip=network.ip.packed, prefix_length=network.network.prefixlen)
+    return message.SerializeToString()
+
+
+def _encode_hostname_status(spec: Mapping[str, Any]) -> bytes:
+    return network_pb2.HostnameStatusSpec(
+        hostname=spec["hostname"], domainname=spec["domainname"]
+    ).SerializeToString()
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _string_field(number: int, text: str) -> bytes:
+    data = text.encode("utf-8")
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def _encode_etcd_member(spec: Mapping[str, Any]) -> bytes:
+    # INFERRED: Talos etcd.MemberSpec {memberID string protobuf:"1"}; no generated message here.
+    return _string_field(1, spec["memberID"])
+
+
+def _encode_nodename(spec: Mapping[str, Any]) -> bytes:
+    # INFERRED: NodenameSpec {nodename = 1; hostname = 2}.
+    return _string_field(1, spec["nodename"]) + _string_field(2, spec["hostname"])
+
+
+def _empty(spec: Any) -> bytes:
+    return b""
+
+
+def _definition(
+    type_: str,
+    display: str,
+    namespace: str,
+    encoder: SpecEncoder,
+    *,
+    aliases: Sequence[str] = (),
+    columns: Sequence[tuple[str, str]] = (),
+    sensitive: bool = False,
+) -> ResourceDefinition:
+    return ResourceDefinition(
+        type=type_,
+        display_type=display,
+        default_namespace=namespace,
+        aliases=tuple(aliases),
+        print_columns=tuple(columns),
+        sensitive=sensitive,
+        encode_proto=encoder,
+    )
+
+
+_DEFINITION_LIST = (
+    _definition(T.RESOURCE_DEFINITIONS, "ResourceDefinition", "meta", _encode_rd),
+    _definition(T.NAMESPACES, "Namespace", "meta", _encode_namespace),
+    # facts §8: MachineConfig is sensitive; aliases machineconfig/mc come out automatically.
+    _definition(
+        T.MACHINE_CONFIGS, "MachineConfig", "config", _encode_machine_config, sensitive=True
+    ),
+    _definition(
+        T.MACHINE_TYPES,
+        "MachineType",
+        "config",
+        _encode_machine_type,
+        columns=[("Type", "{.machineType}")],
+    ),
+    # facts §8: Services live in namespace runtime; aliases svc, service.
+    _definition(
+        T.SERVICES,
+        "Service",
+        "runtime",
+        _encode_service,
+        aliases=["svc"],
+        columns=[
+            ("Running", "{.running}"),
+            ("Healthy", "{.healthy}"),
+            ("Health Unknown", "{.unknown}"),
+        ],
+    ),
+    _definition(
+        T.MACHINE_STATUSES,
+        "MachineStatus",
+        "runtime",
+        _encode_machine_status,
+        columns=[("Stage", "{.stage}"), ("Ready", "{.status.ready}")],
+    ),
+    _definition(
+        T.VERSIONS, "Version", "runtime", _encode_version, columns=[("Version", "{.version}")]
+    ),
+    _definition(
+        T.EXTENSION_STATUSES,
+        "ExtensionStatus",
+        "runtime",
+        _empty,
+        aliases=["extensions"],
+        columns=[("Name", "{.metadata.name}"), ("Version", "{.metadata.version}")],
+    ),
+    _definition(T.DIAGNOSTICS, "Diagnostic", "runtime", _empty),
+    _definition(T.VOLUME_STATUSES, "VolumeStatus", "runtime", _empty),
+    _definition(
+        T.MEMBERS,
+        "Member",
+        "cluster",
+        _encode_member,
+        columns=[
+            ("Hostname", "{.hostname}"),
+            ("Machine Type", "{.machineType}"),
+            ("OS", "{.operatingSystem}"),
+            ("Addresses", "{.addresses}"),
+        ],
+    ),
+    _definition(
+        T.IDENTITIES, "Identity", "cluster", _encode_identity, columns=[("ID", "{.nodeId}")]
+    ),
+    _definition(
+        T.INFOS,
+        "Info",
+        "cluster",
+        _encode_info,
+        columns=[("Cluster ID", "{.clusterId}"), ("Cluster Name", "{.clusterName}")],
+    ),
+    _definition(
+        T.NODE_ADDRESSES,
+        "NodeAddress",
+        "network",
+        _encode_node_address,
+        columns=[("Addresses", "{.addresses}")],
+    ),
+    # facts §8: HostnameStatuses alias hostname.
+    _definition(
+        T.HOSTNAME_STATUSES,
+        "HostnameStatus",
+        "network",
+        _encode_hostname_status,
+        aliases=["hostname"],
+        columns=[("Hostname", "{.hostname}"), ("Domainname", "{.domainname}")],
+    ),
+    _definition(
+        T.ETCD_MEMBERS,
+        "EtcdMember",
+        "etcd",
+        _encode_etcd_member,
+        columns=[("Member ID", "{.memberID}")],
+    ),
+    _definition(
+        T.NODENAMES, "Nodename", "k8s", _encode_nodename, columns=[("Nodename", "{.nodename}")]
+    ),
+)
+
+DEFINITIONS: Mapping[str, ResourceDefinition] = {d.type: d for d in _DEFINITION_LIST}
+
+
+def definition_for(type_: str) -> ResourceDefinition | None:
+    return DEFINITIONS.get(type_)
+
+
+# ---- YAML of a spec -----------------------------------------------------------------------
+
+
+class _SpecDumper(yaml.SafeDumper):
+    pass
+
+
+def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    # Go's YAML writes multi-line strings as literal blocks; the MachineConfig spec is one.
+    style = "|" if "\n" in text else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_SpecDumper.add_representer(str, _represent_str)
+
+
+def yaml_of(spec: Any) -> str:
+    if isinstance(spec, bytes):
+        # facts §8: the MachineConfig yaml_spec is a YAML string scalar of the whole config.
+        spec = spec.decode("utf-8", errors="replace")
+    return yaml.dump(spec, Dumper=_SpecDumper, sort_keys=False, default_flow_style=False)
+
+
+@dataclass(frozen=True)
+class RawSpec:
+    """A spec written by a client (fault cosi-writable): kept exactly as sent."""
+
+    yaml: str
+    proto: bytes
+
+
+# ---- the store ----------------------------------------------------------------------------
+
+EventKind = Literal["created", "updated", "destroyed"]
+
+
+_EPOCH = dt.datetime.fromtimestamp(0, dt.UTC)
+
+
+@dataclass(frozen=True)
+class Resource:
+    namespace: str
+    type: str
+    id: str
+    version: int
+    spec: Any
+    owner: str = ""
+    phase: str = "running"
+    created: dt.datetime = _EPOCH
+    updated: dt.datetime = _EPOCH
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def definition(self) -> ResourceDefinition:
+        return DEFINITIONS[self.type]
+
+    # Resources never change (an update makes a new one), so their encodings are computed
+    # once: PyYAML is slow and COSI Get/List/Watch are hot paths.
+    @functools.cached_property
+    def yaml_spec(self) -> str:
+        if isinstance(self.spec, RawSpec):
+            return self.spec.yaml
+        return yaml_of(self.spec)
+
+    @functools.cached_property
+    def proto_spec(self) -> bytes:
+        if isinstance(self.spec, RawSpec):
+            return self.spec.proto
+        definition = DEFINITIONS.get(self.type)
+        return definition.encode_proto(self.spec) if definition else b""
+
+
+@dataclass(frozen=True)
+class StoreEvent:
+    kind: EventKind
+    resource: Resource
+    old: Resource | None = None
+
+
+Listener = Callable[[StoreEvent], None]
+Key = tuple[str, str, str]
+
+
+class ResourceStore:
+    """Resources keyed by (namespace, type, id), with cosi's version rules.
+
+    ``put`` creates (version 1) or updates (version + 1). Controllers in Talos skip writes
+    whose spec did not change, but machined's direct ``Update`` of the MachineConfig always
+    bumps (facts §8): callers say which with ``always_bump``.
+    """
+
+    def __init__(self, now: Callable[[], dt.datetime]) -> None:
+        self._now = now
+        self._items: dict[Key, Resource] = {}
+        self._listeners: list[Listener] = []
+
+    def get(self, namespace: str, type_: str, id_: str) -> Resource | None:
+        return self._items.get((namespace, type_, id_))
+
+    def list(self, namespace: str, type_: str) -> list[Resource]:
+        found = [r for (ns, t, _), r in self._items.items() if ns == namespace and t == type_]
+        return sorted(found, key=lambda r: r.id)
+
+    def __iter__(self) -> Iterator[Resource]:
+        return iter(list(self._items.values()))
+
+    def put(
+        self,
+        namespace: str,
+        type_: str,
+        id_: str,
+        spec: Any,
+        *,
+        owner: str = "",
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None,
+        always_bump: bool = False,
+    ) -> Resource:
+        key = (namespace, type_, id_)
+        old = self._items.get(key)
+        now = self._now()
+        if old is None:
+            new = Resource(
+                namespace,
+                type_,
+                id_,
+                1,
+                spec,
+                owner=owner,
+                created=now,
+                updated=now,
+                labels=dict(labels or {}),
+                annotations=dict(annotations or {}),
+            )
+            self._items[key] = new
+            self._emit(StoreEvent("created", new))
+            return new
+        unchanged = old.spec == spec and (labels is None or dict(labels) == dict(old.labels))
+        if unchanged and not always_bump:
+            return old
+        new = replace(
+            old,
+            version=old.version + 1,
+            spec=spec,
+            updated=now,
+            labels=dict(labels) if labels is not None else old.labels,
+        )
+        self._items[key] = new
+        self._emit(StoreEvent("updated", new, old))
+        return new
+
+    def bump(self, namespace: str, type_: str, id_: str) -> Resource | None:
+        """An Update with the same spec: version + 1 (fault version-bump-on-reject)."""
+        old = self.get(namespace, type_, id_)
+        if old is None:
+            return None
+        return self.put(namespace, type_, id_, old.spec, owner=old.owner, always_bump=True)
+
+    def destroy(self, namespace: str, type_: str, id_: str) -> Resource | None:
+        old = self._items.pop((namespace, type_, id_), None)
+        if old is not None:
+            self._emit(StoreEvent("destroyed", replace(old, phase="tearingDown"), old))
+        return old
+
+    def clear(self) -> None:
+        """Forget everything without notifications (a node reboot starts from scratch)."""
+        self._items.clear()
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def _emit(self, event: StoreEvent) -> None:
+        for listener in list(self._listeners):
+            listener(event)

@@ -1,0 +1,191 @@
+"""Servicers: protobuf requests in, node-state calls, protobuf replies out.
+
+Every servicer method has the name of its RPC and receives the decoded request plus a
+:class:`Call`; unary methods return the reply, server-streaming ones are async generators.
+:mod:`pytest_talos.emulator.server` routes a call (authentication, ``node``/``nodes``
+proxying, the role rules of :data:`ROLE_RULES`) before a servicer method runs.
+Domain errors leave as :class:`RPCFailure` (a gRPC status name and message).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pytest_talos.emulator.clock import Clock
+    from pytest_talos.emulator.state import NodeState
+
+__all__ = [
+    "CONTROL_PLANE_ONLY",
+    "MUTATING_METHODS",
+    "ROLE_RULES",
+    "Call",
+    "ClientConfiguration",
+    "NodeContext",
+    "RPCFailure",
+    "allowed_roles",
+    "require_control_plane",
+]
+
+ADMIN, OPERATOR, READER = "os:admin", "os:operator", "os:reader"
+ETCD_BACKUP, META_WRITER = "os:etcd:backup", "os:meta:writer"
+_AOR = frozenset({ADMIN, OPERATOR, READER})
+_AO = frozenset({ADMIN, OPERATOR})
+_A = frozenset({ADMIN})
+
+_M = "/machine.MachineService/"
+# facts §2: the authorizer rule table (allowed roles per method); unlisted = admin only.
+ROLE_RULES: Mapping[str, frozenset[str]] = {
+    **{
+        _M + name: _AOR
+        for name in (
+            "Version",
+            "Hostname",
+            "Memory",
+            "Mounts",
+            "Processes",
+            "ServiceList",
+            "LogsContainers",
+            "Netstat",
+            "List",
+            "Logs",
+            "Dmesg",
+            "Events",
+        )
+    },
+    _M + "EtcdMemberList": _AOR | {ETCD_BACKUP},
+    # facts §2/§9: A (+R in maintenance); the handler itself refuses non-admins (step 3).
+    _M + "ApplyConfiguration": frozenset({ADMIN, READER}),
+    **{
+        _M + name: _A
+        for name in (
+            "Bootstrap",
+            "Read",
+            "Copy",
+            "Kubeconfig",
+            "Reset",
+            "Rollback",
+            "Upgrade",
+            "GenerateClientConfiguration",
+        )
+    },
+    **{
+        _M + name: _AO
+        for name in (
+            "ServiceStart",
+            "ServiceStop",
+            "ServiceRestart",
+            "Reboot",
+            "Shutdown",
+        )
+    },
+    "/cluster.ClusterService/HealthCheck": _AOR,
+    "/cosi.resource.State/Get": _AOR,
+    "/cosi.resource.State/List": _AOR,
+    "/cosi.resource.State/Watch": _AOR,
+    "/cosi.resource.State/Create": _A,
+    "/cosi.resource.State/Update": _A,
+    "/cosi.resource.State/Destroy": _A,
+}
+
+# Methods that change a node (the plugin flags tests that call them without a marker).
+MUTATING_METHODS = frozenset(
+    {
+        _M + name
+        for name in (
+            "ApplyConfiguration",  # unless dry_run (the server checks the request)
+            "Bootstrap",
+            "ServiceStart",
+            "ServiceStop",
+            "ServiceRestart",
+            "Reboot",
+            "Reset",
+            "Rollback",
+            "Shutdown",
+            "Upgrade",
+        )
+    }
+    | {"/cosi.resource.State/Create", "/cosi.resource.State/Update", "/cosi.resource.State/Destroy"}
+)
+
+
+# facts §2: handlers only control planes serve, and the API name in their Unimplemented text
+# (`<api> is only available on control plane nodes`). INFERRED: the names for
+# GenerateClientConfiguration and HealthCheck.
+CONTROL_PLANE_ONLY: Mapping[str, str] = {
+    _M + "Bootstrap": "bootstrap",
+    _M + "EtcdMemberList": "member list",
+    _M + "Kubeconfig": "kubeconfig",
+    _M + "GenerateClientConfiguration": "client configuration",
+    "/cluster.ClusterService/HealthCheck": "health check",
+}
+
+
+def require_control_plane(call: Call) -> None:
+    """Unimplemented on workers for the methods of :data:`CONTROL_PLANE_ONLY`."""
+    api = CONTROL_PLANE_ONLY.get(call.method)
+    if api is not None and not call.state.identity.controlplane:
+        raise RPCFailure("UNIMPLEMENTED", f"{api} is only available on control plane nodes")
+
+
+def allowed_roles(method: str) -> frozenset[str]:
+    return ROLE_RULES.get(method, _A)
+
+
+class RPCFailure(Exception):
+    """A gRPC error as apid returns it: ``code`` is a status name such as ``NOT_FOUND``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ClientConfiguration:
+    ca: bytes
+    crt: bytes
+    key: bytes
+    talosconfig: bytes
+
+
+class NodeContext(Protocol):
+    """What servicers may use besides the node's own state (implemented by the cluster)."""
+
+    @property
+    def state(self) -> NodeState: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def cluster_states(self) -> Sequence[NodeState]:
+        """Every node of the cluster (health checks look at all of them)."""
+        ...
+
+    def kubeconfig(self) -> bytes:
+        """The admin kubeconfig YAML pointing at this control plane's Kubernetes API."""
+        ...
+
+    def client_configuration(self, roles: Sequence[str], ttl: float) -> ClientConfiguration:
+        """A fresh client certificate with ``roles`` and a talosconfig around it."""
+        ...
+
+
+@dataclass(frozen=True)
+class Call:
+    """One RPC as the local node serves it."""
+
+    method: str
+    roles: frozenset[str]
+    node: NodeContext
+    metadata: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    @property
+    def state(self) -> NodeState:
+        return self.node.state
+
+    @property
+    def admin(self) -> bool:
+        return ADMIN in self.roles

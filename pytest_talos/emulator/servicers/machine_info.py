@@ -1,0 +1,407 @@
+"""machine.MachineService, the read-only half: version, system data, files, services, logs,
+events (facts §3)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import tarfile
+import weakref
+from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING
+
+from google.protobuf import any_pb2, empty_pb2, timestamp_pb2
+
+from pytest_talos._proto.common import common_pb2
+from pytest_talos._proto.machine import machine_pb2 as m
+from pytest_talos.emulator import system
+from pytest_talos.emulator.events import (
+    AddressPayload,
+    MachineStatusPayload,
+    PhasePayload,
+    RuntimeEvent,
+    SequencePayload,
+    ServiceStatePayload,
+    TaskPayload,
+    new_xid,
+)
+from pytest_talos.emulator.servicers import Call, RPCFailure
+from pytest_talos.emulator.services import Service
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
+
+    from pytest_talos.emulator.state import NodeState
+
+__all__ = ["MachineInfoMixin", "timestamp"]
+
+CHUNK = 64 * 1024
+GO_VERSION = "go1.25.9"  # INFERRED toolchain of Talos 1.13
+# facts §0: v1.13.9 is commit 3ebd10a7c1bd...; Talos reports the short sha.
+_KNOWN_SHAS = {"v1.13.9": "3ebd10a7c"}
+_KERNEL_LOG = (
+    "[    0.000000] Linux version 6.18.24-talos (@buildkitsandbox) (gcc (GCC) 15.2.0) #1 SMP",
+    "[    0.412345] x86/fpu: Supporting XSAVE feature 0x001: 'x87 floating point registers'",
+    "[    1.023456] EXT4-fs (loop0): mounted filesystem",
+    "[    2.345678] [talos] [initramfs] booting Talos",
+)
+
+
+_SERVICE_LISTS: weakref.WeakKeyDictionary[NodeState, tuple[int, m.ServiceListResponse]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def timestamp(seconds: float | None) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    if seconds is not None:
+        stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp
+
+
+def _chunks(data: bytes) -> Iterable[bytes]:
+    for start in range(0, len(data), CHUNK):
+        yield data[start : start + CHUNK]
+
+
+def _sha_for(tag: str) -> str:
+    return _KNOWN_SHAS.get(tag) or hashlib.sha1(tag.encode(), usedforsecurity=False).hexdigest()[:9]
+
+
+class MachineInfoMixin:
+    """Version, system data, files, services, logs and events."""
+
+    async def Version(self, request: empty_pb2.Empty, call: Call) -> m.VersionResponse:
+        state = call.state
+        platform = state.identity.platform
+        version = m.Version(
+            version=m.VersionInfo(
+                tag=state.api_version_tag(),
+                sha=_sha_for(state.talos_version),
+                built="",
+                go_version=GO_VERSION,
+                os="linux",
+                arch="amd64",
+            ),
+            # facts §3/§10: container platform -> name `container`, mode `container`.
+            platform=m.PlatformInfo(name=platform, mode=platform),
+            features=m.FeaturesInfo(rbac=True),  # a config is loaded: rbac on
+        )
+        return m.VersionResponse(messages=[version])
+
+    async def Hostname(self, request: empty_pb2.Empty, call: Call) -> m.HostnameResponse:
+        return m.HostnameResponse(messages=[m.Hostname(hostname=call.state.hostname)])
+
+    async def Memory(self, request: empty_pb2.Empty, call: Call) -> m.MemoryResponse:
+        return m.MemoryResponse(messages=[m.Memory(meminfo=m.MemInfo(**system.meminfo()))])
+
+    async def Mounts(self, request: empty_pb2.Empty, call: Call) -> m.MountsResponse:
+        stats = [
+            m.MountStat(
+                filesystem=mount.device,
+                size=mount.size,
+                available=mount.available,
+                mounted_on=mount.mountpoint,
+            )
+            for mount in call.state.mounts()
+        ]
+        return m.MountsResponse(messages=[m.Mounts(stats=stats)])
+
+    async def Processes(self, request: empty_pb2.Empty, call: Call) -> m.ProcessesResponse:
+        infos = [
+            m.ProcessInfo(
+                pid=p.pid,
+                ppid=p.ppid,
+                state=p.state,
+                threads=p.threads,
+                cpu_time=1.25,
+                virtual_memory=p.vms,
+                resident_memory=p.rss,
+                command=p.command,
+                executable=p.executable,
+                args=p.args,
+            )
+            for p in call.state.processes()
+        ]
+        return m.ProcessesResponse(messages=[m.Process(processes=infos)])
+
+    async def Netstat(self, request: m.NetstatRequest, call: Call) -> m.NetstatResponse:
+        records: list[m.ConnectRecord] = []
+        if request.filter != m.NetstatRequest.CONNECTED:  # the node has only listeners
+            records = [
+                self._listen_record(listener, call, with_pid=request.feature.pid)
+                for listener in call.state.listeners()
+                if getattr(request.l4proto, listener.l4proto, False)  # facts §3: flagged only
+            ]
+        return m.NetstatResponse(messages=[m.Netstat(connectrecord=records)])
+
+    @staticmethod
+    def _listen_record(listener: system.Listener, call: Call, *, with_pid: bool) -> m.ConnectRecord:
+        local = call.state.identity.address if listener.bind == "node" else listener.bind
+        record = m.ConnectRecord(
+            l4proto=listener.l4proto,
+            localip=local,
+            localport=listener.port,
+            remoteip="::" if listener.l4proto == "tcp6" else "0.0.0.0",
+            remoteport=0,
+            state=m.ConnectRecord.LISTEN,
+            inode=20000 + listener.port,
+            netns="",
+        )
+        if with_pid:
+            pids = {p.command: p.pid for p in call.state.processes()}
+            pid = pids.get(listener.process, 1)
+            record.process.CopyFrom(m.ConnectRecord.Process(pid=pid, name=listener.process))
+        return record
+
+    # ---- files ----------------------------------------------------------------------------
+
+    def _entry(self, call: Call, path: str) -> system.FileEntry:
+        entry = call.state.file(path)
+        if entry is None:
+            raise RPCFailure("NOT_FOUND", f"lstat {path}: no such file or directory")
+        return entry
+
+    @staticmethod
+    def _children(call: Call, directory: str) -> list[system.FileEntry]:
+        prefix = directory.rstrip("/") + "/"
+        return sorted(
+            (
+                entry
+                for path, entry in call.state.rootfs.items()
+                if path != "/" and path.startswith(prefix) and "/" not in path[len(prefix) :]
+            ),
+            key=lambda entry: entry.path,
+        )
+
+    def _file_info(self, entry: system.FileEntry, root: str) -> m.FileInfo:
+        relative = "." if entry.path == root else entry.path[len(root.rstrip("/")) + 1 :]
+        return m.FileInfo(
+            name=entry.path,
+            size=entry.size,
+            mode=entry.mode,
+            modified=entry.mtime,
+            is_dir=entry.kind == "dir",
+            link=entry.link,
+            relative_name=relative,
+            uid=0,
+            gid=0,
+        )
+
+    async def List(self, request: m.ListRequest, call: Call) -> AsyncIterator[m.FileInfo]:
+        root = request.root or "/"  # facts §3: root defaults to /
+        top = self._entry(call, root)
+        # facts §3: without recurse only depth 1; recurse with depth 0 = unlimited.
+        max_depth = request.recursion_depth if request.recurse else 1
+        kinds = {
+            m.ListRequest.REGULAR: "file",
+            m.ListRequest.DIRECTORY: "dir",
+            m.ListRequest.SYMLINK: "symlink",
+        }
+        wanted = {kinds[t] for t in request.types} if request.types else None
+        pending: list[tuple[system.FileEntry, int]] = [(top, 0)]
+        while pending:
+            entry, depth = pending.pop(0)
+            if wanted is None or entry.kind in wanted:
+                yield self._file_info(entry, root)
+            if entry.kind == "dir" and (max_depth <= 0 or depth < max_depth):
+                pending[0:0] = [(child, depth + 1) for child in self._children(call, entry.path)]
+
+    async def Read(self, request: m.ReadRequest, call: Call) -> AsyncIterator[common_pb2.Data]:
+        entry = self._entry(call, request.path)
+        if entry.kind != "file":
+            raise RPCFailure("INVALID_ARGUMENT", "path must be a regular file")  # facts §3
+        for chunk in _chunks(entry.content):
+            yield common_pb2.Data(bytes=chunk)
+
+    async def Copy(self, request: m.CopyRequest, call: Call) -> AsyncIterator[common_pb2.Data]:
+        if not request.root_path.startswith("/"):
+            raise RPCFailure("INVALID_ARGUMENT", "path must be absolute")  # facts §3
+        self._entry(call, request.root_path)
+        archive = self._tar_gz(call, request.root_path)
+        for chunk in _chunks(archive):
+            yield common_pb2.Data(bytes=chunk)
+
+    def _tar_gz(self, call: Call, root: str) -> bytes:
+        buffer = io.BytesIO()
+        base = root.rstrip("/").rsplit("/", 1)[-1] or "."
+        with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+            for path, entry in sorted(call.state.rootfs.items()):
+                if path != root and not path.startswith(root.rstrip("/") + "/"):
+                    continue
+                info = tarfile.TarInfo(base + path[len(root.rstrip("/")) :])
+                info.mode = entry.perm
+                if entry.kind == "dir":
+                    info.type = tarfile.DIRTYPE
+                    archive.addfile(info)
+                elif entry.kind == "symlink":
+                    info.type, info.linkname = tarfile.SYMTYPE, entry.link
+                    archive.addfile(info)
+                else:
+                    info.size = len(entry.content)
+                    archive.addfile(info, io.BytesIO(entry.content))
+        return buffer.getvalue()
+
+    async def Dmesg(self, request: m.DmesgRequest, call: Call) -> AsyncIterator[common_pb2.Data]:
+        if not (request.follow and request.tail):
+            yield common_pb2.Data(bytes="".join(f"{line}\n" for line in _KERNEL_LOG).encode())
+        if request.follow:
+            await asyncio.Event().wait()  # nothing new ever; ends when the client cancels
+
+    # ---- services --------------------------------------------------------------------------
+
+    @staticmethod
+    def _service_info(service: Service) -> m.ServiceInfo:
+        health = service.health
+        return m.ServiceInfo(
+            id=service.id,
+            state=service.state,
+            events=m.ServiceEvents(
+                events=[
+                    m.ServiceEvent(msg=e.msg, state=e.state, ts=timestamp(e.time))
+                    for e in service.events
+                ]
+            ),
+            health=m.ServiceHealth(
+                unknown=health.unknown,
+                healthy=health.healthy,
+                last_message=health.last_message,
+                last_change=timestamp(health.last_change),
+            ),
+        )
+
+    async def ServiceList(self, request: empty_pb2.Empty, call: Call) -> m.ServiceListResponse:
+        # Built once per change of the services (a hot path under load); replies are never
+        # modified afterwards (the router copies before filling per-node metadata).
+        state = call.state
+        cached = _SERVICE_LISTS.get(state)
+        if cached is not None and cached[0] == state.services_revision:
+            return cached[1]
+        services = sorted(state.services.services.values(), key=lambda s: s.id)
+        infos = [self._service_info(service) for service in services]
+        reply = m.ServiceListResponse(messages=[m.ServiceList(services=infos)])
+        _SERVICE_LISTS[state] = (state.services_revision, reply)
+        return reply
+
+    async def ServiceStart(
+        self, request: m.ServiceStartRequest, call: Call
+    ) -> m.ServiceStartResponse:
+        text = call.state.service_start(request.id)
+        return m.ServiceStartResponse(messages=[m.ServiceStart(resp=text)])
+
+    async def ServiceStop(self, request: m.ServiceStopRequest, call: Call) -> m.ServiceStopResponse:
+        text = call.state.service_stop(request.id)
+        return m.ServiceStopResponse(messages=[m.ServiceStop(resp=text)])
+
+    async def ServiceRestart(
+        self, request: m.ServiceRestartRequest, call: Call
+    ) -> m.ServiceRestartResponse:
+        text = call.state.service_restart(request.id)
+        return m.ServiceRestartResponse(messages=[m.ServiceRestart(resp=text)])
+
+    # ---- logs --------------------------------------------------------------------------------
+
+    async def LogsContainers(
+        self, request: empty_pb2.Empty, call: Call
+    ) -> m.LogsContainersResponse:
+        ids = sorted(call.state.services.services)
+        return m.LogsContainersResponse(messages=[m.LogsContainer(ids=ids)])
+
+    async def Logs(self, request: m.LogsRequest, call: Call) -> AsyncIterator[common_pb2.Data]:
+        # facts §3: namespace "system" or id "kubelet" -> the service log.
+        if request.namespace != "system" and request.id != "kubelet":
+            if not request.namespace:
+                raise RPCFailure("INVALID_ARGUMENT", "namespace can't be empty")
+            raise RPCFailure("NOT_FOUND", f'container "{request.id}" not found')  # INFERRED
+        lines = call.state.service_log(request.id)
+        if request.tail_lines >= 0:
+            lines = lines[-request.tail_lines :] if request.tail_lines else []
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        unsubscribe = call.state.subscribe_logs(
+            lambda sid, line: queue.put_nowait(line) if sid == request.id else None
+        )
+        try:
+            for start in range(0, len(lines), 200):
+                yield common_pb2.Data(
+                    bytes="".join(f"{line}\n" for line in lines[start : start + 200]).encode()
+                )
+            while request.follow:
+                line = await queue.get()
+                yield common_pb2.Data(bytes=f"{line}\n".encode())
+        finally:
+            unsubscribe()
+
+    # ---- events ------------------------------------------------------------------------------
+
+    async def Events(self, request: m.EventsRequest, call: Call) -> AsyncIterator[m.Event]:
+        options = [request.tail_events != 0, bool(request.tail_id), request.tail_seconds != 0]
+        if sum(options) > 1:  # facts §3: only one tail option may be set (wording INFERRED)
+            raise RPCFailure(
+                "INVALID_ARGUMENT", "only one of tail_events, tail_id, tail_seconds can be set"
+            )
+        state = call.state
+        queue: asyncio.Queue[RuntimeEvent] = asyncio.Queue()
+        unsubscribe = state.events.subscribe(queue.put_nowait)
+        backlog = state.events.backlog(
+            tail_events=request.tail_events,
+            tail_id=request.tail_id,
+            tail_seconds=request.tail_seconds,
+            now=call.node.clock.time(),
+        )
+        actor = request.with_actor_id
+        try:
+            if not state.faults.on("events-no-hello", state.hostname):
+                # facts §3: an empty "hello" event first, carrying the requested actor id.
+                yield m.Event(
+                    data=any_pb2.Any(), id=new_xid(call.node.clock.time()), actor_id=actor
+                )
+            for event in backlog:
+                if not actor or event.actor_id == actor:
+                    yield encode_event(event)
+            while True:
+                event = await queue.get()
+                if not actor or event.actor_id == actor:
+                    yield encode_event(event)
+        finally:
+            unsubscribe()
+
+
+def _payload_message(event: RuntimeEvent) -> Message:
+    payload = event.payload
+    if isinstance(payload, ServiceStatePayload):
+        return m.ServiceStateEvent(
+            service=payload.service,
+            action=payload.action,
+            message=payload.message,
+            health=m.ServiceHealth(
+                unknown=payload.unknown,
+                healthy=payload.healthy,
+                last_message=payload.last_message,
+                last_change=timestamp(event.time),
+            ),
+        )
+    if isinstance(payload, SequencePayload):
+        error = common_pb2.Error(message=payload.error) if payload.error else None
+        return m.SequenceEvent(sequence=payload.sequence, action=payload.action, error=error)
+    if isinstance(payload, PhasePayload):
+        return m.PhaseEvent(phase=payload.phase, action=payload.action)
+    if isinstance(payload, TaskPayload):
+        return m.TaskEvent(task=payload.task, action=payload.action)
+    if isinstance(payload, MachineStatusPayload):
+        status = m.MachineStatusEvent.MachineStatus(ready=payload.ready)
+        for name, reason in payload.unmet:
+            status.unmet_conditions.add(name=name, reason=reason)
+        return m.MachineStatusEvent(stage=payload.stage, status=status)
+    assert isinstance(payload, AddressPayload)
+    return m.AddressEvent(hostname=payload.hostname, addresses=list(payload.addresses))
+
+
+def encode_event(event: RuntimeEvent) -> m.Event:
+    message = _payload_message(event)
+    # facts §3: type_url is talos/runtime/<full name>, not type.googleapis.com/.
+    data = any_pb2.Any(
+        type_url=f"talos/runtime/{message.DESCRIPTOR.full_name}",
+        value=message.SerializeToString(),
+    )
+    return m.Event(data=data, id=event.id, actor_id=event.actor_id)

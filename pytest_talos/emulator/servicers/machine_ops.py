@@ -1,0 +1,127 @@
+"""machine.MachineService, the half that changes things or hands out credentials:
+ApplyConfiguration (facts §9), Bootstrap, etcd members, Kubeconfig, client configuration and
+the lifecycle calls (facts §3, §10)."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import AsyncIterator
+
+from google.protobuf import empty_pb2
+
+from pytest_talos._proto.common import common_pb2
+from pytest_talos._proto.machine import machine_pb2 as m
+from pytest_talos.emulator.servicers import Call, RPCFailure, require_control_plane
+from pytest_talos.emulator.state import ApplyRequest, etcd_member_id
+
+__all__ = ["MachineOpsMixin", "kubeconfig_archive"]
+
+CHUNK = 64 * 1024
+
+
+def kubeconfig_archive(kubeconfig: bytes | None) -> bytes:
+    """facts §3: a .tar.gz with one regular file ``kubeconfig``, mode 0600."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        if kubeconfig is not None:
+            info = tarfile.TarInfo("kubeconfig")
+            info.size, info.mode = len(kubeconfig), 0o600
+            archive.addfile(info, io.BytesIO(kubeconfig))
+    return buffer.getvalue()
+
+
+class MachineOpsMixin:
+    """ApplyConfiguration, Bootstrap, EtcdMemberList, Kubeconfig, client config, lifecycle."""
+
+    async def ApplyConfiguration(
+        self, request: m.ApplyConfigurationRequest, call: Call
+    ) -> m.ApplyConfigurationResponse:
+        timeout = None
+        if request.HasField("try_mode_timeout"):
+            timeout = request.try_mode_timeout.ToTimedelta().total_seconds()
+        result = call.state.apply_configuration(
+            ApplyRequest(
+                data=request.data,
+                mode=m.ApplyConfigurationRequest.Mode.Name(request.mode),
+                dry_run=request.dry_run,
+                try_timeout=timeout,
+                admin=call.admin,
+            )
+        )
+        reply = m.ApplyConfiguration(
+            warnings=result.warnings,
+            mode=result.mode,
+            mode_details=result.mode_details,
+        )
+        return m.ApplyConfigurationResponse(messages=[reply])
+
+    async def Bootstrap(self, request: m.BootstrapRequest, call: Call) -> m.BootstrapResponse:
+        require_control_plane(call)
+        # The emulated cluster is bootstrapped when it starts (facts §3 error text).
+        raise RPCFailure("ALREADY_EXISTS", "etcd data directory is not empty")
+
+    async def EtcdMemberList(
+        self, request: m.EtcdMemberListRequest, call: Call
+    ) -> m.EtcdMemberListResponse:
+        require_control_plane(call)
+        members = [
+            m.EtcdMember(
+                id=etcd_member_id(peer.hostname),
+                hostname=peer.hostname,
+                peer_urls=[f"https://{peer.address}:2380"],
+                client_urls=[f"https://{peer.address}:2379"],
+                is_learner=False,
+            )
+            for peer in call.state.etcd_members()
+        ]
+        return m.EtcdMemberListResponse(messages=[m.EtcdMembers(members=members)])
+
+    async def Kubeconfig(
+        self, request: empty_pb2.Empty, call: Call
+    ) -> AsyncIterator[common_pb2.Data]:
+        require_control_plane(call)
+        state = call.state
+        withheld = state.faults.on("no-kubeconfig", state.hostname, controlplane=True)
+        archive = kubeconfig_archive(None if withheld else call.node.kubeconfig())
+        for start in range(0, len(archive), CHUNK):
+            yield common_pb2.Data(bytes=archive[start : start + CHUNK])
+
+    async def GenerateClientConfiguration(
+        self, request: m.GenerateClientConfigurationRequest, call: Call
+    ) -> m.GenerateClientConfigurationResponse:
+        require_control_plane(call)
+        ttl = request.crt_ttl.ToTimedelta().total_seconds()
+        if ttl <= 0:
+            raise RPCFailure("INVALID_ARGUMENT", "crt_ttl should be positive")  # facts §3
+        generated = call.node.client_configuration(list(request.roles), ttl)
+        reply = m.GenerateClientConfiguration(
+            ca=generated.ca,
+            crt=generated.crt,
+            key=generated.key,
+            talosconfig=generated.talosconfig,
+        )
+        return m.GenerateClientConfigurationResponse(messages=[reply])
+
+    # ---- lifecycle: FailedPrecondition in container mode (facts §10) -----------------------
+
+    async def Reboot(self, request: m.RebootRequest, call: Call) -> m.RebootResponse:
+        actor = call.state.reboot()
+        return m.RebootResponse(messages=[m.Reboot(actor_id=actor)])
+
+    async def Shutdown(self, request: m.ShutdownRequest, call: Call) -> m.ShutdownResponse:
+        actor = call.state.shutdown()
+        return m.ShutdownResponse(messages=[m.Shutdown(actor_id=actor)])
+
+    async def Reset(self, request: m.ResetRequest, call: Call) -> m.ResetResponse:
+        actor = call.state.reset()
+        return m.ResetResponse(messages=[m.Reset(actor_id=actor)])
+
+    async def Upgrade(self, request: m.UpgradeRequest, call: Call) -> m.UpgradeResponse:
+        actor = call.state.upgrade(request.image)
+        reply = m.Upgrade(ack="Upgrade request received", actor_id=actor)  # facts §3
+        return m.UpgradeResponse(messages=[reply])
+
+    async def Rollback(self, request: m.RollbackRequest, call: Call) -> m.RollbackResponse:
+        call.state.rollback()
+        return m.RollbackResponse(messages=[m.Rollback()])

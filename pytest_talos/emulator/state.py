@@ -1,0 +1,605 @@
+"""The truth of one emulated Talos node, in plain Python (no gRPC).
+
+A :class:`NodeState` owns the machine config (active and persisted) and the MachineConfig
+resource versions (facts §8), the services (:mod:`.services`), the runtime event buffer
+(:mod:`.events`), the COSI resources (:mod:`.resources`), the static system data
+(:mod:`.system`), the try-mode timer and the power state. The servicers translate protobuf
+requests into calls here and raise gRPC statuses from :class:`NodeFailure`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from pytest_talos.emulator import machineconfig as mc
+from pytest_talos.emulator import system
+from pytest_talos.emulator.clock import Cancellable, Clock
+from pytest_talos.emulator.events import (
+    AddressPayload,
+    EventBuffer,
+    MachineStatusPayload,
+    Payload,
+    PhasePayload,
+    RuntimeEvent,
+    SequencePayload,
+    ServiceStatePayload,
+    TaskPayload,
+    new_xid,
+)
+from pytest_talos.emulator.faults import FaultSet
+from pytest_talos.emulator.nodeapply import (
+    CONFIG_ANNOTATIONS,
+    DEFAULT_TRY_TIMEOUT,
+    ApplyRequest,
+    ApplyResult,
+    ConfigMixin,
+    NodeFailure,
+    go_duration,
+)
+from pytest_talos.emulator.resources import DEFINITIONS, NAMESPACES, ResourceStore, T
+from pytest_talos.emulator.services import Service, ServiceManager, ServiceRefused, services_for
+
+__all__ = [
+    "DEFAULT_TRY_TIMEOUT",
+    "ApplyRequest",
+    "ApplyResult",
+    "KubeNodeInfo",
+    "NodeFailure",
+    "NodeHooks",
+    "NodeIdentity",
+    "NodeState",
+    "ServiceRefused",
+    "go_duration",
+]
+
+Role = Literal["controlplane", "worker"]
+REBOOT_DOWNTIME = 5.0  # emulated seconds the API is down during a reboot (INFERRED)
+FLAP_PERIOD = 30.0  # fault flapping-service
+CONTAINER_ONLY = "method is not supported in container mode"  # facts §10
+WRONG_VERSION = "v1.12.6"  # fault wrong-version
+OWNER_SERVICES = "v1alpha1.ServiceController"
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    hostname: str
+    role: Role
+    address: str
+    prefix_length: int = 24
+    platform: str = "container"
+    cluster_name: str = "talos-default"
+    node_id: str = ""
+    kubernetes_version: str = "1.36.0"
+    extensions: tuple[str, ...] = ()  # system extension names (ExtensionStatuses)
+    extension_services: tuple[str, ...] = ()  # ext-<name> services
+
+    @property
+    def controlplane(self) -> bool:
+        return self.role == "controlplane"
+
+
+@dataclass(frozen=True)
+class KubeNodeInfo:
+    """What the emulated Kubernetes API shows for this node."""
+
+    name: str
+    address: str
+    labels: dict[str, str]
+    ready: bool
+    controlplane: bool
+    kubelet_version: str
+    os_image: str
+    pod_cidr: str
+    created: float
+
+
+class NodeHooks:
+    """What the node asks of its surroundings; the cluster overrides these."""
+
+    def api_down(self) -> None:
+        """The node stops serving (reboot, shutdown, reset): close its listeners."""
+
+    def api_up(self) -> None:
+        """The node serves again after a reboot."""
+
+    def kube_changed(self) -> None:
+        """The node's Kubernetes Node object changed (labels, readiness)."""
+
+
+def _node_id(hostname: str, cluster: str) -> str:
+    alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    number = int.from_bytes(hashlib.sha256(f"{cluster}/{hostname}".encode()).digest(), "big")
+    chars: list[str] = []
+    while number and len(chars) < 43:
+        number, digit = divmod(number, 62)
+        chars.append(alphabet[digit])
+    return "".join(chars)
+
+
+def etcd_member_id(hostname: str) -> int:
+    return int.from_bytes(hashlib.sha256(hostname.encode()).digest()[:8], "big") >> 1
+
+
+class NodeState(ConfigMixin):
+    """One emulated node. Call from the cluster's event loop thread only."""
+
+    def __init__(
+        self,
+        identity: NodeIdentity,
+        *,
+        clock: Clock,
+        faults: FaultSet,
+        config: bytes,
+        talos_version: str,
+        peers: Callable[[], Sequence[NodeIdentity]],
+        hooks: NodeHooks | None = None,
+    ) -> None:
+        if not identity.node_id:
+            identity = _with_node_id(identity)
+        self.identity = identity
+        self.clock = clock
+        self.faults = faults
+        self.talos_version = talos_version
+        self.previous_version = talos_version
+        self.peers = peers
+        self.hooks = hooks or NodeHooks()
+        self.active_config = config
+        self.persisted_config = config
+        self.store = ResourceStore(clock.now)
+        self.events = EventBuffer()
+        self.services = ServiceManager(
+            services_for(
+                controlplane=identity.controlplane,
+                platform=identity.platform,
+                extension_services=identity.extension_services,
+            ),
+            clock=clock,
+            on_change=self._on_service_change,
+            on_log=self._on_service_log,
+            failure_reason=self._failure_reason,
+        )
+        self.powered = False
+        self.stage = "booting"
+        self.rebooting = False  # a REBOOT-mode apply was accepted (facts §9 step 2)
+        self._applying = False
+        self._try_timer: Cancellable | None = None
+        self._try_target: bytes | None = None
+        self._flap_timer: Cancellable | None = None
+        self._lifecycle_timer: Cancellable | None = None
+        self._log_subscribers: list[Callable[[str, str], None]] = []
+        self.services_revision = 0  # bumped on every service change (reply caches use it)
+        self.booted_at = clock.time()
+        self.rootfs = system.build_rootfs(
+            hostname=identity.hostname,
+            version=talos_version,
+            controlplane=identity.controlplane,
+            shell=self._fault("shell-present"),
+            sshd=self._fault("ssh-open"),
+        )
+
+    # ---- small helpers ---------------------------------------------------------------
+
+    @property
+    def hostname(self) -> str:
+        return self.identity.hostname
+
+    @property
+    def container(self) -> bool:
+        return self.identity.platform == "container"
+
+    def _fault(self, name: str) -> bool:
+        return self.faults.on(name, self.hostname, controlplane=self.identity.controlplane)
+
+    def emit(self, payload: Payload, actor_id: str = "") -> RuntimeEvent:
+        now = self.clock.time()
+        event = RuntimeEvent(new_xid(now), now, payload, actor_id)
+        self.events.append(event)
+        return event
+
+    # ---- boot --------------------------------------------------------------------------
+
+    def boot(self) -> None:
+        """Boot from the persisted config: fresh resources, events and services."""
+        self.store.clear()
+        self.events.clear()
+        self.active_config = self.persisted_config
+        self._try_target = None
+        self.rebooting = False
+        self.powered = True
+        self.booted_at = self.clock.time()
+        self.stage = "booting"
+        self._emit_boot_sequence()
+        self._publish_static_resources()
+        self._publish_machine_config()
+        down = ["udevd"] if self._fault("service-down") else []
+        self.services.boot(down=down)
+        self.stage = "running"
+        self._publish_machine_status()
+        self.emit(SequencePayload("boot", "STOP"))
+        if self._fault("flapping-service"):
+            self._schedule_flap()
+        self.hooks.kube_changed()
+
+    def _emit_boot_sequence(self) -> None:
+        self.emit(SequencePayload("initialize", "START"))
+        for phase, tasks in (
+            ("logger", ("setupLogger",)),
+            ("systemRequirements", ("setupSystemDirectory", "mountPseudoFilesystems")),
+            ("config", ("loadConfig",)),
+            ("etc", ("createOSReleaseFile", "setupEtcHosts")),
+        ):
+            self.emit(PhasePayload(phase, "START"))
+            for task in tasks:
+                self.emit(TaskPayload(task, "START"))
+                self.emit(TaskPayload(task, "STOP"))
+            self.emit(PhasePayload(phase, "STOP"))
+        self.emit(SequencePayload("initialize", "STOP"))
+        self.emit(SequencePayload("boot", "START"))
+        self.emit(MachineStatusPayload("BOOTING", False, (("services", "waiting"),)))
+        self.emit(AddressPayload(self.hostname, (self.identity.address,)))
+
+    # ---- resources -------------------------------------------------------------------
+
+    def _publish_static_resources(self) -> None:
+        store, ident = self.store, self.identity
+        for definition in DEFINITIONS.values():
+            store.put("meta", T.RESOURCE_DEFINITIONS, definition.id, definition.spec())
+        for name, description in NAMESPACES.items():
+            store.put("meta", T.NAMESPACES, name, {"description": description})
+        store.put(
+            "runtime", T.VERSIONS, "version", {"version": self.talos_version, "name": "Talos"}
+        )
+        store.put("config", T.MACHINE_TYPES, "machine-type", {"machineType": ident.role})
+        store.put("cluster", T.IDENTITIES, "local", {"nodeId": ident.node_id})
+        store.put(
+            "cluster",
+            T.INFOS,
+            "current",
+            {
+                "clusterId": _node_id("cluster", ident.cluster_name),
+                "clusterName": ident.cluster_name,
+            },
+        )
+        prefix = f"{ident.address}/{ident.prefix_length}"
+        for address_id in ("default", "current", "accumulative", "routed"):
+            store.put(
+                "network",
+                T.NODE_ADDRESSES,
+                address_id,
+                {"addresses": [prefix], "sortAlgorithm": "v1"},
+            )
+        store.put(
+            "network",
+            T.HOSTNAME_STATUSES,
+            "hostname",
+            {"hostname": self.hostname, "domainname": ""},
+        )
+        store.put(
+            "k8s", T.NODENAMES, "nodename", {"nodename": self.hostname, "hostname": self.hostname}
+        )
+        if ident.controlplane:
+            member_id = f"{etcd_member_id(self.hostname):016x}"
+            store.put("etcd", T.ETCD_MEMBERS, "local", {"memberID": member_id})
+        for index, name in enumerate(ident.extensions):
+            # INFERRED spec shape (no proto restated: proto_spec stays empty).
+            spec = {
+                "image": f"{index:03d}-{name}.sqsh",
+                "metadata": {
+                    "name": name,
+                    "version": self.talos_version,
+                    "author": "Sidero Labs",
+                    "description": f"{name} extension",
+                },
+            }
+            store.put("runtime", T.EXTENSION_STATUSES, str(index), spec)
+        self.publish_members()
+
+    def publish_members(self) -> None:
+        """Members.cluster.talos.dev: one per node of the cluster (discovery)."""
+        for peer in self.peers():
+            spec: dict[str, object] = {
+                "nodeId": peer.node_id or _node_id(peer.hostname, peer.cluster_name),
+                "addresses": [peer.address],
+                "hostname": peer.hostname,
+                "machineType": peer.role,
+                "operatingSystem": f"Talos ({self.talos_version})",
+            }
+            if peer.controlplane:
+                spec["controlPlane"] = {"apiServerPort": 6443}
+            self.store.put(
+                "cluster", T.MEMBERS, peer.hostname, spec, owner="cluster.MemberController"
+            )
+
+    def _publish_machine_config(self) -> None:
+        # facts §8: `v1alpha1` = active config; `persistent` absent in container mode.
+        self.store.put(
+            "config",
+            T.MACHINE_CONFIGS,
+            "v1alpha1",
+            self.active_config,
+            annotations=CONFIG_ANNOTATIONS,
+            always_bump=True,
+        )
+        if not self.container:
+            self.store.put(
+                "config",
+                T.MACHINE_CONFIGS,
+                "persistent",
+                self.persisted_config,
+                annotations=CONFIG_ANNOTATIONS,
+                always_bump=True,
+            )
+
+    def _publish_machine_status(self) -> None:
+        unhealthy = self.unhealthy_services()
+        unmet = [{"name": "services", "reason": f"unhealthy services: {', '.join(unhealthy)}"}]
+        spec = {
+            "stage": self.stage,
+            "status": {"ready": not unhealthy, "unmetConditions": unmet if unhealthy else []},
+        }
+        self.store.put(
+            "runtime", T.MACHINE_STATUSES, "machine", spec, owner="runtime.MachineStatusController"
+        )
+
+    def unhealthy_services(self) -> list[str]:
+        return sorted(
+            s.id
+            for s in self.services.services.values()
+            if not s.running or (not s.health.unknown and not s.health.healthy)
+        )
+
+    # ---- services ----------------------------------------------------------------------
+
+    def _on_service_change(self, service: Service, message: str) -> None:
+        self.services_revision += 1
+        health = service.health
+        self.emit(
+            ServiceStatePayload(
+                service.id,
+                service.state.upper(),
+                message,
+                healthy=health.healthy,
+                unknown=health.unknown,
+                last_message=health.last_message,
+            )
+        )
+        # facts §8: the Services resource exists only while the service is Running.
+        if service.running:
+            spec = {"running": True, "healthy": health.healthy, "unknown": health.unknown}
+            self.store.put("runtime", T.SERVICES, service.id, spec, owner=OWNER_SERVICES)
+        elif not self._fault("services-resource-stale"):
+            self.store.destroy("runtime", T.SERVICES, service.id)
+        if self.stage == "running":
+            self._publish_machine_status()
+        if service.id == "kubelet":
+            self.hooks.kube_changed()
+
+    def _on_service_log(self, service: Service, line: str) -> None:
+        for subscriber in list(self._log_subscribers):
+            subscriber(service.id, line)
+
+    def subscribe_logs(self, subscriber: Callable[[str, str], None]) -> Callable[[], None]:
+        """Call ``subscriber(service_id, line)`` for every new service log line."""
+        self._log_subscribers.append(subscriber)
+
+        def unsubscribe() -> None:
+            if subscriber in self._log_subscribers:
+                self._log_subscribers.remove(subscriber)
+
+        return unsubscribe
+
+    def _failure_reason(self, service_id: str) -> str | None:
+        """Why a service cannot run right now (B4), as the lines it logs before exiting."""
+        if service_id != "kubelet":
+            return None
+        unknown = mc.unknown_kubelet_flags(self.active_config)
+        if unknown:
+            # facts §13 B4: the cause shows only in the last event and `logs kubelet`.
+            flag = unknown[0]
+            return (
+                f"Error: failed to parse kubelet flag: unknown flag: --{flag}\n"
+                f'E0000 command failed err="failed to parse kubelet flag: unknown flag: --{flag}"'
+            )
+        if self._fault("kubelet-crashloop"):
+            return (
+                'E0000 command failed err="failed to run Kubelet: validate service connection: '
+                'CRI v1 runtime API is not implemented for endpoint"'
+            )
+        return None
+
+    def _schedule_flap(self) -> None:
+        # fault flapping-service: containerd fails every FLAP_PERIOD s, restarts 5 s later.
+        def flap() -> None:
+            service = self.services.services["containerd"]
+            if self.powered and service.running:
+                self.services.fail(service, "signal: killed", restart=True)
+            self._schedule_flap()
+
+        self._flap_timer = self.clock.call_later(FLAP_PERIOD, flap)
+
+    def service_start(self, service_id: str) -> str:
+        return self.services.api_start(service_id)
+
+    def service_stop(self, service_id: str) -> str:
+        return self.services.api_stop(service_id)
+
+    def service_restart(self, service_id: str) -> str:
+        return self.services.api_restart(service_id)
+
+    def service_log(self, service_id: str) -> list[str]:
+        service = self.services.services.get(service_id)
+        if service is None:
+            raise NodeFailure("UNKNOWN", f'log "{service_id}" was not registered')  # facts §3
+        return list(service.log)
+
+    def running_services(self) -> list[str]:
+        return [s.id for s in self.services.services.values() if s.running]
+
+    # ---- version and system data --------------------------------------------------------
+
+    def api_version_tag(self) -> str:
+        return WRONG_VERSION if self._fault("wrong-version") else self.talos_version
+
+    def processes(self) -> list[system.ProcessEntry]:
+        return system.processes_for(
+            running_services=self.running_services(),
+            controlplane=self.identity.controlplane,
+            pid1_machined=not self._fault("pid1-not-machined"),
+            sshd=self._fault("ssh-open"),
+        )
+
+    def mounts(self) -> list[system.MountEntry]:
+        return system.mounts_for(platform=self.identity.platform, rw_root=self._fault("rw-rootfs"))
+
+    def listeners(self) -> list[system.Listener]:
+        return system.listeners_for(
+            controlplane=self.identity.controlplane,
+            sshd=self._fault("ssh-open"),
+            extra_port=self._fault("extra-port"),
+        )
+
+    def file(self, path: str) -> system.FileEntry | None:
+        if path == "/proc/mounts":  # generated: shows the root filesystem read-only
+            return system.FileEntry(path, "file", 0o444, system.proc_mounts(self.mounts()))
+        return self.rootfs.get(path)
+
+    def etcd_members(self) -> list[NodeIdentity]:
+        members = [peer for peer in self.peers() if peer.controlplane]
+        if self._fault("etcd-member-missing") and members:
+            members = members[:-1]
+        return members
+
+    def kube_node(self) -> KubeNodeInfo:
+        ident = self.identity
+        labels = {
+            "beta.kubernetes.io/arch": "amd64",
+            "beta.kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "kubernetes.io/hostname": self.hostname,
+            "kubernetes.io/os": "linux",
+        }
+        if ident.controlplane:
+            labels["node-role.kubernetes.io/control-plane"] = ""
+        labels.update(mc.node_labels(self.active_config))  # issue #3: labels from the config
+        pods = mc.pod_subnets(self.active_config)
+        return KubeNodeInfo(
+            name=self.hostname,
+            address=ident.address,
+            labels=labels,
+            ready=self.powered and not self._fault("node-not-ready"),
+            controlplane=ident.controlplane,
+            kubelet_version=f"v{ident.kubernetes_version}",
+            os_image=f"Talos ({self.talos_version})",
+            pod_cidr=_node_pod_cidr(pods[0] if pods else "10.244.0.0/16", ident.address),
+            created=self.booted_at,
+        )
+
+    # ---- lifecycle (facts §3, §10) ---------------------------------------------------------
+
+    def _require_metal(self) -> None:
+        if self.container:
+            raise NodeFailure("FAILED_PRECONDITION", CONTAINER_ONLY)
+
+    def reboot(self) -> str:
+        self._require_metal()
+        actor = str(uuid.uuid4())
+        self.clock.call_later(0.1, lambda: self._reboot_sequence(actor, "reboot"))
+        return actor
+
+    def shutdown(self) -> str:
+        self._require_metal()
+        actor = str(uuid.uuid4())
+        self.clock.call_later(0.1, lambda: self._power_off(actor, "shutdown", "SHUTTING_DOWN"))
+        return actor
+
+    def reset(self) -> str:
+        # facts §10: accepted in container mode, where it stops services and shuts down.
+        actor = str(uuid.uuid4())
+        self.clock.call_later(0.1, lambda: self._power_off(actor, "reset", "RESETTING"))
+        return actor
+
+    def upgrade(self, image: str) -> str:
+        self._require_metal()
+        actor = str(uuid.uuid4())
+        tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+        new_version = tag if tag.startswith("v") else self.talos_version
+
+        def run() -> None:
+            self.previous_version, self.talos_version = self.talos_version, new_version
+            self._reboot_sequence(actor, "upgrade")
+
+        self.clock.call_later(0.1, run)
+        return actor
+
+    def rollback(self) -> None:
+        self._require_metal()
+
+        def run() -> None:
+            self.previous_version, self.talos_version = self.talos_version, self.previous_version
+            self._reboot_sequence(str(uuid.uuid4()), "reboot")
+
+        self.clock.call_later(0.1, run)
+
+    def _go_down(self, actor: str, sequence: str, stage: str) -> None:
+        self.emit(SequencePayload(sequence, "START"), actor)
+        self.stage = stage.lower().replace("_", " ")
+        self.emit(MachineStatusPayload(stage, False), actor)
+        self.cancel_try()  # facts §9: try never persists, a reboot reverts it
+        if self._flap_timer is not None:
+            self._flap_timer.cancel()
+        self.services.stop_all()
+        self.services.cancel_all()
+        self.powered = False
+        self.hooks.api_down()
+        self.hooks.kube_changed()
+
+    def _reboot_sequence(self, actor: str, sequence: str) -> None:
+        """API down for a while, then boot the persisted config (staged applied, try dropped)."""
+        self._go_down(actor, sequence, "REBOOTING")
+        self._lifecycle_timer = self.clock.call_later(REBOOT_DOWNTIME, self.power_on)
+
+    def _power_off(self, actor: str, sequence: str, stage: str) -> None:
+        self._go_down(actor, sequence, stage)
+
+    def power_on(self) -> None:
+        """Boot the node (after a reboot; tests may also power a shut-down node back on)."""
+        if self.powered:
+            return
+        self.rootfs["/etc/os-release"] = system.FileEntry(
+            "/etc/os-release", "file", 0o644, system.os_release(self.talos_version)
+        )
+        self.boot()
+        self.hooks.api_up()
+
+    def stop(self) -> None:
+        """Cancel every timer (the cluster is stopping)."""
+        self.cancel_try()
+        self.services.cancel_all()
+        for timer in (self._flap_timer, self._lifecycle_timer):
+            if timer is not None:
+                timer.cancel()
+
+
+def _with_node_id(identity: NodeIdentity) -> NodeIdentity:
+    from dataclasses import replace
+
+    return replace(identity, node_id=_node_id(identity.hostname, identity.cluster_name))
+
+
+def _node_pod_cidr(pod_subnet: str, address: str) -> str:
+    """A /24 of the pod subnet per node, picked by the node address (like kube-controller)."""
+    try:
+        network = ipaddress.ip_network(pod_subnet, strict=False)
+        index = int(ipaddress.ip_address(address)) & 0xFF
+        subnets = network.subnets(new_prefix=24) if network.prefixlen <= 24 else iter([network])
+        for position, subnet in enumerate(subnets):
+            if position == index:
+                return str(subnet)
+        return str(network)
+    except ValueError:
+        return pod_subnet

@@ -1,0 +1,331 @@
+"""ApplyConfiguration on the emulator: facts §9 order and texts, §8 versions, §13 B3-B7."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+import pytest
+from google.protobuf import duration_pb2, empty_pb2
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from pytest_talos._proto.machine import machine_pb2 as m
+from pytest_talos._proto.resource.definitions.config import config_pb2
+from pytest_talos._proto.v1alpha1 import state_pb2 as s
+from pytest_talos.emulator import EmulatedCluster
+from pytest_talos.emulator.machineconfig import NO_V1ALPHA1_MESSAGE
+from pytest_talos.emulator.state import ApplyRequest, ApplyResult, NodeFailure, NodeState
+from pytest_talos.patches import apply_patches
+
+from .conftest import RawClient, wait_for
+
+MC = "MachineConfigs.config.talos.dev"
+APPLY = "/machine.MachineService/ApplyConfiguration"
+Mode = m.ApplyConfigurationRequest
+LABEL_PATCH = "machine:\n  nodeLabels:\n    example.com/team: storage\n"
+BAD_LABEL_PATCH = "machine:\n  nodeLabels:\n    my label: x\n"
+FLAG_PATCH = "machine:\n  kubelet:\n    extraArgs:\n      no-such-flag: 'true'\n"
+TOKEN_PATCH = "machine:\n  token: abcdef.0123456789abcdef\n"  # needs a reboot (facts §9)
+UNFLAG_PATCH = "machine:\n  kubelet:\n    extraArgs:\n      no-such-flag:\n        $patch: delete\n"
+
+
+class Node:
+    """One emulated node seen through the raw client."""
+
+    def __init__(self, client: RawClient, cluster: EmulatedCluster, index: int = 0) -> None:
+        self.client, self.cluster = client, cluster
+        self.info = cluster.nodes[index]
+        self.address = self.info.address
+
+    def config(self, id_: str = "v1alpha1") -> tuple[bytes, int] | None:
+        request = s.GetRequest(namespace="config", type=MC, id=id_)
+        try:
+            resource = self.client.call(self.address, "/cosi.resource.State/Get", request).resource
+        except GRPCError as exc:
+            if exc.status == Status.NOT_FOUND:
+                return None
+            raise
+        spec = config_pb2.MachineConfigSpec.FromString(resource.spec.proto_spec)
+        return spec.yaml_marshalled, int(resource.metadata.version)
+
+    def version(self, id_: str = "v1alpha1") -> int:
+        found = self.config(id_)
+        assert found is not None
+        return found[1]
+
+    def patched(self, *patches: str) -> bytes:
+        found = self.config()
+        assert found is not None
+        return apply_patches(found[0], list(patches))
+
+    def apply(
+        self,
+        data: bytes,
+        mode: m.ApplyConfigurationRequest.Mode = Mode.NO_REBOOT,
+        *,
+        dry_run: bool = False,
+        try_seconds: float | None = None,
+    ) -> m.ApplyConfiguration:
+        request = Mode(data=data, mode=mode, dry_run=dry_run)
+        if try_seconds is not None:
+            request.try_mode_timeout.CopyFrom(
+                duration_pb2.Duration(seconds=int(try_seconds), nanos=int(try_seconds % 1 * 1e9))
+            )
+        reply: m.ApplyConfigurationResponse = self.client.call(self.address, APPLY, request)
+        return reply.messages[0]
+
+    def labels(self) -> dict[str, str]:
+        return self.cluster.node(self.address).run(lambda st: st.kube_node().labels)
+
+    def kubelet(self) -> m.ServiceInfo:
+        reply = self.client.call(
+            self.address, "/machine.MachineService/ServiceList", empty_pb2.Empty()
+        )
+        found: m.ServiceInfo = next(s for s in reply.messages[0].services if s.id == "kubelet")
+        return found
+
+
+@pytest.fixture
+def node_of(
+    make_cluster: Callable[..., EmulatedCluster], client_for: Callable[..., RawClient]
+) -> Callable[..., Node]:
+    def make(**kwargs: object) -> Node:
+        kwargs.setdefault("workers", 0)
+        cluster = make_cluster(**kwargs)
+        return Node(client_for(cluster), cluster)
+
+    return make
+
+
+def test_no_reboot_label_change(node_of: Callable[..., Node]) -> None:
+    node = node_of()
+    reply = node.apply(node.patched(LABEL_PATCH))
+    assert reply.mode == Mode.NO_REBOOT
+    assert reply.mode_details == "Applied configuration without a reboot"
+    assert node.version() == 2
+    # facts §8: container mode has no `persistent` resource.
+    assert node.config("persistent") is None
+    assert node.labels()["example.com/team"] == "storage"
+
+
+def test_no_reboot_on_metal_bumps_persistent_and_active(node_of: Callable[..., Node]) -> None:
+    node = node_of(platform="metal")
+    assert (node.version("v1alpha1"), node.version("persistent")) == (1, 1)
+    node.apply(node.patched(LABEL_PATCH))
+    assert (node.version("v1alpha1"), node.version("persistent")) == (2, 2)
+
+
+def test_staged_on_metal_bumps_only_persistent(node_of: Callable[..., Node]) -> None:
+    node = node_of(platform="metal")
+    reply = node.apply(node.patched(LABEL_PATCH), Mode.STAGED)
+    assert reply.mode_details == "Staged configuration to be applied after the next reboot"
+    assert (node.version("v1alpha1"), node.version("persistent")) == (1, 2)
+    assert "example.com/team" not in node.labels()
+
+
+def test_the_applied_bytes_are_kept_verbatim(node_of: Callable[..., Node]) -> None:
+    node = node_of()
+    data = node.patched(LABEL_PATCH) + b"# a trailing comment\n"
+    node.apply(data)
+    assert node.config() == (data, 2)
+
+
+def test_invalid_label_is_rejected_and_nothing_changes(node_of: Callable[..., Node]) -> None:
+    node = node_of()
+    with pytest.raises(GRPCError) as caught:
+        node.apply(node.patched(BAD_LABEL_PATCH))
+    assert caught.value.status == Status.INVALID_ARGUMENT  # B3
+    assert "my label" in str(caught.value.message)
+    assert node.version() == 1
+
+
+def test_version_bump_on_reject_fault(node_of: Callable[..., Node]) -> None:
+    node = node_of(faults=["version-bump-on-reject"])
+    with pytest.raises(GRPCError):
+        node.apply(node.patched(BAD_LABEL_PATCH))
+    assert node.version() == 2
+
+
+def test_lenient_validation_fault_accepts_bad_labels(node_of: Callable[..., Node]) -> None:
+    node = node_of(faults=["lenient-validation"])
+    assert node.apply(node.patched(BAD_LABEL_PATCH)).mode == Mode.NO_REBOOT
+    assert node.version() == 2
+
+
+def test_config_without_v1alpha1_document(node_of: Callable[..., Node]) -> None:
+    node = node_of()
+    with pytest.raises(GRPCError) as caught:
+        node.apply(b"apiVersion: v1alpha1\nkind: HostnameConfig\nhostname: x\nauto: 'off'\n")
+    assert (caught.value.status, caught.value.message) == (
+        Status.INVALID_ARGUMENT,
+        NO_V1ALPHA1_MESSAGE,
+    )
+
+
+def test_garbage_is_a_decode_error(node_of: Callable[..., Node]) -> None:
+    node = node_of()
+    with pytest.raises(GRPCError) as caught:
+        node.apply(b"machine: [unclosed\n")
+    assert caught.value.status == Status.INVALID_ARGUMENT
+    assert str(caught.value.message).startswith("decode error")
+
+
+def test_dry_run_shows_the_diff_and_changes_nothing(node_of: Callable[..., Node]) -> None:
+    node = node_of()
+    reply = node.apply(node.patched(LABEL_PATCH), dry_run=True)
+    assert reply.mode_details.startswith(
+        "Dry run summary:\nApplied configuration without a reboot (skipped in dry-run).\n"
+        "Config diff:\n\n--- a\n+++ b\n"
+    )
+    assert "+    example.com/team: storage" in reply.mode_details
+    assert not reply.warnings
+    assert node.version() == 1
+    unchanged = node.apply(node.patched(), dry_run=True)
+    assert unchanged.mode_details.endswith("No changes.")
+
+
+def test_reboot_required_change_fails_in_no_reboot_mode(node_of: Callable[..., Node]) -> None:
+    node = node_of()
+    with pytest.raises(GRPCError) as caught:
+        node.apply(node.patched(TOKEN_PATCH))
+    assert caught.value.status == Status.INVALID_ARGUMENT
+    assert str(caught.value.message).startswith(
+        "this config change can't be applied in immediate mode\ndiff:\n"
+    )
+    assert node.version() == 1
+
+
+def test_auto_picks_no_reboot_or_reboot(node_of: Callable[..., Node]) -> None:
+    node = node_of(platform="metal")
+    assert node.apply(node.patched(LABEL_PATCH), Mode.AUTO).mode == Mode.NO_REBOOT
+    dry = node.apply(node.patched(TOKEN_PATCH), Mode.AUTO, dry_run=True)
+    assert dry.mode == Mode.REBOOT
+    assert dry.mode_details.startswith(
+        "Dry run summary:\nApplied configuration with a reboot: this config change can't be "
+        "applied in immediate mode"
+    )
+
+
+def test_reboot_mode_blocks_further_applies(node_of: Callable[..., Node]) -> None:
+    node = node_of(platform="metal")
+    data = node.patched(LABEL_PATCH)
+
+    def apply_twice(state: NodeState) -> tuple[ApplyResult, str]:
+        # Both in one loop callback: the second call arrives before the reboot starts.
+        first = state.apply_configuration(ApplyRequest(data=data, mode="REBOOT"))
+        try:
+            state.apply_configuration(ApplyRequest(data=data, mode="NO_REBOOT"))
+        except NodeFailure as exc:
+            return first, f"{exc.code}: {exc.message}"
+        return first, "accepted"
+
+    first, second = node.cluster.node(node.address).run(apply_twice)
+    assert first.mode_details == "Applied configuration with a reboot"
+    assert second == (
+        "FAILED_PRECONDITION: configuration was already applied and node is rebooting, "
+        "cannot apply more configuration changes until next reboot"
+    )
+
+
+# ---- try mode (B6) ----------------------------------------------------------------------------
+
+
+def test_try_mode_reverts_after_the_timeout(node_of: Callable[..., Node]) -> None:
+    node = node_of(time_scale=20)
+    original = node.config()
+    reply = node.apply(node.patched(LABEL_PATCH), Mode.TRY, try_seconds=40)
+    assert reply.mode == Mode.TRY
+    assert reply.mode_details == (
+        "Applied configuration without a reboot\nThe config is applied in 'try' mode and will "
+        "be automatically reverted back in 40s"
+    )
+    assert node.version() == 2
+    assert "example.com/team" in node.labels()
+    reverted = wait_for(node.config, lambda c: c is not None and c[1] == 3, what="revert")
+    assert reverted is not None
+    assert original is not None
+    assert reverted[0] == original[0]  # facts §8: v1alpha1 +1 again, old content
+    assert "example.com/team" not in node.labels()
+
+
+def test_default_try_timeout_is_a_minute(node_of: Callable[..., Node]) -> None:
+    node = node_of()
+    reply = node.apply(node.patched(LABEL_PATCH), Mode.TRY)
+    assert reply.mode_details.endswith("reverted back in 1m0s")
+
+
+def test_second_try_rearms_with_the_first_target(node_of: Callable[..., Node]) -> None:
+    node = node_of(time_scale=20)
+    original = node.config()
+    node.apply(node.patched(LABEL_PATCH), Mode.TRY, try_seconds=60)
+    node.apply(
+        node.patched("machine:\n  nodeLabels:\n    second: 'yes'\n"), Mode.TRY, try_seconds=20
+    )
+    reverted = wait_for(node.config, lambda c: c is not None and c[1] == 4, what="revert")
+    assert reverted is not None
+    assert original is not None
+    assert reverted[0] == original[0]
+
+
+def test_a_non_try_apply_cancels_the_revert(node_of: Callable[..., Node]) -> None:
+    # That nothing reverts later is checked on a manual clock in test_emulator_parts.
+    node = node_of()
+    state = node.cluster.node(node.address)
+    node.apply(node.patched(LABEL_PATCH), Mode.TRY, try_seconds=300)
+    assert state.run(lambda st: st.try_pending)
+    node.apply(node.patched("machine:\n  nodeLabels:\n    kept: 'yes'\n"))
+    assert state.run(lambda st: st.try_pending) is False
+    assert node.version() == 3
+    assert node.labels()["kept"] == "yes"
+
+
+def test_try_no_revert_fault(node_of: Callable[..., Node]) -> None:
+    node = node_of(time_scale=50, faults=["try-no-revert"])
+    node.apply(node.patched(LABEL_PATCH), Mode.TRY, try_seconds=2)
+    wait_for(
+        lambda: not node.cluster.node(node.address).run(lambda st: st.try_pending),
+        what="try window to end",
+    )
+    assert node.version() == 2
+    assert "example.com/team" in node.labels()
+
+
+# ---- B4 / B5: an unknown kubelet flag --------------------------------------------------------
+
+
+def _failures(kubelet: m.ServiceInfo) -> list[m.ServiceEvent]:
+    return [event for event in kubelet.events.events if event.state == "Failed"]
+
+
+def test_unknown_kubelet_flag_is_accepted_then_kubelet_crash_loops(
+    node_of: Callable[..., Node],
+) -> None:
+    node = node_of(time_scale=10)
+    reply = node.apply(node.patched(FLAG_PATCH))
+    assert reply.mode_details == "Applied configuration without a reboot"  # B4: accepted
+    kubelet = wait_for(node.kubelet, lambda k: len(_failures(k)) >= 2, what="two failures")
+    first, second = _failures(kubelet)[:2]
+    period = second.ts.ToDatetime() - first.ts.ToDatetime()
+    assert period >= dt.timedelta(seconds=5)  # emulated time; exact period: test_emulator_parts
+    assert 'task "kubelet" failed' in second.msg
+    log = b"".join(
+        f.bytes
+        for f in node.client.call(
+            node.address,
+            "/machine.MachineService/Logs",
+            m.LogsRequest(namespace="system", id="kubelet", tail_lines=-1),
+        )
+    )
+    assert b"unknown flag: --no-such-flag" in log
+
+
+def test_removing_the_flag_heals_kubelet(node_of: Callable[..., Node]) -> None:
+    # The "within about 3 s" timing is checked on a manual clock in test_emulator_parts.
+    node = node_of(time_scale=10)
+    node.apply(node.patched(FLAG_PATCH))
+    wait_for(node.kubelet, lambda k: bool(_failures(k)), what="kubelet to fail")
+    node.apply(node.patched(UNFLAG_PATCH))  # B5
+    healed = wait_for(node.kubelet, lambda k: k.health.healthy, what="kubelet heals")
+    assert healed.state == "Running"
+    assert healed.events.events[-1].msg == "Health check successful"

@@ -1,0 +1,275 @@
+"""The emulator's plain-Python parts, without sockets: clock, ids, durations, resources,
+faults and the service rules."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import itertools
+import re
+from collections.abc import Callable
+
+import pytest
+import yaml
+
+from pytest_talos.emulator import machineconfig as mc
+from pytest_talos.emulator.clock import Cancellable, Clock
+from pytest_talos.emulator.events import EventBuffer, RuntimeEvent, SequencePayload, new_xid
+from pytest_talos.emulator.faults import FAULTS, FaultSet
+from pytest_talos.emulator.resources import DEFINITIONS, ResourceStore, T, yaml_of
+from pytest_talos.emulator.services import ServiceManager, ServiceRefused, services_for
+from pytest_talos.emulator.state import ApplyRequest, NodeIdentity, NodeState, go_duration
+from pytest_talos.patches import apply_patches
+
+
+def test_clock_scales_delays_and_time() -> None:
+    clock = Clock(time_scale=20)
+    assert clock.real_seconds(60) == 3
+    assert clock.real_seconds(-1) == 0
+    with pytest.raises(ValueError, match="positive"):
+        Clock(time_scale=0)
+
+
+def test_clock_call_later_fires_after_the_scaled_delay() -> None:
+    clock = Clock(time_scale=100)
+    fired: list[float] = []
+
+    async def main() -> None:
+        clock.bind(asyncio.get_running_loop())
+        done = asyncio.Event()
+
+        def fire() -> None:
+            fired.append(clock.monotonic())
+            done.set()
+
+        clock.call_later(5, fire)
+        await asyncio.wait_for(done.wait(), 5)
+
+    asyncio.run(main())
+    assert fired[0] >= 5  # emulated seconds: never early
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (60, "1m0s"),
+        (30, "30s"),
+        (1, "1s"),
+        (1.5, "1.5s"),
+        (90, "1m30s"),
+        (3600, "1h0m0s"),
+        (0, "0s"),
+    ],
+)
+def test_go_duration(seconds: float, text: str) -> None:
+    assert go_duration(seconds) == text
+
+
+def test_xid_shape_and_order() -> None:
+    ids = [new_xid(1_800_000_000 + i // 3) for i in range(10)]
+    assert all(re.fullmatch(r"[0-9a-v]{20}", xid) for xid in ids)
+    assert ids == sorted(ids)
+
+
+def test_event_buffer_tail_options() -> None:
+    buffer = EventBuffer(capacity=5)
+    events = [
+        RuntimeEvent(new_xid(100 + i), 100.0 + i, SequencePayload("boot", "START"))
+        for i in range(8)
+    ]
+    for event in events:
+        buffer.append(event)
+    assert buffer.snapshot() == events[-5:]  # bounded
+    assert buffer.backlog(tail_events=2, tail_id="", tail_seconds=0, now=0) == events[-2:]
+    assert buffer.backlog(tail_events=0, tail_id="", tail_seconds=0, now=0) == []
+    assert buffer.backlog(tail_events=-1, tail_id="", tail_seconds=0, now=0) == events[-5:]
+    assert buffer.backlog(tail_events=0, tail_id=events[5].id, tail_seconds=0, now=0) == events[6:]
+    assert buffer.backlog(tail_events=0, tail_id="", tail_seconds=2, now=107.0) == events[5:]
+
+
+def test_automatic_aliases() -> None:
+    machine_config = DEFINITIONS[T.MACHINE_CONFIGS]
+    assert set(machine_config.all_aliases) >= {
+        "machineconfig",
+        "machineconfigs",
+        "machineconfigs.config",
+        "machineconfigs.config.talos",
+        "mc",
+        "mcs",
+    }
+    member = DEFINITIONS[T.MEMBERS]
+    assert "m" not in member.all_aliases  # one capital: no initials alias
+    assert DEFINITIONS[T.SERVICES].all_aliases[0] == "svc"
+
+
+def test_store_versions_follow_cosi_rules() -> None:
+    store = ResourceStore(lambda: dt.datetime.now(dt.UTC))
+    events: list[str] = []
+    store.subscribe(lambda event: events.append(event.kind))
+    first = store.put("runtime", T.VERSIONS, "version", {"version": "v1"})
+    same = store.put("runtime", T.VERSIONS, "version", {"version": "v1"})
+    assert first is same  # a controller write with the same spec changes nothing
+    bumped = store.put("runtime", T.VERSIONS, "version", {"version": "v1"}, always_bump=True)
+    assert bumped.version == 2
+    store.destroy("runtime", T.VERSIONS, "version")
+    assert events == ["created", "updated", "destroyed"]
+
+
+def test_machine_config_yaml_spec_is_a_string_scalar() -> None:
+    text = yaml_of(b"version: v1alpha1\nmachine:\n  type: worker\n")
+    assert text.startswith("|")
+    assert yaml.safe_load(text) == "version: v1alpha1\nmachine:\n  type: worker\n"
+
+
+def test_fault_scopes() -> None:
+    faults = FaultSet((FAULTS["wrong-version"], FAULTS["ssh-open"]), last_node="w2")
+    assert faults.on("ssh-open", "cp1")
+    assert faults.on("wrong-version", "w2")
+    assert not faults.on("wrong-version", "cp1")
+    assert not faults.on("no-mtls", "cp1")
+
+
+def test_services_per_role() -> None:
+    assert "etcd" in services_for(controlplane=True, platform="container")
+    assert "etcd" not in services_for(controlplane=False, platform="container")
+    assert "dashboard" in services_for(controlplane=False, platform="metal")
+
+
+def test_service_api_rules_without_a_loop() -> None:
+    manager = ServiceManager(
+        ["apid", "kubelet"],
+        clock=Clock(),
+        on_change=lambda s, m: None,
+        on_log=lambda s, m: None,
+        failure_reason=lambda sid: None,
+    )
+    with pytest.raises(ServiceRefused, match='service "apid" doesn\'t support stop operation'):
+        manager.api_stop("apid")
+    with pytest.raises(ServiceRefused, match='service "x" not defined'):
+        manager.api_start("x")
+    assert manager.api_stop("kubelet") == 'Service "kubelet" stopped'  # stopped: a no-op
+
+
+# ---- the kubelet crash loop on a manual clock (B4/B5 timing without real time) -----------
+
+
+class ManualClock(Clock):
+    """Emulated time that moves only when the test says so."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now_seconds = 1_800_000_000.0
+        self._timers: list[tuple[float, int, Callable[[], None], list[bool]]] = []
+        self._order = 0
+
+    def monotonic(self) -> float:
+        return self.now_seconds
+
+    def time(self) -> float:
+        return self.now_seconds
+
+    def call_later(self, emulated_seconds: float, callback: Callable[[], None]) -> Cancellable:
+        cancelled = [False]
+        self._order += 1
+        self._timers.append((self.now_seconds + emulated_seconds, self._order, callback, cancelled))
+
+        class Handle:
+            def cancel(self) -> None:
+                cancelled[0] = True
+
+        return Handle()
+
+    def advance(self, seconds: float, step: float = 0.05) -> None:
+        end = self.now_seconds + seconds
+        while self.now_seconds < end:
+            self.now_seconds = min(end, self.now_seconds + step)
+            due = sorted(t for t in self._timers if t[0] <= self.now_seconds)
+            self._timers = [t for t in self._timers if t[0] > self.now_seconds]
+            for _, _, callback, cancelled in due:
+                if not cancelled[0]:
+                    callback()
+
+
+def _manual_node() -> tuple[NodeState, ManualClock]:
+    clock = ManualClock()
+    identity = NodeIdentity(hostname="cp-1", role="controlplane", address="127.0.0.2")
+    config = mc.generate_config(
+        cluster_name="c",
+        hostname="cp-1",
+        role="controlplane",
+        address="127.0.0.2",
+        endpoint="https://127.0.0.2:6443",
+    )
+    state = NodeState(
+        identity,
+        clock=clock,
+        faults=FaultSet(),
+        config=config,
+        talos_version="v1.13.9",
+        peers=lambda: [identity],
+    )
+    state.boot()
+    return state, clock
+
+
+def _apply(state: NodeState, patch: str) -> None:
+    state.apply_configuration(
+        ApplyRequest(apply_patches(state.active_config, [patch]), "NO_REBOOT")
+    )
+
+
+def test_crash_loop_period_and_heal_time_on_a_manual_clock() -> None:
+    state, clock = _manual_node()
+    kubelet = state.services.services["kubelet"]
+    _apply(state, "machine:\n  kubelet:\n    extraArgs:\n      bogus-flag: 'x'\n")
+    clock.advance(20)
+    failures = [e.time for e in kubelet.events if e.state == "Failed"]
+    assert len(failures) >= 3
+    assert all(5 <= later - earlier <= 7 for earlier, later in itertools.pairwise(failures))
+    assert "unknown flag: --bogus-flag" in "\n".join(kubelet.log)
+    assert state.store.get("runtime", T.SERVICES, "kubelet") is None or kubelet.running
+
+    fixed_at = clock.time()
+    _apply(
+        state, "machine:\n  kubelet:\n    extraArgs:\n      bogus-flag:\n        $patch: delete\n"
+    )
+    clock.advance(3)  # B5: healthy again within about 3 s
+    assert kubelet.running
+    assert kubelet.health.healthy
+    assert kubelet.health.last_change is not None
+    assert kubelet.health.last_change - fixed_at < 3
+    assert state.store.get("runtime", T.SERVICES, "kubelet") is not None
+
+
+def test_try_mode_reverts_exactly_at_the_timeout_on_a_manual_clock() -> None:
+    state, clock = _manual_node()
+    original = state.active_config
+    tried = apply_patches(original, ["machine:\n  nodeLabels:\n    tried: 'yes'\n"])
+    result = state.apply_configuration(ApplyRequest(tried, "TRY", try_timeout=30))
+    assert result.mode_details.endswith("reverted back in 30s")
+    clock.advance(29.9)
+    assert state.active_config == tried
+    clock.advance(0.2)
+    assert state.active_config == original
+    machine_config = state.store.get("config", T.MACHINE_CONFIGS, "v1alpha1")
+    assert machine_config is not None
+    assert machine_config.version == 3
+
+
+def test_second_try_rearms_and_other_modes_cancel_on_a_manual_clock() -> None:
+    state, clock = _manual_node()
+    original = state.active_config
+    first = apply_patches(original, ["machine:\n  nodeLabels:\n    first: 'yes'\n"])
+    second = apply_patches(first, ["machine:\n  nodeLabels:\n    second: 'yes'\n"])
+    state.apply_configuration(ApplyRequest(first, "TRY", try_timeout=60))
+    clock.advance(50)
+    state.apply_configuration(ApplyRequest(second, "TRY", try_timeout=60))
+    clock.advance(59)  # the first window has passed: the timer was re-armed
+    assert state.active_config == second
+    clock.advance(2)
+    assert state.active_config == original  # back to the config before the *first* TRY
+
+    state.apply_configuration(ApplyRequest(first, "TRY", try_timeout=60))
+    state.apply_configuration(ApplyRequest(second, "NO_REBOOT"))
+    clock.advance(120)
+    assert state.active_config == second  # the NO_REBOOT apply cancelled the revert
