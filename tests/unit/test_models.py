@@ -452,6 +452,8 @@ def test_untar_kubeconfig() -> None:
         (_tar(), "it holds nothing"),
         (b"not a tarball", "not a valid .tar.gz"),
     ],
+    # gzip headers carry a timestamp: stable ids keep pytest-xdist workers in agreement
+    ids=["two-files", "wrong-name", "empty", "not-gzip"],
 )
 def test_untar_kubeconfig_rejects_anything_else(data: bytes, text: str) -> None:
     with pytest.raises(TalosError, match=text):
