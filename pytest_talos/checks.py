@@ -1,0 +1,689 @@
+"""Assertion helpers for Talos nodes, usable with or without pytest.
+
+Each ``assert_*`` returns a :class:`CheckResult` (what was checked, with evidence) when the
+node conforms, and raises :class:`~pytest_talos.errors.ConformanceFailure` (an
+``AssertionError``) with the evidence when it does not. Problems reaching the node are
+:class:`~pytest_talos.errors.TalosError` s, not failures.
+
+Helpers that change a node go through a :class:`ConfigGuard`: the one passed in, else the
+node's own guard (under pytest, the ``talos_config_guard`` fixture's), else a private guard
+that restores the node before the helper returns::
+
+    with ConfigGuard() as guard:            # restores every touched node on exit
+        assert_service_healthy_after_patch(node, patch, guard=guard)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from pytest_talos import models, ports
+from pytest_talos.cluster import TalosCluster
+from pytest_talos.errors import (
+    APIError,
+    ConformanceFailure,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    TalosError,
+    WaitTimeout,
+)
+from pytest_talos.node import TalosNode, default_expected_ports
+from pytest_talos.patches import PatchInput
+from pytest_talos.wait import (
+    MACHINE_CONFIG_RESOURCE,
+    StabilityReport,
+    config_summary,
+    wait_for_config,
+    wait_service_stable,
+    wait_until,
+)
+
+__all__ = [
+    "DEFAULT_STABLE_FOR",
+    "SHELL_DIRECTORIES",
+    "SHELL_NAMES",
+    "SHELL_PROCESSES",
+    "CheckResult",
+    "ConfigGuard",
+    "ConfigRestoreError",
+    "assert_config_unchanged_after_rejection",
+    "assert_no_shell",
+    "assert_node_ready",
+    "assert_only_api_port",
+    "assert_only_expected_ports",
+    "assert_service_healthy_after_patch",
+    "assert_try_reverts",
+    "default_expected_ports",
+]
+
+# Kubelet restarts about every 5 s when it crash-loops (talos-facts B4): 12 s covers two periods.
+DEFAULT_STABLE_FOR = 12.0
+SHELL_DIRECTORIES = ("/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin")
+SHELL_NAMES = frozenset(
+    {"sh", "bash", "ash", "dash", "zsh", "ksh", "mksh", "csh", "tcsh", "fish", "busybox", "toybox"}
+)
+SHELL_PROCESSES = SHELL_NAMES | {"sshd", "dropbear", "telnetd", "getty", "agetty"}
+SSH_PORT = 22
+_EVENT_LINES = 8
+_LOG_LINES = 30
+_RESTORE_ATTEMPTS = 3
+
+
+@dataclass
+class CheckResult:
+    """A passed check: its name, the node, and what it saw."""
+
+    check: str
+    node: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # parts skipped, and why
+
+
+# --------------------------------------------------------------------------- ConfigGuard
+
+
+class ConfigRestoreError(TalosError):
+    """A guard could not put a node's original machine config back. Needs a human."""
+
+
+@dataclass
+class _Snapshot:
+    node: TalosNode
+    raw: bytes = field(repr=False)  # the active config; holds secrets: never printed
+    version: int
+    persistent: bytes | None = field(default=None, repr=False)  # None: none kept (container)
+
+
+def _persistent_config(node: TalosNode) -> bytes | None:
+    """The config staged for the next boot (``persistent``); None where the node keeps none."""
+    kind, _, namespace = MACHINE_CONFIG_RESOURCE
+    try:
+        found = node.client.get(kind, "persistent", namespace)
+    except NotFound:
+        return None
+    spec = found.typed_spec
+    return spec.yaml if isinstance(spec, models.MachineConfigSpec) else None
+
+
+class ConfigGuard:
+    """Snapshots each node's exact machine config before its first change; restores it.
+
+    :meth:`restore` re-applies the original bytes with ``no-reboot`` wherever the active
+    config differs, then reads the config back and requires the bytes to be equal. Anything
+    else raises :class:`ConfigRestoreError` naming the node and what to do. Nodes whose config
+    is already the original (a try-mode change that reverted, a rejected patch) are left
+    alone. Config bytes are never written anywhere: they hold the cluster's secrets.
+    """
+
+    def __init__(self, *, settle_timeout: float = 30.0) -> None:
+        self.settle_timeout = settle_timeout
+        self._snapshots: dict[str, _Snapshot] = {}
+
+    def __repr__(self) -> str:
+        return f"ConfigGuard(protecting={self.protected!r})"
+
+    @property
+    def protected(self) -> list[str]:
+        """Names of the nodes with a snapshot not yet restored."""
+        return [snapshot.node.name for snapshot in self._snapshots.values()]
+
+    def protect(self, node: TalosNode) -> None:
+        """Snapshot ``node``'s active config unless this guard already holds one."""
+        if node.address not in self._snapshots:
+            config = node.client.machine_config()
+            self._snapshots[node.address] = _Snapshot(
+                node, config.raw, config.version, _persistent_config(node)
+            )
+
+    def original(self, node: TalosNode) -> bytes | None:
+        """The snapshotted bytes for ``node`` (``None`` if not protected)."""
+        snapshot = self._snapshots.get(node.address)
+        return snapshot.raw if snapshot else None
+
+    def restore_node(self, node: TalosNode) -> bool:
+        """Restore one node now; True if a change had to be undone."""
+        snapshot = self._snapshots.get(node.address)
+        if snapshot is None:
+            return False
+        changed = _restore(snapshot)
+        del self._snapshots[node.address]
+        return changed
+
+    def restore(self) -> list[str]:
+        """Restore every protected node; the names of those that needed it.
+
+        Every node is attempted even if one fails; then one ConfigRestoreError lists all
+        failures. Nodes that failed stay protected, so a later call retries them.
+        """
+        restored, failures = [], []
+        for address, snapshot in list(self._snapshots.items()):
+            try:
+                if _restore(snapshot):
+                    restored.append(snapshot.node.name)
+            except ConfigRestoreError as exc:
+                failures.append(str(exc))
+                continue
+            del self._snapshots[address]
+        if failures:
+            raise ConfigRestoreError("\n".join(failures))
+        return restored
+
+    def __enter__(self) -> ConfigGuard:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.restore()
+
+
+def _restore(snapshot: _Snapshot) -> bool:
+    """Put back the active config (and the staged one, where kept); True if anything changed."""
+    node = snapshot.node
+    try:
+        if _matches(node, snapshot):
+            return False
+        _apply_original(node, snapshot.raw, "no-reboot")  # sets active and persistent
+        if snapshot.persistent is not None and snapshot.persistent != snapshot.raw:
+            _apply_original(node, snapshot.persistent, "staged")  # a change staged before us
+        after = node.client.machine_config()
+        staged_back = snapshot.persistent is None or _persistent_config(node) == snapshot.persistent
+    except TalosError as exc:
+        raise _restore_failure(snapshot, f"the restore call failed: {exc}") from exc
+    if after.raw != snapshot.raw or not staged_back:
+        raise _restore_failure(
+            snapshot,
+            f"after re-applying it the node runs {config_summary(after.raw, after.version)}, "
+            f"not the original {config_summary(snapshot.raw, snapshot.version)}"
+            + ("" if staged_back else ", and its staged (persistent) config differs"),
+        )
+    return True
+
+
+def _matches(node: TalosNode, snapshot: _Snapshot) -> bool:
+    if node.client.machine_config().raw != snapshot.raw:
+        return False
+    return snapshot.persistent is None or _persistent_config(node) == snapshot.persistent
+
+
+def _apply_original(node: TalosNode, raw: bytes, mode: models.ApplyMode) -> None:
+    """Apply ``raw``, retrying while another apply is still in progress."""
+    for attempt in range(_RESTORE_ATTEMPTS):
+        try:
+            node.client.apply_configuration(raw, mode)
+            return
+        except FailedPrecondition as exc:
+            if "already in progress" not in exc.details or attempt == _RESTORE_ATTEMPTS - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+
+
+def _restore_failure(snapshot: _Snapshot, why: str) -> ConfigRestoreError:
+    node = snapshot.node
+    return ConfigRestoreError(
+        f"could not restore the original machine config of node {node.name} ({node.address}): "
+        f"{why}. The node may still run a changed config. Re-apply your own copy of its "
+        f"config (talosctl -n {node.host} apply-config --mode no-reboot --file <config>); "
+        "the guard never writes config bytes anywhere because they hold the cluster's secrets."
+    )
+
+
+@contextlib.contextmanager
+def _guarding(node: TalosNode, guard: ConfigGuard | None) -> Iterator[ConfigGuard]:
+    """The guard a changing helper uses, restoring at the end only if it is private."""
+    if guard is not None:
+        yield guard
+        return
+    if isinstance(node.guard, ConfigGuard):
+        yield node.guard
+        return
+    private = ConfigGuard()
+    try:
+        yield private
+    finally:
+        private.restore()
+
+
+# --------------------------------------------------------------------------- no shell
+
+
+def assert_no_shell(
+    node: TalosNode,
+    *,
+    directories: Iterable[str] = SHELL_DIRECTORIES,
+    docker_container: str | None = None,
+    scan_timeout: float = ports.DEFAULT_TIMEOUT,
+) -> CheckResult:
+    """No shell or busybox on disk, no shell/sshd process, TCP port 22 closed.
+
+    With ``docker_container`` (a node running as a local Docker container), also requires
+    ``docker exec <container> sh`` to exit 127; that part is skipped (see ``notes``) when
+    the ``docker`` command is absent.
+    """
+    check = "no-shell"
+    findings: dict[str, str] = {}
+    result = CheckResult(check, node.name)
+    on_disk = _shells_on_disk(node, directories)
+    result.evidence["directories searched"] = ", ".join(directories)
+    if on_disk:
+        findings["shells on disk"] = ", ".join(on_disk)
+    procs = [_describe_process(p) for p in node.processes if _is_shell_process(p)]
+    if procs:
+        findings["shell or remote-login processes"] = "\n".join(procs)
+    ssh = node.scan_ports([SSH_PORT], timeout=scan_timeout)
+    result.evidence["port 22"] = ssh.state_of(SSH_PORT)
+    if SSH_PORT in ssh.open_ports:
+        findings["port 22"] = f"open ({_listener_text(node, SSH_PORT)})"
+    if docker_container is not None:
+        _docker_exec_check(docker_container, result, findings)
+    if findings:
+        raise ConformanceFailure(
+            check,
+            "the node offers a way in besides the Talos API",
+            node=node.name,
+            expected="no shell, no busybox, no sshd, port 22 closed",
+            observed="; ".join(findings),
+            evidence=findings,
+        )
+    return result
+
+
+def _shells_on_disk(node: TalosNode, directories: Iterable[str]) -> list[str]:
+    found: list[str] = []
+    for directory in directories:
+        try:
+            names = node.files.names(directory)
+        except NotFound:
+            continue
+        found.extend(f"{directory}/{name}" for name in names if name in SHELL_NAMES)
+    return found
+
+
+def _is_shell_process(process: models.ProcessInfo) -> bool:
+    names = {process.command, process.executable.rsplit("/", 1)[-1]}
+    return bool(names & SHELL_PROCESSES)
+
+
+def _describe_process(process: models.ProcessInfo) -> str:
+    return f"pid {process.pid}: {process.executable or process.command} {process.args}".rstrip()
+
+
+def _docker_exec_check(container: str, result: CheckResult, findings: dict[str, str]) -> None:
+    docker = shutil.which("docker")
+    if docker is None:
+        result.notes.append("docker exec check skipped: the docker command is not installed")
+        return
+    try:
+        done = subprocess.run(
+            [docker, "exec", container, "sh", "-c", "exit 0"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        findings["docker exec sh"] = "did not finish within 60 s"
+        return
+    output = (done.stderr or done.stdout).decode(errors="replace").strip()
+    result.evidence["docker exec sh"] = f"exit {done.returncode}: {output}"
+    if done.returncode != 127:
+        findings["docker exec sh"] = f"exit {done.returncode} (expected 127): {output}"
+
+
+# --------------------------------------------------------------------------- ports
+
+
+def assert_only_expected_ports(
+    node: TalosNode,
+    allowed: Iterable[int] | None = None,
+    *,
+    port_spec: str | Iterable[int] = ports.DEFAULT_PORTS,
+    timeout: float = ports.DEFAULT_TIMEOUT,
+    concurrency: int = ports.DEFAULT_CONCURRENCY,
+) -> CheckResult:
+    """A full TCP scan of the node finds only allowed ports open.
+
+    ``allowed`` defaults to the node's ``expected_ports`` (the plugin fills it from the role
+    default and the ``pytest_talos_expected_ports`` hook), else the role default: worker
+    50000 and 10250; control plane also 50001, 6443, 2379, 2380. The failure lists each
+    unexpected port with the process the node's Netstat says listens on it.
+    """
+    allow = _allowlist(node, allowed)
+    return _check_ports("only-expected-ports", node, allow, port_spec, timeout, concurrency)
+
+
+def assert_only_api_port(
+    node: TalosNode,
+    *,
+    port_spec: str | Iterable[int] = ports.DEFAULT_PORTS,
+    timeout: float = ports.DEFAULT_TIMEOUT,
+    concurrency: int = ports.DEFAULT_CONCURRENCY,
+) -> CheckResult:
+    """Only the Talos API (50000) answers: the strict form for nodes without Kubernetes."""
+    return _check_ports(
+        "only-api-port", node, frozenset({50000}), port_spec, timeout, concurrency
+    )
+
+
+def _allowlist(node: TalosNode, allowed: Iterable[int] | None) -> frozenset[int]:
+    if allowed is not None:
+        return frozenset(allowed)
+    if node.expected_ports is not None:
+        return node.expected_ports
+    return default_expected_ports(node.role)
+
+
+def _check_ports(
+    check: str,
+    node: TalosNode,
+    allow: frozenset[int],
+    port_spec: str | Iterable[int],
+    timeout: float,
+    concurrency: int,
+) -> CheckResult:
+    scan = node.scan_ports(port_spec, timeout=timeout, concurrency=concurrency)
+    found = set(scan.open_ports)
+    unexpected = sorted(found - allow)
+    evidence = {"scan": scan.summary()}
+    if unexpected:
+        listeners = node.listeners
+        evidence["listeners (node's Netstat)"] = "\n".join(
+            f"{port}: {_listener_text(node, port, listeners)}" for port in unexpected
+        )
+        raise ConformanceFailure(
+            check,
+            f"unexpected open TCP port{'s' if len(unexpected) > 1 else ''}: "
+            + ", ".join(map(str, unexpected)),
+            node=node.name,
+            expected=f"at most {_ports_text(allow)} open",
+            observed=f"open: {_ports_text(found)}",
+            evidence=evidence,
+        )
+    return CheckResult(check, node.name, {**evidence, "open": sorted(found)})
+
+
+def _ports_text(values: Iterable[int]) -> str:
+    return ", ".join(map(str, sorted(values))) or "none"
+
+
+def _listener_text(
+    node: TalosNode, port: int, listeners: list[models.ConnectRecord] | None = None
+) -> str:
+    try:
+        records = listeners if listeners is not None else node.listeners
+    except TalosError as exc:
+        return f"Netstat failed: {exc}"
+    matches = [r for r in records if r.local_port == port and r.l4proto.startswith("tcp")]
+    if not matches:
+        return "no listener in the node's Netstat (something in front of the node answers?)"
+    return "; ".join(
+        f"{r.l4proto} {r.local_ip}:{r.local_port} "
+        + (f"pid {r.pid} ({r.process_name or '?'})" if r.pid is not None else "process unknown")
+        for r in matches
+    )
+
+
+# --------------------------------------------------------------------------- config changes
+
+
+def assert_config_unchanged_after_rejection(
+    node: TalosNode,
+    patch: PatchInput,
+    *,
+    mode: models.ApplyMode = "no-reboot",
+    guard: ConfigGuard | None = None,
+) -> CheckResult:
+    """Applying ``patch`` is refused with InvalidArgument and leaves the config untouched.
+
+    Both the MachineConfig resource version and the exact bytes must stay the same. If the
+    node accepts the patch, the original config is restored and the check fails with the
+    node's reply.
+    """
+    check = "config-unchanged-after-rejection"
+    with _guarding(node, guard) as chosen:
+        before = node.machine_config
+        try:
+            reply = node.apply_patch(patch, mode=mode, guard=chosen)
+        except InvalidArgument as exc:
+            rejection = exc.details
+        except APIError as exc:
+            raise ConformanceFailure(
+                check, "the patch was refused, but not as invalid", node=node.name,
+                expected="InvalidArgument", observed=f"{exc.code}: {exc.details}",
+            ) from None
+        else:
+            chosen.restore_node(node)
+            raise ConformanceFailure(
+                check, "the node accepted an invalid patch (the original config was restored)",
+                node=node.name, expected="InvalidArgument",
+                observed=f"accepted ({reply.mode}): {reply.mode_details}",
+                evidence={"warnings": "\n".join(reply.warnings)} if reply.warnings else None,
+            )
+        after = node.machine_config
+    _require_same_config(check, node, before, after, rejection)
+    return CheckResult(check, node.name, {"rejection": rejection, "version": after.version})
+
+
+def _require_same_config(
+    check: str,
+    node: TalosNode,
+    before: models.MachineConfig,
+    after: models.MachineConfig,
+    rejection: str,
+) -> None:
+    problems = []
+    if after.version != before.version:
+        problems.append(f"version {before.version} -> {after.version}")
+    if after.raw != before.raw:
+        problems.append("the config bytes changed")
+    if problems:
+        raise ConformanceFailure(
+            check,
+            "the patch was rejected, but the machine config changed anyway: "
+            + "; ".join(problems),
+            node=node.name,
+            expected=f"unchanged: {config_summary(before.raw, before.version)}",
+            observed=config_summary(after.raw, after.version),
+            evidence={"rejection": rejection},
+        )
+
+
+def assert_service_healthy_after_patch(
+    node: TalosNode,
+    patch: PatchInput,
+    service: str = "kubelet",
+    *,
+    stable_for: float = DEFAULT_STABLE_FOR,
+    timeout: float | None = None,
+    mode: models.ApplyMode = "no-reboot",
+    max_restarts: int | None = 3,
+    guard: ConfigGuard | None = None,
+) -> CheckResult:
+    """After applying ``patch``, ``service`` is running and healthy for ``stable_for`` s on end.
+
+    Follows the Services resource (a COSI watch), not sleep-polling. Fails as soon as the
+    service has restarted ``max_restarts`` times (a crash loop), or when it has not been
+    stable for a whole window within ``timeout`` (default: ``stable_for`` + 60 s); the
+    failure shows the state changes seen, the service's last events and its log tail.
+    """
+    check = "service-healthy-after-patch"
+    with _guarding(node, guard) as chosen:
+        reply = node.apply_patch(patch, mode=mode, guard=chosen)
+        limit = timeout if timeout is not None else stable_for + 60.0
+        try:
+            report = wait_service_stable(
+                node, service, stable_for=stable_for, timeout=limit, max_restarts=max_restarts
+            )
+        except WaitTimeout as exc:
+            raise _unstable_failure(
+                check, node, service, reply, exc, stable_for, max_restarts
+            ) from None
+    return CheckResult(
+        check,
+        node.name,
+        {"apply": reply.mode_details, "state changes": report.timeline(),
+         "waited": f"{report.elapsed:.1f}s"},
+    )
+
+
+def _unstable_failure(
+    check: str,
+    node: TalosNode,
+    service: str,
+    reply: models.ApplyResult,
+    exc: WaitTimeout,
+    stable_for: float,
+    max_restarts: int | None,
+) -> ConformanceFailure:
+    report = exc.last_observation
+    if not isinstance(report, StabilityReport):
+        report = StabilityReport(service, stable_for)
+    restarts = f"{report.restarts} restart{'s' if report.restarts != 1 else ''}"
+    if max_restarts and report.restarts >= max_restarts:
+        why = f"it keeps restarting ({restarts} in {exc.elapsed:.1f}s)"
+    else:
+        why = (
+            f"it was not running and healthy for {stable_for:g}s on end within "
+            f"{exc.elapsed:.1f}s ({restarts})"
+        )
+    return ConformanceFailure(
+        check,
+        f"{service} is not healthy after the patch: {why}",
+        node=node.name,
+        expected=f"{service} running and healthy for {stable_for:g}s on end",
+        observed=str(report.last) if report.last is not None else "no state seen",
+        evidence={
+            "apply": reply.mode_details,
+            "state changes": report.timeline(),
+            "last events": _last_events(node, service),
+            "log tail": _log_tail(node, service),
+        },
+    )
+
+
+def _last_events(node: TalosNode, service: str) -> str:
+    try:
+        events = node.service(service).events[-_EVENT_LINES:]
+    except TalosError as exc:
+        return f"(could not read: {exc})"
+    return "\n".join(f"[{e.state}] {e.msg}" for e in events) or "(none)"
+
+
+def _log_tail(node: TalosNode, service: str) -> str:
+    try:
+        text = node.logs(service, tail=_LOG_LINES)
+    except TalosError as exc:
+        return f"(could not read: {exc})"
+    return text.rstrip() or "(empty)"
+
+
+def assert_try_reverts(
+    node: TalosNode,
+    patch: PatchInput,
+    *,
+    try_timeout: float = 30.0,
+    timeout: float | None = None,
+    guard: ConfigGuard | None = None,
+) -> CheckResult:
+    """A try-mode apply takes effect, then the exact previous config comes back by itself.
+
+    ``try_timeout`` is sent to the node (its revert timer); ``timeout`` bounds the wait for
+    the revert on this side (default: ``try_timeout`` + 30 s).
+    """
+    check = "try-reverts"
+    with _guarding(node, guard) as chosen:
+        before = node.machine_config
+        reply = node.apply_patch(patch, mode="try", guard=chosen, try_timeout=try_timeout)
+        tried = node.machine_config
+        if tried.raw == before.raw:
+            raise ConformanceFailure(
+                check, "the try-mode apply did not change the active config", node=node.name,
+                expected="the patched config active during the try window",
+                observed=f"still {config_summary(before.raw, before.version)}",
+                evidence={"apply": reply.mode_details},
+            )
+        limit = timeout if timeout is not None else try_timeout + 30.0
+        try:
+            wait_for_config(
+                node, lambda raw: raw == before.raw, timeout=limit,
+                description="the try-mode change to revert",
+            )
+        except WaitTimeout as exc:
+            chosen.restore_node(node)
+            raise ConformanceFailure(
+                check,
+                f"the try-mode change was not reverted within {limit:g}s "
+                "(the original config was restored)",
+                node=node.name,
+                expected=f"back to {config_summary(before.raw, before.version)}",
+                observed=str(exc.last_observation),
+                evidence={"apply": reply.mode_details},
+            ) from None
+    return CheckResult(
+        check, node.name,
+        {"apply": reply.mode_details, "tried": config_summary(tried.raw, tried.version)},
+    )
+
+
+# --------------------------------------------------------------------------- Kubernetes
+
+
+def assert_node_ready(
+    cluster: TalosCluster, node: TalosNode, *, timeout: float = 0.0
+) -> CheckResult:
+    """The Kubernetes Node named after ``node``'s hostname reports Ready=True.
+
+    With ``timeout`` > 0, waits up to that long for it (polling the API server).
+    """
+    check = "node-ready"
+    kube = cluster.kubernetes
+
+    def probe() -> dict[str, tuple[str, str]]:
+        return _conditions(kube.node(node.hostname))
+
+    try:
+        conditions = probe() if timeout <= 0 else wait_until(
+            probe, _is_ready, timeout=timeout, node=node.name,
+            description=f"Kubernetes node {node.hostname} to be Ready",
+        )
+    except WaitTimeout as exc:
+        conditions = exc.last_observation if isinstance(exc.last_observation, dict) else {}
+    except Exception as exc:  # the kubernetes client raises its own ApiException
+        if getattr(exc, "status", None) == 404:
+            raise ConformanceFailure(
+                check, f"Kubernetes has no Node named {node.hostname}", node=node.name,
+            ) from None
+        raise
+    if not _is_ready(conditions):
+        status, reason = conditions.get("Ready", ("missing", ""))
+        raise ConformanceFailure(
+            check, "the Kubernetes Node is not Ready", node=node.name,
+            expected="Ready=True", observed=f"Ready={status}" + (f" ({reason})" if reason else ""),
+            evidence={"conditions": "\n".join(
+                f"{kind}={value} {why}".rstrip() for kind, (value, why) in conditions.items()
+            ) or "(none)"},
+        )
+    return CheckResult(check, node.name, {"conditions": conditions})
+
+
+def _conditions(kube_node: Any) -> dict[str, tuple[str, str]]:
+    found = getattr(getattr(kube_node, "status", None), "conditions", None) or []
+    return {
+        str(c.type): (str(c.status), " ".join(filter(None, [c.reason, c.message])))
+        for c in found
+    }
+
+
+def _is_ready(conditions: dict[str, tuple[str, str]]) -> bool:
+    return conditions.get("Ready", ("", ""))[0] == "True"

@@ -1,0 +1,354 @@
+"""TalosCluster: the target nodes, their roles, and a Kubernetes client on demand.
+
+Nodes come from (first that applies): the addresses given, the talosconfig context's
+``nodes``, the cluster's ``Members`` resources (discovery), else the endpoint itself. Each
+node's hostname and role are read once (``Hostname`` and ``MachineTypes``); nodes are kept
+sorted by hostname so every process (pytest-xdist workers too) sees the same order.
+
+The Kubernetes client is built lazily from the admin kubeconfig that a control plane hands
+out through the Talos API. Its CA, certificate and key are never written to disk: they go to
+anonymous in-memory files (Linux ``memfd_create``) that live as long as the client.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from pytest_talos import models
+from pytest_talos.client import DEFAULT_TIMEOUT, TalosClient
+from pytest_talos.errors import ConfigError, NotFound, TalosError, TransportError
+from pytest_talos.node import TalosNode
+from pytest_talos.talosconfig import TalosConfig, load_talosconfig
+
+__all__ = ["MEMBERS_TYPE", "KubernetesAccess", "TalosCluster", "UnreachableNode"]
+
+MEMBERS_TYPE = ("Members.cluster.talos.dev", "cluster")
+
+
+class UnreachableNode(TalosNode):
+    """A target that did not answer while the cluster was built; ``error`` says why."""
+
+    error: TalosError
+
+
+def _unreachable(client: TalosClient, address: str, error: TalosError) -> UnreachableNode:
+    node = UnreachableNode(client, address, role="unknown")
+    node.error = error
+    return node
+
+
+class TalosCluster:
+    """The target nodes of a run, their roles, and cluster-wide helpers.
+
+    ``client`` talks to the endpoint; every node gets a ``with_node`` view of it.
+    Closing the cluster closes the client and the Kubernetes client.
+    """
+
+    def __init__(self, client: TalosClient, nodes: Iterable[TalosNode]) -> None:
+        self.client = client
+        self._nodes = sorted(nodes, key=lambda node: (node.name, node.address))
+        self._kubernetes: KubernetesAccess | None = None
+        self.talosconfig: TalosConfig | None = None  # set by connect()
+
+    @classmethod
+    def connect(
+        cls,
+        talosconfig: str | os.PathLike[str] | None = None,
+        *,
+        context: str | None = None,
+        endpoints: Sequence[str] = (),
+        nodes: Sequence[str] = (),
+        timeout: float = DEFAULT_TIMEOUT,
+        scan_baseline: str | None = None,
+        env: Mapping[str, str] = os.environ,
+    ) -> TalosCluster:
+        """Connect through the first endpoint that answers and find the target nodes.
+
+        ``talosconfig`` and ``context`` are looked up as talosctl does; ``endpoints`` and
+        ``nodes`` default to the context's.
+        """
+        config = load_talosconfig(talosconfig, context=context, env=env)
+        client = _first_reachable(config, list(endpoints) or list(config.context.endpoints),
+                                  timeout)
+        try:
+            addresses = list(nodes) or list(config.context.nodes) or _discover(client)
+            found = [_describe_node(client, address, scan_baseline) for address in addresses]
+        except BaseException:
+            client.close()
+            raise
+        cluster = cls(client, found)
+        cluster.talosconfig = config
+        return cluster
+
+    # ------------------------------------------------------------------ nodes
+
+    @property
+    def nodes(self) -> list[TalosNode]:
+        """Every target node, sorted by hostname."""
+        return list(self._nodes)
+
+    @property
+    def reachable(self) -> list[TalosNode]:
+        return [node for node in self._nodes if not isinstance(node, UnreachableNode)]
+
+    def node(self, name: str) -> TalosNode:
+        """A node by hostname or address."""
+        for node in self._nodes:
+            if name in (node.name, node.address, node.host):
+                return node
+        known = ", ".join(f"{node.name} ({node.address})" for node in self._nodes)
+        raise TalosError(f"no target node is called {name!r}; the targets are {known}")
+
+    def select(self, names: Iterable[str]) -> TalosCluster:
+        """The same cluster (same connection) narrowed to some nodes."""
+        narrowed = TalosCluster(self.client, [self.node(name) for name in names])
+        narrowed._kubernetes, narrowed.talosconfig = self._kubernetes, self.talosconfig
+        return narrowed
+
+    def with_nodes(self, nodes: Iterable[TalosNode]) -> TalosCluster:
+        replaced = TalosCluster(self.client, nodes)
+        replaced._kubernetes, replaced.talosconfig = self._kubernetes, self.talosconfig
+        return replaced
+
+    @property
+    def roles(self) -> dict[str, str]:
+        """``{hostname: role}``."""
+        return {node.name: node.role for node in self._nodes}
+
+    @property
+    def controlplanes(self) -> list[TalosNode]:
+        return [node for node in self.reachable if node.role == "controlplane"]
+
+    @property
+    def workers(self) -> list[TalosNode]:
+        return [node for node in self.reachable if node.role == "worker"]
+
+    def controlplane(self, index: int = 0) -> TalosNode:
+        """The ``index``-th control plane (by hostname)."""
+        return self._pick(self.controlplanes, "control plane", index)
+
+    def worker(self, index: int = 0) -> TalosNode:
+        """The ``index``-th worker (by hostname)."""
+        return self._pick(self.workers, "worker", index)
+
+    def _pick(self, candidates: list[TalosNode], what: str, index: int) -> TalosNode:
+        if index < len(candidates):
+            return candidates[index]
+        targets = ", ".join(f"{n.name} ({n.role})" for n in self._nodes) or "none"
+        raise TalosError(
+            f"no {what} #{index + 1} among the target nodes ({targets}); add one with "
+            "--talos-nodes or pick another role"
+        )
+
+    # ------------------------------------------------------------------ Kubernetes
+
+    def kubeconfig(self) -> bytes:
+        """The admin kubeconfig from the first control plane (holds a client key)."""
+        return self.controlplane().client.kubeconfig()
+
+    @property
+    def kubernetes(self) -> KubernetesAccess:
+        """A Kubernetes client for this cluster, built on first use."""
+        if self._kubernetes is None:
+            self._kubernetes = KubernetesAccess(self.kubeconfig())
+        return self._kubernetes
+
+    # ------------------------------------------------------------------ lifetime
+
+    def close(self) -> None:
+        if self._kubernetes is not None:
+            self._kubernetes.close()
+            self._kubernetes = None
+        self.client.close()
+
+    def __enter__(self) -> TalosCluster:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        listed = ", ".join(f"{n.name}={n.role}" for n in self._nodes)
+        return f"TalosCluster(endpoint={self.client.endpoint!r}, nodes=[{listed}])"
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+def _first_reachable(config: TalosConfig, endpoints: Sequence[str], timeout: float) -> TalosClient:
+    """A client on the first endpoint whose apid answers Version (talosctl tries in turn)."""
+    ctx = config.context
+    failures: list[str] = []
+    for endpoint in endpoints:
+        client = TalosClient(
+            endpoint, ctx.ca_pem, ctx.crt_pem, ctx.key_pem,
+            timeout=timeout, cluster=ctx.cluster, roles=config.roles,
+        )
+        try:
+            client.version()
+        except TransportError as exc:
+            client.close()
+            failures.append(str(exc))
+            continue
+        except BaseException:
+            client.close()
+            raise
+        return client
+    if len(failures) == 1:
+        raise TransportError(failures[0])
+    raise TransportError("no endpoint answered: " + "; ".join(failures))
+
+
+def _discover(client: TalosClient) -> list[str]:
+    """Node addresses from the cluster's Members, else just the endpoint's node."""
+    kind, namespace = MEMBERS_TYPE
+    try:
+        members = client.list_resources(kind, namespace)
+    except NotFound:
+        members = []
+    addresses = [_member_address(member) for member in members]
+    found = [address for address in addresses if address]
+    return found or [_endpoint_host(client.endpoint)]
+
+
+def _member_address(member: models.Resource) -> str | None:
+    spec = member.typed_spec
+    if isinstance(spec, models.MemberSpec) and spec.addresses:
+        return spec.addresses[0]
+    return None
+
+
+def _endpoint_host(endpoint: str) -> str:
+    host, _, _ = endpoint.rpartition(":")
+    return host.strip("[]") or endpoint
+
+
+def _describe_node(client: TalosClient, address: str, scan_baseline: str | None) -> TalosNode:
+    """A node with hostname and role read up front (they are needed to sort and select)."""
+    node = TalosNode(client, address, scan_baseline=scan_baseline)
+    try:
+        hostname, role = node.hostname, node.role
+    except TalosError as exc:
+        return _unreachable(client, address, exc)
+    return TalosNode(
+        client, address, hostname=hostname, role=role, scan_baseline=scan_baseline
+    )
+
+
+# --------------------------------------------------------------------------- Kubernetes
+
+
+class KubernetesAccess:
+    """A ``kubernetes`` API client whose credentials live only in memory.
+
+    ``api_client`` is a ``kubernetes.client.ApiClient``; :attr:`core_v1` a ``CoreV1Api``.
+    Supports kubeconfigs with inline certificate data or a bearer token (what Talos hands
+    out). Close it to release the in-memory credential files.
+    """
+
+    def __init__(self, kubeconfig: bytes, *, request_timeout: float = 10.0) -> None:
+        from kubernetes import client as kube  # imported late: kubernetes is slow to import
+
+        self.request_timeout = request_timeout
+        self._fds: list[int] = []
+        settings = _kube_settings(kubeconfig)
+        configuration = kube.Configuration()
+        configuration.host = settings["server"]
+        configuration.verify_ssl = True
+        if "ca" in settings:
+            configuration.ssl_ca_cert = self._memory_file("kube-ca", settings["ca"])
+        if "crt" in settings:
+            configuration.cert_file = self._memory_file("kube-crt", settings["crt"])
+            configuration.key_file = self._memory_file("kube-key", settings["key"])
+        if "token" in settings:
+            configuration.api_key = {"authorization": "Bearer " + settings["token"].decode()}
+        self.api_client: Any = kube.ApiClient(configuration)
+        self.core_v1: Any = kube.CoreV1Api(self.api_client)
+
+    def _memory_file(self, name: str, data: bytes) -> str:
+        memfd_create = getattr(os, "memfd_create", None)
+        if memfd_create is None:
+            raise ConfigError(
+                "cannot hold Kubernetes credentials in memory on this platform (no "
+                "os.memfd_create), and pytest-talos never writes keys to disk; Linux is required"
+            )
+        fd: int = memfd_create(f"pytest-talos-{name}", getattr(os, "MFD_CLOEXEC", 0))
+        self._fds.append(fd)
+        os.write(fd, data)
+        return f"/proc/self/fd/{fd}"
+
+    def node(self, name: str) -> Any:
+        """The Kubernetes Node object called ``name``."""
+        return self.core_v1.read_node(name, _request_timeout=self.request_timeout)
+
+    def close(self) -> None:
+        self.api_client.close()
+        fds, self._fds = self._fds, []
+        for fd in fds:
+            os.close(fd)
+
+    def __repr__(self) -> str:
+        return f"KubernetesAccess(host={self.api_client.configuration.host!r})"
+
+
+def _kube_settings(kubeconfig: bytes) -> dict[str, Any]:
+    """Server, CA and credentials of the kubeconfig's current context."""
+    try:
+        doc = yaml.safe_load(kubeconfig)
+    except yaml.YAMLError:
+        raise TalosError("the kubeconfig from the Talos API is not valid YAML") from None
+    if not isinstance(doc, dict):
+        raise TalosError("the kubeconfig from the Talos API is not a mapping")
+    context = _named(doc, "contexts", doc.get("current-context"), "context")
+    cluster = _named(doc, "clusters", context.get("cluster"), "cluster")
+    user = _named(doc, "users", context.get("user"), "user")
+    settings: dict[str, Any] = {"server": _required(cluster, "server")}
+    if cluster.get("certificate-authority-data"):
+        settings["ca"] = _b64(cluster["certificate-authority-data"], "certificate-authority-data")
+    if user.get("client-certificate-data") and user.get("client-key-data"):
+        settings["crt"] = _b64(user["client-certificate-data"], "client-certificate-data")
+        settings["key"] = _b64(user["client-key-data"], "client-key-data")
+    elif user.get("token"):
+        settings["token"] = str(user["token"]).encode()
+    else:
+        raise TalosError(
+            "the kubeconfig's user has neither inline client certificate data nor a token; "
+            "pytest-talos supports only those (as Talos hands out)"
+        )
+    return settings
+
+
+def _named(doc: dict[str, Any], section: str, name: Any, key: str) -> dict[str, Any]:
+    entries = doc.get(section) or []
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            body = entry.get(key)
+            if isinstance(body, dict):
+                return body
+    raise TalosError(f"the kubeconfig has no {key} named {name!r} in {section}")
+
+
+def _required(section: dict[str, Any], key: str) -> str:
+    value = section.get(key)
+    if not isinstance(value, str) or not value:
+        raise TalosError(f"the kubeconfig's cluster has no {key}")
+    return value
+
+
+def _b64(value: Any, key: str) -> bytes:
+    try:
+        return base64.b64decode(str(value), validate=True)
+    except (binascii.Error, ValueError):
+        raise TalosError(f"the kubeconfig's {key} is not valid base64") from None

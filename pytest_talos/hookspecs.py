@@ -1,0 +1,63 @@
+"""Hooks other plugins and conftest files can implement to tailor pytest-talos.
+
+The plugin adds these through ``pytest_addhooks``; implement them in a ``conftest.py`` or a
+plugin like any pytest hook (every argument is optional in an implementation)::
+
+    def pytest_talos_expected_ports(node, role, ports):
+        if role == "worker":
+            return {4240}                  # extend: Cilium health checks listen here
+
+    def pytest_talos_select_nodes(nodes, config):
+        return [n for n in nodes if not n.hostname.startswith("spare-")]
+
+    def pytest_talos_node_report(node, report):
+        if report.failed:
+            states = "\n".join(f"{s.id}: {s.state}" for s in node.services)
+            report.sections.append(("talos services", states))
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    import pytest
+
+    from pytest_talos.node import TalosNode
+
+hookspec = pluggy.HookspecMarker("pytest")
+
+
+@hookspec
+def pytest_talos_expected_ports(node: TalosNode, role: str, ports: set[int]) -> set[int] | None:
+    """The TCP ports ``node`` (of ``role``: ``controlplane`` or ``worker``) may have open.
+
+    ``ports`` starts as the role default (worker: 50000, 10250; control plane: also 50001, 6443,
+    2379, 2380) and is shared by every implementation: return a set to **extend** it, or change
+    ``ports`` in place (``ports.discard(10250)``, ``ports.clear()``) to **override** it.
+    The result becomes ``talos_node.expected_ports`` and the allowlist of
+    :func:`pytest_talos.checks.assert_only_expected_ports`.
+    """
+
+
+@hookspec(firstresult=True)
+def pytest_talos_select_nodes(
+    nodes: list[TalosNode], config: pytest.Config
+) -> list[TalosNode] | None:
+    """Narrow (or reorder) the target nodes before tests are parametrized over them.
+
+    ``nodes`` are sorted by hostname. Return the nodes to test, or ``None`` to keep them all.
+    The first non-``None`` result wins. Keep the choice deterministic: under pytest-xdist every
+    worker calls this hook and must end with the same list.
+    """
+
+
+@hookspec
+def pytest_talos_node_report(node: TalosNode, report: pytest.TestReport) -> None:
+    """Add evidence to the report of a test that ran against ``node`` (its call phase).
+
+    Called for every outcome; check ``report.failed`` and append to ``report.sections``
+    (``(title, text)`` pairs that pytest prints under the failure).
+    """

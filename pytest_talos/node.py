@@ -1,0 +1,369 @@
+"""TalosNode: one Talos node seen through its API, in the style of testinfra's ``host``.
+
+Every property is a fresh API call (nothing is cached except the hostname and the role,
+which do not change while a node runs), so a test always sees the node as it is now::
+
+    node.version.tag                      # "v1.13.9"
+    node.service("kubelet").healthy       # True
+    node.files.exists("/bin/sh")          # False on Talos
+    node.machine_config.version           # MachineConfigs v1alpha1 resource version
+    node.ports                            # open TCP ports, scanned from outside
+    node.apply_patch({"machine": {"nodeLabels": {"a": "b"}}})   # through a guard
+
+Changes go through a *guard* (:class:`ConfigProtector`): before the first change to a node
+the guard snapshots its machine config so that it can restore it afterwards
+(:class:`pytest_talos.checks.ConfigGuard`), or refuses the change (:class:`ReadOnlyGuard`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import posixpath
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Protocol
+
+from pytest_talos import models, ports
+from pytest_talos.client import DEFAULT_WATCH_TIMEOUT, StreamIterator, TalosClient
+from pytest_talos.errors import NotFound, TalosError
+from pytest_talos.patches import PatchInput, apply_patches
+
+__all__ = [
+    "MACHINE_TYPE",
+    "ConfigProtector",
+    "NodeFiles",
+    "ReadOnlyGuard",
+    "TalosNode",
+    "default_expected_ports",
+    "host_of",
+]
+
+MACHINE_TYPE = ("MachineTypes.config.talos.dev", "machine-type", "config")
+APID_PORT = 50000
+TRUSTD_PORT = 50001
+KUBELET_PORT = 10250
+KUBE_APISERVER_PORT = 6443
+ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
+
+
+def default_expected_ports(role: str | None) -> frozenset[int]:
+    """The TCP ports Talos opens on a node of ``role`` (talos-facts §5, Talos port docs)."""
+    worker = {APID_PORT, KUBELET_PORT}
+    if role in ("controlplane", "init"):
+        return frozenset(
+            worker | {TRUSTD_PORT, KUBE_APISERVER_PORT, ETCD_CLIENT_PORT, ETCD_PEER_PORT}
+        )
+    return frozenset(worker)
+
+
+def host_of(address: str) -> str:
+    """The host part of ``host``, ``host:port``, ``[v6]:port`` or a bare IPv6 address."""
+    if address.startswith("["):
+        return address[1:].partition("]")[0]
+    if address.count(":") == 1:
+        return address.partition(":")[0]
+    return address
+
+
+class ConfigProtector(Protocol):
+    """Called before every change to a node's machine config."""
+
+    def protect(self, node: TalosNode) -> None:
+        """Snapshot ``node``'s config so it can be restored, or raise to refuse the change."""
+
+
+class ReadOnlyGuard:
+    """A guard that refuses every change, with a reason that says how to allow it."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def protect(self, node: TalosNode) -> None:
+        raise TalosError(self.reason, node=node.name)
+
+    def __repr__(self) -> str:
+        return f"ReadOnlyGuard({self.reason!r})"
+
+
+class NodeFiles:
+    """The node's filesystem through the List and Read APIs (read-only, like the node)."""
+
+    def __init__(self, node: TalosNode) -> None:
+        self._node = node
+
+    def list(
+        self, path: str = "/", *, recurse: bool = False, depth: int = 0
+    ) -> builtins.list[models.FileInfo]:
+        """Entries under ``path`` (``recurse`` with ``depth`` 0: the whole tree)."""
+        return self._node.client.list(path, recurse, depth)
+
+    def names(self, path: str) -> builtins.list[str]:
+        """The base names of the entries directly in directory ``path``."""
+        return sorted(
+            posixpath.basename(entry.name.rstrip("/"))
+            for entry in self.list(path)
+            if not entry.error and entry.name.rstrip("/") != path.rstrip("/")
+        )
+
+    def info(self, path: str) -> models.FileInfo | None:
+        """The entry for ``path``, or ``None`` if nothing exists there."""
+        parent, name = posixpath.split(path.rstrip("/") or "/")
+        try:
+            entries = self.list(parent or "/")
+        except NotFound:
+            return None
+        for entry in entries:
+            if not entry.error and posixpath.basename(entry.name.rstrip("/")) == name:
+                return entry
+        return None
+
+    def exists(self, path: str) -> bool:
+        return self.info(path) is not None
+
+    def read(self, path: str) -> bytes:
+        """A regular file's bytes (the Read API needs os:admin)."""
+        return self._node.client.read(path)
+
+    def read_text(self, path: str) -> str:
+        return self.read(path).decode("utf-8", errors="replace")
+
+
+class TalosNode:
+    """One node: its client (targeted with ``node`` metadata), address and facts.
+
+    ``address`` is the target as the endpoint reaches it (e.g. ``10.5.0.3``); ``host`` is
+    its host part, scanned by :attr:`ports`. ``scan_baseline`` is an address where no node
+    lives, probed to tell the node's ports from wildcard listeners on a shared host (the
+    emulator sets it). ``expected_ports`` is the allowlist the plugin built for this node.
+    """
+
+    def __init__(
+        self,
+        client: TalosClient,
+        address: str,
+        *,
+        hostname: str | None = None,
+        role: str | None = None,
+        guard: ConfigProtector | None = None,
+        scan_baseline: str | None = None,
+        expected_ports: Iterable[int] | None = None,
+    ) -> None:
+        self.client = client if client.node == address else client.with_node(address)
+        self.address = address
+        self.guard = guard
+        self.scan_baseline = scan_baseline
+        self.expected_ports = None if expected_ports is None else frozenset(expected_ports)
+        self._hostname = hostname
+        self._role = role
+
+    def __repr__(self) -> str:
+        return f"TalosNode({self.name!r}, address={self.address!r}, role={self._role!r})"
+
+    def with_guard(self, guard: ConfigProtector | None) -> TalosNode:
+        """The same node (same connection) whose changes go through ``guard``."""
+        return TalosNode(
+            self.client,
+            self.address,
+            hostname=self._hostname,
+            role=self._role,
+            guard=guard,
+            scan_baseline=self.scan_baseline,
+            expected_ports=self.expected_ports,
+        )
+
+    # ------------------------------------------------------------------ identity
+
+    @property
+    def name(self) -> str:
+        """The hostname if known, else the address (never makes a call)."""
+        return self._hostname or self.address
+
+    @property
+    def host(self) -> str:
+        return host_of(self.address)
+
+    @property
+    def hostname(self) -> str:
+        if self._hostname is None:
+            self._hostname = self.client.hostname()
+        return self._hostname
+
+    @property
+    def role(self) -> str:
+        """``controlplane`` or ``worker`` (``init`` counts as controlplane), from MachineTypes."""
+        if self._role is None:
+            kind, ident, namespace = MACHINE_TYPE
+            found = self.client.get(kind, ident, namespace)
+            spec = found.typed_spec
+            role = spec.machine_type if isinstance(spec, models.MachineTypeSpec) else "unknown"
+            self._role = "controlplane" if role == "init" else role
+        return self._role
+
+    @property
+    def is_controlplane(self) -> bool:
+        return self.role == "controlplane"
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def version(self) -> models.Version:
+        return self.client.version()
+
+    @property
+    def services(self) -> list[models.ServiceInfo]:
+        return self.client.services()
+
+    def service(self, service_id: str) -> models.ServiceInfo:
+        """One service; NotFound if the node does not run it."""
+        return self.client.service(service_id)
+
+    @property
+    def machine_config(self) -> models.MachineConfig:
+        """The active config: exact bytes, parsed documents, resource version (os:admin)."""
+        return self.client.machine_config()
+
+    @property
+    def files(self) -> NodeFiles:
+        return NodeFiles(self)
+
+    @property
+    def processes(self) -> list[models.ProcessInfo]:
+        return self.client.processes()
+
+    @property
+    def listeners(self) -> list[models.ConnectRecord]:
+        """Listening sockets as the node itself reports them (Netstat)."""
+        return [record for record in self.client.netstat(listening=True) if record.listening]
+
+    def listener_for(self, port: int) -> list[models.ConnectRecord]:
+        """The TCP listeners on ``port`` by the node's own account."""
+        return [
+            record
+            for record in self.listeners
+            if record.local_port == port and record.l4proto.startswith("tcp")
+        ]
+
+    def scan_ports(
+        self,
+        spec: str | Iterable[int] = ports.DEFAULT_PORTS,
+        *,
+        timeout: float = ports.DEFAULT_TIMEOUT,
+        concurrency: int = ports.DEFAULT_CONCURRENCY,
+    ) -> ports.ScanResult:
+        """A TCP connect scan of the node's address from this machine."""
+        return ports.scan(
+            self.host,
+            spec,
+            timeout=timeout,
+            concurrency=concurrency,
+            baseline_host=self.scan_baseline,
+        )
+
+    @property
+    def ports(self) -> frozenset[int]:
+        """The open TCP ports (1-65535) seen from outside the node."""
+        return frozenset(self.scan_ports().open_ports)
+
+    def logs(self, service_id: str, *, tail: int = -1) -> str:
+        """A service's log (``tail`` = last N lines; negative: everything kept)."""
+        return self.client.logs(service_id, tail)
+
+    def events(
+        self,
+        *,
+        tail_events: int = 0,
+        tail_id: str | None = None,
+        actor_id: str | None = None,
+        timeout: float = DEFAULT_WATCH_TIMEOUT,
+    ) -> StreamIterator[models.Event]:
+        """Runtime events as they happen; the stream ends (DeadlineExceeded) after ``timeout``."""
+        return self.client.events(
+            tail_events=tail_events, tail_id=tail_id, actor_id=actor_id, timeout=timeout
+        )
+
+    def resource(self, kind: str, ident: str, namespace: str | None = None) -> models.Resource:
+        return self.client.get(kind, ident, namespace)
+
+    def resources(self, kind: str, namespace: str | None = None) -> list[models.Resource]:
+        return self.client.list_resources(kind, namespace)
+
+    def watch(
+        self,
+        kind: str,
+        ident: str | None = None,
+        namespace: str | None = None,
+        *,
+        timeout: float = DEFAULT_WATCH_TIMEOUT,
+    ) -> Iterator[models.ResourceEvent]:
+        return self.client.watch(kind, ident, namespace, timeout=timeout)
+
+    # ------------------------------------------------------------------ changing
+
+    def patched_config(self, *patches: PatchInput) -> bytes:
+        """The active config with ``patches`` applied locally, as ``talosctl patch`` does."""
+        return apply_patches(self.machine_config.raw, patches)
+
+    def apply_patch(
+        self,
+        patch: PatchInput | Sequence[PatchInput],
+        *,
+        mode: models.ApplyMode = "no-reboot",
+        guard: ConfigProtector | None = None,
+        dry_run: bool = False,
+        try_timeout: float | None = None,
+    ) -> models.ApplyResult:
+        """Patch the active config locally and apply the result (``talosctl patch``).
+
+        ``patch`` is one patch (YAML/JSON text, bytes, a mapping, a JSON6902 op list, or
+        ``@file``) or a list of patches. Unless ``dry_run``, the change goes through
+        ``guard`` (or the node's own guard), which snapshots the config first.
+        """
+        patches = _as_patch_list(patch)
+        if not dry_run:
+            self._protect(guard)
+        data = self.patched_config(*patches)
+        return self.client.apply_configuration(
+            data, mode, dry_run=dry_run, try_timeout=try_timeout
+        )
+
+    def apply_config(
+        self,
+        data: bytes,
+        *,
+        mode: models.ApplyMode = "no-reboot",
+        guard: ConfigProtector | None = None,
+        dry_run: bool = False,
+        try_timeout: float | None = None,
+    ) -> models.ApplyResult:
+        """Apply a whole machine config (through the guard unless ``dry_run``)."""
+        if not dry_run:
+            self._protect(guard)
+        return self.client.apply_configuration(
+            data, mode, dry_run=dry_run, try_timeout=try_timeout
+        )
+
+    def _protect(self, guard: ConfigProtector | None) -> None:
+        # The node's own guard goes first: a read-only node refuses before anything else.
+        guards = [g for g in (self.guard, guard) if g is not None]
+        if not guards:
+            raise TalosError(
+                "this change needs a guard that can undo it: pass guard=ConfigGuard() "
+                "(pytest_talos.checks); under pytest, use talos_node in a test marked "
+                "talos_mutating, or pass guard=talos_config_guard",
+                node=self.name,
+            )
+        for chosen in dict.fromkeys(guards):
+            chosen.protect(self)
+
+
+def _as_patch_list(patch: PatchInput | Sequence[PatchInput]) -> list[PatchInput]:
+    """One patch or several: a list of patches is told from a JSON6902 op list by its items."""
+    if isinstance(patch, list) and patch and all(_is_patch(item) for item in patch):
+        return list(patch)
+    if isinstance(patch, tuple):
+        return list(patch)
+    return [patch]  # type: ignore[list-item]
+
+
+def _is_patch(item: object) -> bool:
+    # JSON6902 ops are mappings with "op"; anything else in a list is a patch of its own.
+    return isinstance(item, str | bytes) or (isinstance(item, dict) and "op" not in item)

@@ -1,0 +1,213 @@
+"""The run's targets (emulator and cluster, created on first use) and the report header."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_talos.checks import ConfigGuard, ConfigRestoreError
+from pytest_talos.cluster import TalosCluster, UnreachableNode
+from pytest_talos.errors import TalosError
+from pytest_talos.node import TalosNode, default_expected_ports
+from pytest_talos.plugin.settings import Setting, TalosSettings
+
+if TYPE_CHECKING:
+    from pytest_talos.emulator.cluster import EmulatedCluster
+
+__all__ = ["SESSION_KEY", "TalosSession", "header_lines", "session_of"]
+
+
+class TalosSession:
+    """The run's targets: the emulator (if any) and the cluster, created on first use."""
+
+    def __init__(self, config: pytest.Config, settings: TalosSettings) -> None:
+        self.config = config
+        self.settings = settings
+        self.emulator: EmulatedCluster | None = None
+        self.guards: list[ConfigGuard] = []
+        self._cluster: TalosCluster | None = None
+        self._error: TalosError | None = None
+        self._ports: dict[str, frozenset[int]] = {}
+
+    def cluster(self) -> TalosCluster:
+        """The cluster of the selected targets; raises the (cached) TalosError if unreachable."""
+        if self._cluster is None and self._error is None:
+            try:
+                connected = self._connect()
+            except TalosError as exc:
+                self._error = exc
+            else:
+                # One object for the whole run: it owns the connection and the Kubernetes client.
+                self._cluster = connected.with_nodes(self._select(connected.nodes))
+        if self._error is not None:
+            raise self._error
+        assert self._cluster is not None
+        return self._cluster
+
+    def targets(self) -> list[TalosNode]:
+        return self.cluster().nodes
+
+    def _connect(self) -> TalosCluster:
+        s = self.settings
+        if s.emulator.value is None:
+            # $TALOSCONFIG is left to talosctl's lookup, which then reports it as the source.
+            path = None if s.talosconfig.source.startswith("$") else s.talosconfig.value
+            return TalosCluster.connect(
+                path, context=s.context.value, endpoints=s.endpoints.value,
+                nodes=s.nodes.value, timeout=s.timeout.value,
+            )
+        emulator = self._start_emulator(*s.emulator.value)
+        cluster = TalosCluster.connect(
+            emulator.talosconfig_path, endpoints=[emulator.endpoint], timeout=s.timeout.value,
+            scan_baseline=emulator.vacant_address, env={},
+        )
+        return cluster.select(s.nodes.value) if s.nodes.value else cluster
+
+    def _start_emulator(self, controlplanes: int, workers: int) -> EmulatedCluster:
+        from pytest_talos.emulator.cluster import EmulatedCluster  # imported only when asked
+
+        emulator = EmulatedCluster(controlplanes, workers, faults=self.settings.faults.value)
+        self.emulator = emulator.__enter__()
+        return emulator
+
+    def _select(self, nodes: list[TalosNode]) -> list[TalosNode]:
+        chosen = self.config.hook.pytest_talos_select_nodes(nodes=nodes, config=self.config)
+        return list(nodes if chosen is None else chosen)
+
+    def expected_ports(self, node: TalosNode) -> frozenset[int]:
+        if node.address not in self._ports:
+            ports = set(default_expected_ports(node.role))
+            for extra in self.config.hook.pytest_talos_expected_ports(
+                node=node, role=node.role, ports=ports
+            ):
+                ports.update(extra or ())
+            self._ports[node.address] = frozenset(ports)
+        return self._ports[node.address]
+
+    def describe_target(self) -> str:
+        s = self.settings
+        if s.emulator.value is not None:
+            cp, workers = s.emulator.value
+            faults = ", ".join(s.faults.value) or "none"
+            return (
+                f"the emulated cluster ({_count(cp, 'control plane')}, "
+                f"{_count(workers, 'worker')}; faults: {faults})"
+            )
+        endpoints = ", ".join(s.endpoints.value) or "the talosconfig's endpoints"
+        return f"{endpoints} (talosconfig: {s.talosconfig.value or 'talosctl lookup'})"
+
+    def unreachable_message(self, exc: TalosError) -> str:
+        return (
+            f"pytest-talos could not reach {self.describe_target()}: {exc}. Check the "
+            "endpoint and talosconfig (--talos-endpoint, --talosconfig, --talos-context), or "
+            "run against the built-in emulated cluster with --talos-emulator."
+        )
+
+    def restore_leftovers(self) -> list[str]:
+        """Restore what no test-level guard did (an interrupted run); the failures."""
+        failures = []
+        for guard in self.guards:
+            try:
+                guard.restore()
+            except ConfigRestoreError as exc:
+                failures.append(str(exc))
+        return failures
+
+    def close(self) -> None:
+        if self._cluster is not None:
+            self._cluster.close()
+        if self.emulator is not None:
+            self.emulator.__exit__(None, None, None)
+            self.emulator = None
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+SESSION_KEY = pytest.StashKey[TalosSession]()
+
+
+def session_of(config: pytest.Config) -> TalosSession:
+    return config.stash[SESSION_KEY]
+
+
+def header_lines(session: TalosSession) -> list[str]:
+    """The report header: targets, each node's version and role, sources, allowed changes."""
+    if not session.settings.anything_given:
+        # Nothing asked for Talos: do not contact a cluster just to print a header.
+        return ["talos: targets: talosctl's talosconfig lookup, contacted only if a test "
+                "needs a node"]
+    lines = [f"talos: targets: {session.describe_target()}"]
+    try:
+        cluster = session.cluster()
+    except TalosError as exc:
+        lines.append(f"talos: cannot reach the targets: {exc}")
+    else:
+        lines.extend(_node_lines(cluster))
+    lines.append("talos: settings: " + _settings_text(session.settings))
+    lines.extend(_allow_lines(session))
+    return lines
+
+
+def _node_lines(cluster: TalosCluster) -> list[str]:
+    lines = []
+    if cluster.talosconfig is not None and cluster.talosconfig.expiry_warning:
+        lines.append(f"talos: WARNING: {cluster.talosconfig.expiry_warning}")
+    for node in cluster.nodes:
+        if isinstance(node, UnreachableNode):
+            lines.append(f"talos: node {node.address}: unreachable: {node.error}")
+            continue
+        try:
+            version = node.version
+            facts = f"Talos {version.tag}, platform {version.platform}"
+        except TalosError as exc:
+            facts = f"version unknown: {exc}"
+        lines.append(f"talos: node {node.name} ({node.address}): {node.role}, {facts}")
+    if not cluster.nodes:
+        lines.append("talos: no target nodes")
+    return lines
+
+
+def _settings_text(settings: TalosSettings) -> str:
+    def shown(label: str, setting: Setting[Any], text: str) -> str:
+        return f"{label} {text} [{setting.source}]"
+
+    if settings.emulator.value is not None:
+        cp, workers = settings.emulator.value
+        parts = [shown("emulator", settings.emulator, f"{cp}:{workers}")]
+        if settings.faults.value:
+            parts.append(shown("faults", settings.faults, ",".join(settings.faults.value)))
+    else:
+        parts = [
+            shown("talosconfig", settings.talosconfig,
+                  settings.talosconfig.value or "(talosctl lookup)"),
+            shown("context", settings.context, settings.context.value or "(current)"),
+            shown("endpoints", settings.endpoints,
+                  ",".join(settings.endpoints.value) or "(from talosconfig)"),
+        ]
+    parts += [
+        shown("nodes", settings.nodes, ",".join(settings.nodes.value) or "(all)"),
+        shown("timeout", settings.timeout, f"{settings.timeout.value:g}s"),
+        shown("allow", settings.allow, settings.allow.value),
+    ]
+    if settings.ignored:
+        parts.append(f"ignored with the emulator: {', '.join(settings.ignored)}")
+    return "; ".join(parts)
+
+
+def _allow_lines(session: TalosSession) -> list[str]:
+    settings = session.settings
+    if settings.allow.value == "none":
+        return ["talos: changes allowed: none (talos_mutating and talos_disruptive tests are "
+                "skipped; enable them with --talos-allow mutating|disruptive)"]
+    what = ("config changes (undone afterwards), reboots, resets and upgrades"
+            if settings.allows_disruptive else "config changes (undone afterwards)")
+    lines = [f"talos: changes allowed: {settings.allow.value}: {what}"]
+    if settings.emulator.value is None:
+        lines.append(
+            f"talos: WARNING: {settings.allow.source} {settings.allow.value} lets tests change "
+            f"REAL nodes ({session.describe_target()})"
+        )
+    return lines

@@ -1,0 +1,267 @@
+"""The ``talos`` settings: options, ini keys, environment variables and their precedence.
+
+Command line > ini > environment > default. Every resolved value remembers where it came
+from (``--talos-timeout``, ``ini talos_timeout``, ``$TALOS_TIMEOUT``, ``default``) so that the
+report header can say so. Bad values and bad combinations raise ``pytest.UsageError`` with a
+one-line fix.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import pytest
+
+__all__ = [
+    "ALLOW_LEVELS",
+    "DEFAULT_EMULATOR",
+    "DEFAULT_TIMEOUT",
+    "Setting",
+    "TalosSettings",
+    "add_options",
+    "resolve_settings",
+]
+
+T = TypeVar("T")
+
+ALLOW_LEVELS = ("none", "mutating", "disruptive")
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_EMULATOR = (1, 1)
+
+
+@dataclass(frozen=True)
+class Setting(Generic[T]):
+    """A resolved setting and where it came from (``--talos-timeout``, ``$TALOS_TIMEOUT``...)."""
+
+    value: T
+    source: str
+
+    @property
+    def given(self) -> bool:
+        return self.source != "default"
+
+
+@dataclass(frozen=True)
+class _Option:
+    dest: str
+    flag: str
+    ini: str
+    env: str
+    help: str
+
+
+_OPTIONS = {
+    o.dest: o
+    for o in (
+        _Option("talosconfig", "--talosconfig", "talosconfig", "TALOSCONFIG",
+                "talosconfig path (default as talosctl: $TALOSCONFIG, ~/.talos/config)"),
+        _Option("talos_context", "--talos-context", "talos_context", "TALOS_CONTEXT",
+                "talosconfig context (default: the file's current context)"),
+        _Option("talos_endpoints", "--talos-endpoint", "talos_endpoints", "TALOS_ENDPOINTS",
+                "Talos API endpoint host[:port]; repeat or comma-separate (default: the "
+                "context's endpoints)"),
+        _Option("talos_nodes", "--talos-nodes", "talos_nodes", "TALOS_NODES",
+                "target nodes; repeat or comma-separate (default: the context's nodes, else "
+                "the cluster's members)"),
+        _Option("talos_emulator", "--talos-emulator", "talos_emulator", "TALOS_EMULATOR",
+                "start the built-in emulated cluster for the session: CP:W control planes "
+                "and workers (default 1:1); excludes --talos-endpoint"),
+        _Option("talos_emulator_faults", "--talos-emulator-fault", "talos_emulator_faults",
+                "TALOS_EMULATOR_FAULTS", "turn on an emulator fault profile; repeatable"),
+        _Option("talos_allow", "--talos-allow", "talos_allow", "TALOS_ALLOW",
+                "changes tests may make: none (default), mutating (config changes, undone "
+                "afterwards) or disruptive (also reboots, resets, upgrades)"),
+        _Option("talos_timeout", "--talos-timeout", "talos_timeout", "TALOS_TIMEOUT",
+                f"deadline of each Talos API call in seconds (default {DEFAULT_TIMEOUT:g})"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class TalosSettings:
+    talosconfig: Setting[str | None]
+    context: Setting[str | None]
+    endpoints: Setting[tuple[str, ...]]
+    nodes: Setting[tuple[str, ...]]
+    emulator: Setting[tuple[int, int] | None]
+    faults: Setting[tuple[str, ...]]
+    allow: Setting[str]
+    timeout: Setting[float]
+    ignored: tuple[str, ...] = ()  # environment settings the emulator overrides
+
+    @property
+    def anything_given(self) -> bool:
+        """Whether any talos setting came from the command line, ini or environment."""
+        return any(
+            getattr(self, name).given
+            for name in ("talosconfig", "context", "endpoints", "nodes", "emulator", "faults",
+                         "allow", "timeout")
+        )
+
+    @property
+    def allows_mutating(self) -> bool:
+        return self.allow.value in ("mutating", "disruptive")
+
+    @property
+    def allows_disruptive(self) -> bool:
+        return self.allow.value == "disruptive"
+
+
+def _raw(config: pytest.Config, dest: str) -> tuple[Any, str] | None:
+    """The first of command line, ini, environment that sets ``dest``, with its source."""
+    option = _OPTIONS[dest]
+    cli = config.getoption(dest)
+    if cli not in (None, [], ""):
+        return cli, option.flag
+    ini = config.getini(option.ini)
+    if ini not in (None, [], ""):
+        return ini, f"ini {option.ini}"
+    env = os.environ.get(option.env, "")
+    if env.strip():
+        return env, f"${option.env}"
+    return None
+
+
+def _split(value: Any) -> tuple[str, ...]:
+    items = value if isinstance(value, list) else [value]
+    return tuple(part.strip() for item in items for part in str(item).split(",") if part.strip())
+
+
+def _path_setting(config: pytest.Config) -> Setting[str | None]:
+    found = _raw(config, "talosconfig")
+    if found is None:
+        return Setting(None, "default")
+    value, source = found
+    if source.startswith("$"):
+        return Setting(str(value), source)  # as given: talosctl's own lookup reads it
+    base = config.invocation_params.dir if source.startswith("--") else config.rootpath
+    return Setting(str(base / Path(os.path.expanduser(str(value)))), source)
+
+
+def _text_setting(config: pytest.Config, dest: str) -> Setting[str | None]:
+    found = _raw(config, dest)
+    return Setting(str(found[0]).strip(), found[1]) if found else Setting(None, "default")
+
+
+def _list_setting(config: pytest.Config, dest: str) -> Setting[tuple[str, ...]]:
+    found = _raw(config, dest)
+    return Setting(_split(found[0]), found[1]) if found else Setting((), "default")
+
+
+def _emulator_setting(config: pytest.Config) -> Setting[tuple[int, int] | None]:
+    found = _raw(config, "talos_emulator")
+    if found is None:
+        return Setting(None, "default")
+    value, source = str(found[0]).strip().lower(), found[1]
+    if value in ("0", "false", "no", "off"):
+        return Setting(None, source)
+    if value in ("", "1", "true", "yes", "on"):
+        return Setting(DEFAULT_EMULATOR, source)
+    match = re.fullmatch(r"(\d+):(\d+)", value)
+    if match is None or int(match[1]) < 1:
+        raise pytest.UsageError(
+            f"{source}: {found[0]!r} is not CP:W with at least one control plane (e.g. 1:1 or "
+            "3:2); write --talos-emulator=CP:W, or put test paths before --talos-emulator"
+        )
+    return Setting((int(match[1]), int(match[2])), source)
+
+
+def _allow_setting(config: pytest.Config) -> Setting[str]:
+    found = _raw(config, "talos_allow")
+    if found is None:
+        return Setting("none", "default")
+    value = str(found[0]).strip().lower()
+    if value not in ALLOW_LEVELS:
+        raise pytest.UsageError(
+            f"{found[1]}: {found[0]!r} is not a change level; use one of {', '.join(ALLOW_LEVELS)}"
+        )
+    return Setting(value, found[1])
+
+
+def _timeout_setting(config: pytest.Config) -> Setting[float]:
+    found = _raw(config, "talos_timeout")
+    if found is None:
+        return Setting(DEFAULT_TIMEOUT, "default")
+    try:
+        value = float(found[0])
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise pytest.UsageError(
+            f"{found[1]}: {found[0]!r} is not a positive number of seconds; e.g. "
+            "--talos-timeout 10"
+        )
+    return Setting(value, found[1])
+
+
+def resolve_settings(config: pytest.Config) -> TalosSettings:
+    """Every ``talos`` setting with its source; pytest.UsageError for bad values or mixes."""
+    settings = TalosSettings(
+        talosconfig=_path_setting(config),
+        context=_text_setting(config, "talos_context"),
+        endpoints=_list_setting(config, "talos_endpoints"),
+        nodes=_list_setting(config, "talos_nodes"),
+        emulator=_emulator_setting(config),
+        faults=_list_setting(config, "talos_emulator_faults"),
+        allow=_allow_setting(config),
+        timeout=_timeout_setting(config),
+    )
+    return _check_combination(settings)
+
+
+def _check_combination(settings: TalosSettings) -> TalosSettings:
+    if settings.emulator.value is None:
+        if settings.faults.value:
+            raise pytest.UsageError(
+                f"{settings.faults.source} needs the emulated cluster: add --talos-emulator"
+            )
+        return settings
+    ignored = []
+    for setting, what in (
+        (settings.endpoints, "an endpoint"),
+        (settings.talosconfig, "a talosconfig"),
+        (settings.context, "a talosconfig context"),
+    ):
+        if setting.source.startswith("$"):
+            ignored.append(setting.source)
+        elif setting.given:
+            raise pytest.UsageError(
+                f"{settings.emulator.source} and {setting.source} are mutually exclusive: the "
+                f"emulated cluster brings its own {what.split(' ', 1)[1]}; drop one of the two"
+            )
+    _check_faults(settings.faults)
+    return TalosSettings(**{**settings.__dict__, "ignored": tuple(ignored)})
+
+
+def _check_faults(faults: Setting[tuple[str, ...]]) -> None:
+    if not faults.value:
+        return
+    from pytest_talos.emulator.faults import fault_names  # only when the emulator is wanted
+
+    unknown = [name for name in faults.value if name not in fault_names()]
+    if unknown:
+        raise pytest.UsageError(
+            f"{faults.source}: unknown fault profile {', '.join(map(repr, unknown))}; choose "
+            f"from {', '.join(fault_names())}"
+        )
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """The ``talos`` option group and the ini keys."""
+    group = parser.getgroup("talos", "Talos Linux nodes (pytest-talos)")
+    for option in _OPTIONS.values():
+        env_help = f" [ini {option.ini}; env ${option.env}]"
+        kwargs: dict[str, Any] = {"dest": option.dest, "default": None,
+                                  "help": option.help + env_help}
+        if option.dest in ("talos_endpoints", "talos_nodes", "talos_emulator_faults"):
+            kwargs.update(action="append", metavar="NAME" if "fault" in option.dest else "HOST")
+        elif option.dest == "talos_emulator":
+            kwargs.update(nargs="?", const="1:1", metavar="CP:W")
+        elif option.dest == "talos_allow":
+            kwargs.update(choices=ALLOW_LEVELS)
+        group.addoption(option.flag, **kwargs)
+        parser.addini(option.ini, option.help, default=None)

@@ -1,0 +1,146 @@
+"""assert_no_shell, assert_only_expected_ports, assert_only_api_port against emulated nodes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_talos.checks import (
+    assert_no_shell,
+    assert_only_api_port,
+    assert_only_expected_ports,
+)
+from pytest_talos.cluster import TalosCluster
+from pytest_talos.errors import ConformanceFailure
+from tests.integration.checks_support import connected
+
+# Enough to cover every port Talos or a fault opens, and quick: full scans are shown once.
+TALOS_RANGE = "1-11000,49000-51000"
+
+
+@pytest.fixture(scope="module")
+def healthy() -> Iterator[TalosCluster]:
+    with connected() as (_, cluster):
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def faulty() -> Iterator[TalosCluster]:
+    with connected(["shell-present", "ssh-open", "extra-port"]) as (_, cluster):
+        yield cluster
+
+
+# --------------------------------------------------------------------------- no shell
+
+
+@pytest.mark.parametrize("role", ["controlplane", "worker"])
+def test_no_shell_passes_on_a_healthy_node(healthy: TalosCluster, role: str) -> None:
+    node = healthy.controlplane() if role == "controlplane" else healthy.worker()
+    result = assert_no_shell(node)
+    assert result.check == "no-shell"
+    assert result.evidence["port 22"] == "closed"
+    assert result.notes == []
+
+
+def test_no_shell_fails_on_shells_sshd_and_port_22(faulty: TalosCluster) -> None:
+    with pytest.raises(ConformanceFailure) as failure:
+        assert_no_shell(faulty.worker())
+    text = str(failure.value)
+    assert text.startswith(
+        "no-shell on talos-default-worker-1: the node offers a way in besides the Talos API\n"
+        "  expected: no shell, no busybox, no sshd, port 22 closed\n"
+    )
+    assert "  shells on disk: /bin/bash, /bin/busybox, /bin/sh\n" in text
+    assert re.search(r"  shell or remote-login processes: pid \d+: /usr/sbin/sshd", text)
+    assert re.search(r"  port 22: open \(tcp 0\.0\.0\.0:22 pid \d+ \(sshd\)\)", text)
+    assert set(failure.value.evidence) == {
+        "shells on disk", "shell or remote-login processes", "port 22"
+    }
+
+
+def test_no_shell_fails_on_shell_present_alone() -> None:
+    with connected(["shell-present"], workers=0) as (_, cluster), pytest.raises(
+        ConformanceFailure, match=r"shells on disk: /bin/bash, /bin/busybox, /bin/sh"
+    ) as failure:
+        assert_no_shell(cluster.controlplane())
+    assert set(failure.value.evidence) == {"shells on disk"}
+
+
+def test_no_shell_docker_part_is_skipped_without_docker(
+    healthy: TalosCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no docker command anywhere
+    result = assert_no_shell(healthy.worker(), docker_container="talos-default-worker-1")
+    assert result.notes == ["docker exec check skipped: the docker command is not installed"]
+
+
+def test_no_shell_docker_part_requires_exit_127(
+    healthy: TalosCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A stand-in docker whose container *has* a shell: exec succeeds.
+    fake = tmp_path / "docker"
+    fake.write_text("#!/bin/sh\necho ok\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ConformanceFailure) as failure:
+        assert_no_shell(healthy.worker(), docker_container="vendor-node")
+    assert failure.value.evidence == {"docker exec sh": "exit 0 (expected 127): ok"}
+
+
+# --------------------------------------------------------------------------- ports
+
+
+def test_only_expected_ports_passes_on_a_full_scan(healthy: TalosCluster) -> None:
+    result = assert_only_expected_ports(healthy.worker())
+    assert result.evidence["open"] == [10250, 50000]
+    assert "65535 ports" in result.evidence["scan"]
+
+
+def test_only_expected_ports_passes_on_a_control_plane(healthy: TalosCluster) -> None:
+    result = assert_only_expected_ports(healthy.controlplane(), port_spec=TALOS_RANGE)
+    assert result.evidence["open"] == [2379, 2380, 6443, 10250, 50000, 50001]
+
+
+def test_only_expected_ports_fails_on_extra_ports_naming_the_listener(
+    faulty: TalosCluster,
+) -> None:
+    with pytest.raises(ConformanceFailure) as failure:
+        assert_only_expected_ports(faulty.worker(), port_spec=TALOS_RANGE)
+    text = str(failure.value)
+    assert text.startswith(
+        "only-expected-ports on talos-default-worker-1: unexpected open TCP ports: 22, 8080\n"
+        "  expected: at most 10250, 50000 open\n"
+        "  observed: open: 22, 8080, 10250, 50000\n"
+    )
+    listeners = failure.value.evidence["listeners (node's Netstat)"]
+    assert re.fullmatch(
+        r"22: tcp 0\.0\.0\.0:22 pid \d+ \(sshd\)\n8080: tcp 0\.0\.0\.0:8080 pid \d+ \(.+\)",
+        listeners,
+    )
+
+
+def test_allowlist_can_be_given_or_taken_from_the_node(faulty: TalosCluster) -> None:
+    worker = faulty.worker()
+    assert_only_expected_ports(worker, {22, 8080, 10250, 50000}, port_spec=TALOS_RANGE)
+    worker.expected_ports = frozenset({22, 8080, 10250, 50000})
+    try:
+        assert_only_expected_ports(worker, port_spec=TALOS_RANGE)
+    finally:
+        worker.expected_ports = None
+
+
+def test_only_api_port_fails_where_kubernetes_runs(healthy: TalosCluster) -> None:
+    with pytest.raises(ConformanceFailure) as failure:
+        assert_only_api_port(healthy.worker(), port_spec=TALOS_RANGE)
+    text = str(failure.value)
+    assert "only-api-port on talos-default-worker-1: unexpected open TCP port: 10250\n" in text
+    assert "  expected: at most 50000 open\n" in text
+    assert re.search(r"10250: tcp6 :::10250 pid \d+ \(kubelet\)", text)
+
+
+def test_only_api_port_passes_on_the_talos_range(healthy: TalosCluster) -> None:
+    result = assert_only_api_port(healthy.worker(), port_spec="49000-51000")
+    assert result.evidence["open"] == [50000]

@@ -1,0 +1,237 @@
+"""Fixtures, hooks and the emulator call-log cross-check, through inner pytest runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+Run = Callable[..., pytest.RunResult]
+
+
+@pytest.fixture
+def emulator_run(run: Run) -> Run:
+    def inner(*args: str) -> pytest.RunResult:
+        return run("--talos-emulator", "--no-header", *args)
+
+    return inner
+
+
+def test_talos_node_facade(emulator_run: Run, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        def test_facade(talos_node):
+            assert talos_node.version.tag == "v1.13.9"
+            assert talos_node.hostname.startswith("talos-default-")
+            assert talos_node.address == talos_node.host
+            assert talos_node.service("kubelet").healthy
+            assert "apid" in {s.id for s in talos_node.services}
+            config = talos_node.machine_config
+            assert config.version >= 1 and b"machine:" in config.raw
+            assert talos_node.files.exists("/etc/os-release")
+            assert not talos_node.files.exists("/bin/sh")
+            assert "ID=talos" in talos_node.files.read_text("/etc/os-release")
+            assert any(l.local_port == 50000 for l in talos_node.listeners)
+            assert isinstance(talos_node.logs("kubelet", tail=5), str)
+            assert 50000 in talos_node.scan_ports("49990-50010").open_ports
+            assert talos_node.expected_ports >= {50000, 10250}
+    """)
+    emulator_run().assert_outcomes(passed=2)
+
+
+def test_talos_cluster_fixture(emulator_run: Run, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        def test_cluster(talos_cluster):
+            assert talos_cluster.roles == {
+                "talos-default-controlplane-1": "controlplane",
+                "talos-default-worker-1": "worker",
+            }
+            assert talos_cluster.controlplane().name == "talos-default-controlplane-1"
+            assert talos_cluster.worker().name == "talos-default-worker-1"
+            names = {n.metadata.name for n in talos_cluster.kubernetes.core_v1.list_node().items}
+            assert names == set(talos_cluster.roles)
+
+        def test_same_object_for_the_session(talos_cluster, request):
+            assert request.getfixturevalue("talos_cluster") is talos_cluster
+    """)
+    emulator_run().assert_outcomes(passed=2)
+
+
+def test_ids_are_sorted_hostnames(run: Run, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_node(talos_node):\n    pass\n")
+    result = run("--talos-emulator=2:2", "--collect-only", "-q", "--no-header")
+    result.stdout.fnmatch_lines([
+        "*::test_node[[]talos-default-controlplane-1[]]",
+        "*::test_node[[]talos-default-controlplane-2[]]",
+        "*::test_node[[]talos-default-worker-1[]]",
+        "*::test_node[[]talos-default-worker-2[]]",
+    ])
+
+
+def test_unreachable_target_is_a_fixture_error_with_one_message(
+    run: Run, pytester: pytest.Pytester
+) -> None:
+    pytester.makepyfile("""
+        def test_node(talos_node):
+            pass
+
+        def test_cluster(talos_cluster):
+            pass
+    """)
+    result = run("--talos-endpoint", "127.0.0.1:1", "--no-header")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines([
+        "*ERROR at setup of test_node[[]unreachable[]]*",
+        "pytest-talos could not reach 127.0.0.1:1 (talosconfig: talosctl lookup): no talosconfig "
+        "found; looked at *. Check the endpoint and talosconfig (--talos-endpoint, "
+        "--talosconfig, --talos-context), or run against the built-in emulated cluster with "
+        "--talos-emulator.",
+    ])
+    output = result.stdout.str()
+    assert "Traceback" not in output
+    assert "During handling" not in output
+
+
+def test_unmarked_test_cannot_change_a_node(emulator_run: Run, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import pytest
+        from pytest_talos.errors import TalosError
+
+        @pytest.mark.talos_role("worker")
+        def test_refused(talos_node):
+            with pytest.raises(TalosError) as refused:
+                talos_node.apply_patch({"machine": {"nodeLabels": {"a": "b"}}})
+            assert str(refused.value) == (
+                "[node talos-default-worker-1] this test is not marked talos_mutating, so its "
+                "talos_node refuses changes; mark it @pytest.mark.talos_mutating (run with "
+                "--talos-allow mutating)"
+            )
+    """)
+    emulator_run().assert_outcomes(passed=1)
+
+
+def test_call_log_fails_an_unmarked_test_that_changed_a_node(
+    emulator_run: Run, pytester: pytest.Pytester
+) -> None:
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.talos_role("worker")
+        def test_sneaky(talos_node):
+            talos_node.client.service_restart("kubelet")
+
+        @pytest.mark.talos_mutating
+        @pytest.mark.talos_role("worker")
+        def test_declared(talos_node):
+            talos_node.client.service_restart("kubelet")
+    """)
+    result = emulator_run("--talos-allow", "mutating")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "this test sent changing calls to the emulated cluster (ServiceRestart to "
+        "talos-default-worker-1) but is not marked talos_mutating; mark it "
+        "@pytest.mark.talos_mutating so that it runs only when --talos-allow permits such changes"
+    ])
+
+
+def test_call_log_requires_disruptive_for_a_reboot(
+    emulator_run: Run, pytester: pytest.Pytester
+) -> None:
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.talos_mutating
+        @pytest.mark.talos_role("worker")
+        def test_reboots(talos_node):
+            talos_node.client.reboot()
+    """)
+    result = emulator_run("--talos-allow", "disruptive")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "this test sent changing calls to the emulated cluster (Reboot to "
+        "talos-default-worker-1) but is not marked talos_disruptive; *"
+    ])
+
+
+# --------------------------------------------------------------------------- hooks
+
+
+def test_expected_ports_hook_extends_and_overrides(
+    emulator_run: Run, pytester: pytest.Pytester
+) -> None:
+    pytester.makeconftest("""
+        def pytest_talos_expected_ports(node, role, ports):
+            if role == "worker":
+                return {4240}
+            ports.discard(2379)
+    """)
+    pytester.makepyfile("""
+        def test_ports(talos_node):
+            if talos_node.role == "worker":
+                assert talos_node.expected_ports == {50000, 10250, 4240}
+            else:
+                assert talos_node.expected_ports == {50000, 50001, 6443, 2380, 10250}
+    """)
+    emulator_run().assert_outcomes(passed=2)
+
+
+def test_select_nodes_hook(run: Run, pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("""
+        def pytest_talos_select_nodes(nodes, config):
+            return [node for node in nodes if node.role == "worker"]
+    """)
+    pytester.makepyfile("""
+        def test_node(talos_node):
+            pass
+
+        def test_cluster(talos_cluster):
+            assert [n.name for n in talos_cluster.nodes] == [
+                "talos-default-worker-1", "talos-default-worker-2"]
+    """)
+    result = run("--talos-emulator=1:2", "-v")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines([
+        "talos: node talos-default-worker-1 *",
+        "talos: node talos-default-worker-2 *",
+    ])
+    assert "test_node[talos-default-controlplane-1]" not in result.stdout.str()
+
+
+def test_node_report_hook_adds_evidence(emulator_run: Run, pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("""
+        def pytest_talos_node_report(node, report):
+            if report.failed:
+                state = node.service("kubelet").state
+                report.sections.append(("talos evidence", f"{node.name} kubelet {state}"))
+    """)
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.talos_role("worker")
+        def test_fails(talos_node):
+            assert False, "on purpose"
+    """)
+    result = emulator_run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*- talos evidence -*",
+        "talos-default-worker-1 kubelet Running",
+    ])
+
+
+def test_xdist_workers_agree_on_the_ids(run: Run, pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makepyfile("""
+        import pytest
+
+        def test_a(talos_node):
+            assert talos_node.version.tag == "v1.13.9"
+
+        @pytest.mark.talos_mutating
+        def test_b(talos_node):
+            talos_node.apply_patch({"machine": {"nodeLabels": {"xdist": "yes"}}})
+    """)
+    result = run(
+        "--talos-emulator=1:1", "-n", "2", "--dist", "loadgroup", "--talos-allow", "mutating",
+        "--no-header",
+    )
+    result.assert_outcomes(passed=4)
