@@ -28,6 +28,7 @@ from pytest_talos import models, ports
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import (
     APIError,
+    ConfigRestoreError,
     ConformanceFailure,
     FailedPrecondition,
     InvalidArgument,
@@ -88,10 +89,6 @@ class CheckResult:
 
 
 # --------------------------------------------------------------------------- ConfigGuard
-
-
-class ConfigRestoreError(TalosError):
-    """A guard could not put a node's original machine config back. Needs a human."""
 
 
 @dataclass

@@ -15,6 +15,7 @@ test failure rather than an error)::
     |       FailedPrecondition, Unimplemented, Unauthenticated, Unavailable,
     |       ResourceExhausted, Internal, Unknown, Cancelled, Aborted
     +-- NodeError                   an error carried in one node's reply metadata
+    +-- ConfigRestoreError          a guard could not put a node's config back
     +-- WaitTimeout                 .last_observation, .elapsed
     ConformanceFailure(AssertionError)  .node, .check, .expected, .observed, .evidence
 
@@ -33,6 +34,7 @@ __all__ = [
     "AuthenticationError",
     "Cancelled",
     "ConfigError",
+    "ConfigRestoreError",
     "ConformanceFailure",
     "ConnectError",
     "DeadlineExceeded",
@@ -211,6 +213,10 @@ class NodeError(TalosError):
                  method: str | None = None):
         super().__init__(message, node=node, method=method)
         self.cause = cause
+
+
+class ConfigRestoreError(TalosError):
+    """A config guard could not put a node's original machine config back. Needs a human."""
 
 
 class WaitTimeout(TalosError):
