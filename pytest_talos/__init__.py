@@ -35,7 +35,29 @@ _EXPORTS: dict[str, str] = {
     "scan": "pytest_talos.ports",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [
+    "APIError",
+    "AsyncTalosClient",
+    "AuthenticationError",
+    "ConfigError",
+    "ConfigGuard",
+    "ConformanceFailure",
+    "ConnectError",
+    "DeadlineExceeded",
+    "NodeError",
+    "PatchError",
+    "TalosClient",
+    "TalosCluster",
+    "TalosConfig",
+    "TalosError",
+    "TalosNode",
+    "TransportError",
+    "WaitTimeout",
+    "__version__",
+    "apply_patches",
+    "load_talosconfig",
+    "scan",
+]
 
 if TYPE_CHECKING:
     from pytest_talos.checks import ConfigGuard

@@ -33,3 +33,7 @@ def test_importing_the_package_loads_neither_grpc_nor_the_emulator() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_all_lists_exactly_the_lazy_exports() -> None:
+    assert set(pytest_talos.__all__) == {*pytest_talos._EXPORTS, "__version__"}
