@@ -83,17 +83,11 @@ def render_resources() -> str:
     return "\n".join(lines)
 
 
-def _kubeapi_limits() -> str:
-    doc = kubeapi.__doc__ or ""
-    start = doc.find("Emulator limits")
-    return " ".join(doc[start:].split()) if start >= 0 else ""
-
-
 def render_inferred() -> str:
     sections = [
         ("Emulator (`pytest_talos/emulator/inferred.py`)", list(inferred.INFERRED)),
         ("Machine config (`machineconfig.INFERRED`)", list(machineconfig.INFERRED)),
-        ("Kubernetes API (`kubeapi.py`)", [_kubeapi_limits()]),
+        ("Kubernetes API (`kubeapi.LIMITS`)", list(kubeapi.LIMITS)),
     ]
     parts = []
     for title, items in sections:

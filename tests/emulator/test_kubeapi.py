@@ -444,7 +444,7 @@ def test_watch_from_a_forgotten_version_is_gone(
     loop: asyncio.AbstractEventLoop, pki: KubePKI, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(kubeapi, "_HISTORY", 2)
+    monkeypatch.setattr(kubeapi.tracking, "_HISTORY", 2)
     provider = FakeProvider()
     server = start_server(loop, pki, provider)
     path = tmp_path / "kubeconfig"

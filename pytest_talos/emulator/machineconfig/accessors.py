@@ -1,0 +1,107 @@
+"""Read single values out of a (trusted, already accepted) machine config."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pytest_talos.emulator.machineconfig.common import (
+    DEFAULT_POD_SUBNETS,
+    DEFAULT_SERVICE_SUBNETS,
+    _scalar_text,
+    _string_map,
+)
+from pytest_talos.emulator.machineconfig.loader import _lenient_documents, _main_document
+
+# Real kubelet command-line flags; anything else in extraArgs makes kubelet exit (B4).
+KNOWN_KUBELET_FLAGS = frozenset({
+    "address", "anonymous-auth", "authentication-token-webhook", "authorization-mode",
+    "bootstrap-kubeconfig", "cert-dir", "cgroup-driver", "cgroup-root", "client-ca-file",
+    "cloud-provider", "cluster-dns", "cluster-domain", "config", "container-log-max-files",
+    "container-log-max-size", "container-runtime-endpoint", "cpu-cfs-quota",
+    "cpu-manager-policy", "cpu-manager-reconcile-period", "enforce-node-allocatable",
+    "event-burst", "event-qps", "eviction-hard", "eviction-max-pod-grace-period",
+    "eviction-minimum-reclaim", "eviction-soft", "eviction-soft-grace-period",
+    "fail-swap-on", "feature-gates", "hairpin-mode", "healthz-bind-address", "healthz-port",
+    "hostname-override", "image-gc-high-threshold", "image-gc-low-threshold",
+    "image-service-endpoint", "kube-api-burst", "kube-api-qps", "kube-reserved",
+    "kube-reserved-cgroup", "kubeconfig", "kubelet-cgroups", "log-flush-frequency",
+    "logging-format", "make-iptables-util-chains", "max-open-files", "max-pods",
+    "memory-manager-policy", "node-ip", "node-labels", "node-status-update-frequency",
+    "pod-infra-container-image", "pod-max-pids", "pods-per-core", "port",
+    "protect-kernel-defaults", "provider-id", "read-only-port", "register-node",
+    "register-with-taints", "registry-burst", "registry-qps", "reserved-cpus",
+    "reserved-memory", "root-dir", "rotate-certificates", "rotate-server-certificates",
+    "runtime-request-timeout", "seccomp-default", "serialize-image-pulls", "system-reserved",
+    "system-reserved-cgroup", "tls-cert-file", "tls-cipher-suites", "tls-min-version",
+    "tls-private-key-file", "topology-manager-policy", "topology-manager-scope", "v",
+    "vmodule", "volume-plugin-dir", "volume-stats-agg-period",
+})
+
+
+def _dig(doc: Mapping[str, Any], *path: str) -> Any:
+    value: Any = doc
+    for key in path:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value
+
+
+def _string_list(value: Any) -> list[str]:
+    return [_scalar_text(item) for item in value] if isinstance(value, list) else []
+
+
+def node_labels(data: bytes) -> dict[str, str]:
+    """``machine.nodeLabels`` as strings."""
+    return _string_map(_dig(_main_document(data), "machine", "nodeLabels"))
+
+
+def kubelet_extra_args(data: bytes) -> dict[str, str]:
+    """``machine.kubelet.extraArgs`` as strings."""
+    return _string_map(_dig(_main_document(data), "machine", "kubelet", "extraArgs"))
+
+
+def unknown_kubelet_flags(data: bytes) -> list[str]:
+    """extraArgs keys kubelet does not know (it then exits with ``unknown flag``), sorted."""
+    return sorted(flag for flag in kubelet_extra_args(data) if flag not in KNOWN_KUBELET_FLAGS)
+
+
+def pod_subnets(data: bytes) -> list[str]:
+    """``cluster.network.podSubnets``, or Talos's default when unset."""
+    found = _string_list(_dig(_main_document(data), "cluster", "network", "podSubnets"))
+    return found or list(DEFAULT_POD_SUBNETS)
+
+
+def service_subnets(data: bytes) -> list[str]:
+    """``cluster.network.serviceSubnets``, or Talos's default when unset."""
+    found = _string_list(_dig(_main_document(data), "cluster", "network", "serviceSubnets"))
+    return found or list(DEFAULT_SERVICE_SUBNETS)
+
+
+def machine_type(data: bytes) -> str:
+    """``machine.type`` (``""`` when unset)."""
+    return _scalar_text(_dig(_main_document(data), "machine", "type") or "")
+
+
+def hostname(data: bytes) -> str:
+    """The static hostname: the ``HostnameConfig`` document, else ``machine.network.hostname``."""
+    for doc in _lenient_documents(data):
+        if doc.get("kind") == "HostnameConfig" and doc.get("hostname"):
+            return _scalar_text(doc["hostname"])
+    return _scalar_text(_dig(_main_document(data), "machine", "network", "hostname") or "")
+
+
+def cluster_name(data: bytes) -> str:
+    """``cluster.clusterName`` (``""`` when unset)."""
+    return _scalar_text(_dig(_main_document(data), "cluster", "clusterName") or "")
+
+
+def cert_sans(data: bytes) -> list[str]:
+    """``machine.certSANs``."""
+    return _string_list(_dig(_main_document(data), "machine", "certSANs"))
+
+
+def kubernetes_version(data: bytes) -> str:
+    """The Kubernetes version from the kubelet image tag (``1.36.0``), ``""`` if unknown."""
+    image = _scalar_text(_dig(_main_document(data), "machine", "kubelet", "image") or "")
+    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+    return tag.removeprefix("v")

@@ -1,0 +1,110 @@
+"""The Go types of the strictly decoded documents, as far as yaml.v3's errors need them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class _Type:
+    """A Go field type: ``kind`` is scalar/seq/map/struct/any; ``go`` its Go spelling."""
+
+    kind: Literal["scalar", "seq", "map", "struct", "any"]
+    go: str
+    item: _Type | None = None
+    fields: Mapping[str, _Type] = field(default_factory=dict)
+
+
+_ANY = _Type("any", "interface {}")
+_STR, _BOOL, _INT = _Type("scalar", "string"), _Type("scalar", "bool"), _Type("scalar", "int")
+_STR_LIST = _Type("seq", "[]string", _STR)
+_STR_MAP = _Type("map", "map[string]string", _STR)
+
+
+def _struct(go: str, **fields: _Type) -> _Type:
+    return _Type("struct", go, fields=fields)
+
+
+def _anys(*names: str) -> dict[str, _Type]:
+    return dict.fromkeys(names, _ANY)
+
+
+_PEM = _struct("x509.PEMEncodedCertificateAndKey", crt=_STR, key=_STR)
+_MACHINE = _struct(
+    "v1alpha1.MachineConfig",
+    type=_STR, token=_STR, ca=_PEM, certSANs=_STR_LIST, env=_STR_MAP, sysctls=_STR_MAP,
+    sysfs=_STR_MAP, nodeLabels=_STR_MAP, nodeAnnotations=_STR_MAP, nodeTaints=_STR_MAP,
+    kubelet=_struct(
+        "v1alpha1.KubeletConfig",
+        image=_STR, clusterDNS=_STR_LIST, extraArgs=_STR_MAP,
+        defaultRuntimeSeccompProfileEnabled=_BOOL, registerWithFQDN=_BOOL,
+        skipNodeRegistration=_BOOL, disableManifestsDirectory=_BOOL,
+        **_anys("extraMounts", "extraConfig", "credentialProviderConfig", "nodeIP"),
+    ),
+    network=_struct(
+        "v1alpha1.NetworkConfig",
+        hostname=_STR, nameservers=_STR_LIST, searchDomains=_STR_LIST, disableSearchDomain=_BOOL,
+        **_anys("interfaces", "extraHostEntries", "kubespan"),
+    ),
+    install=_struct(
+        "v1alpha1.InstallConfig",
+        disk=_STR, image=_STR, extraKernelArgs=_STR_LIST, wipe=_BOOL, legacyBIOSSupport=_BOOL,
+        grubUseUKICmdline=_BOOL, **_anys("diskSelector", "extensions"),
+    ),
+    features=_struct(
+        "v1alpha1.FeaturesConfig",
+        rbac=_BOOL, stableHostname=_BOOL, apidCheckExtKeyUsage=_BOOL, diskQuotaSupport=_BOOL,
+        nodeAddressSortAlgorithm=_STR,
+        kubePrism=_struct("v1alpha1.KubePrism", enabled=_BOOL, port=_INT),
+        hostDNS=_struct(
+            "v1alpha1.HostDNSConfig",
+            enabled=_BOOL, forwardKubeDNSToHost=_BOOL, resolveMemberNames=_BOOL,
+        ),
+        **_anys("kubernetesTalosAPIAccess", "imageCache"),
+    ),
+    **_anys(
+        "acceptedCAs", "controlPlane", "pods", "disks", "files", "time", "registries",
+        "systemDiskEncryption", "udev", "logging", "kernel", "seccompProfiles",
+        "baseRuntimeSpecOverrides",
+    ),
+)
+_CLUSTER = _struct(
+    "v1alpha1.ClusterConfig",
+    id=_STR, secret=_STR, clusterName=_STR, token=_STR, aescbcEncryptionSecret=_STR,
+    secretboxEncryptionSecret=_STR, ca=_PEM, aggregatorCA=_PEM, extraManifests=_STR_LIST,
+    extraManifestHeaders=_STR_MAP, allowSchedulingOnControlPlanes=_BOOL,
+    allowSchedulingOnMasters=_BOOL,
+    controlPlane=_struct("v1alpha1.ControlPlaneConfig", endpoint=_STR, localAPIServerPort=_INT),
+    network=_struct(
+        "v1alpha1.ClusterNetworkConfig",
+        dnsDomain=_STR, podSubnets=_STR_LIST, serviceSubnets=_STR_LIST, cni=_ANY,
+    ),
+    **_anys(
+        "serviceAccount", "apiServer", "controllerManager", "proxy", "scheduler", "discovery",
+        "etcd", "coreDNS", "externalCloudProvider", "inlineManifests", "adminKubeconfig",
+    ),
+)
+_V1ALPHA1 = _struct(
+    "v1alpha1.Config", version=_STR, debug=_BOOL, persist=_BOOL, machine=_MACHINE,
+    cluster=_CLUSTER,
+)
+_STRICT_DOCUMENTS: dict[str, _Type] = {
+    "v1alpha1": _V1ALPHA1,
+    "HostnameConfig": _struct(
+        "network.HostnameConfigV1Alpha1", apiVersion=_STR, kind=_STR, hostname=_STR, auto=_STR
+    ),
+}
+# Other document kinds Talos 1.13 registers (apiVersion v1alpha1); decoded leniently here.
+_OTHER_KINDS = frozenset({
+    "BondConfig", "BridgeConfig", "DHCPv4Config", "DHCPv6Config", "DummyLinkConfig",
+    "EthernetConfig", "EventSinkConfig", "ExistingVolumeConfig", "ExtensionServiceConfig",
+    "ImageVerificationConfig", "KmsgLogConfig", "KubeSpanEndpointsConfig", "Layer2VIPConfig",
+    "LinkAliasConfig", "LinkConfig", "NetworkDefaultActionConfig", "NetworkRuleConfig",
+    "PCIDriverRebindConfig", "RawVolumeConfig", "ResolverConfig", "RouteConfig",
+    "SideroLinkConfig", "StaticHostConfig", "SwapVolumeConfig", "TimeSyncConfig",
+    "TrustedRootsConfig", "UserVolumeConfig", "VLANConfig", "VolumeConfig",
+    "WatchdogTimerConfig", "WireguardConfig", "ZswapConfig",
+})
+_V1ALPHA1_MARKERS = frozenset({"machine", "cluster", "debug", "persist"})
