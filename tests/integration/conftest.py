@@ -1,5 +1,6 @@
 """Fixtures for the client integration tests: certificates made per session, a minimal
-apid on 127.0.0.2 (fronting three simulated nodes), and misbehaving endpoints.
+apid on 127.0.0.2 (fronting three simulated nodes), misbehaving endpoints, and an emulated
+Talos cluster (``emulated_cluster``) for the client-against-emulator tests.
 
 Everything listens on 127.0.0.0/8 only. No key is ever written except inside the
 talosconfig files under the session's tmp directory (mode 0600).
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_talos.client import TalosClient
+from pytest_talos.emulator import EmulatedCluster
 from pytest_talos.emulator.pki import (
     CertAndKey,
     CertificateAuthority,
@@ -32,6 +34,8 @@ OTHER_NODE = "127.0.0.12"
 DOWN_NODE = "127.0.0.13"
 WRONG_SAN_HOST = "127.0.0.3"  # serves a certificate made for APID_HOST only
 CLUSTER = "minimal"
+# The emulated cluster's clock runs 20x: a 4 s try-mode window lasts 0.2 s, a 5 s reboot 0.25 s.
+EMULATOR_TIME_SCALE = 20.0
 
 
 @dataclass(frozen=True)
@@ -218,3 +222,19 @@ def other_key_type(request: pytest.FixtureRequest) -> Iterator[KeyTypeSetup]:
     client = issue_client_cert(ca, roles=["os:admin"], key_type=key_type)
     with MinimalApid(host, ca, server) as running:
         yield KeyTypeSetup(ca, client, running)
+
+
+# --------------------------------------------------------------------------- emulated cluster
+
+
+@pytest.fixture(scope="session")
+def emulated_cluster() -> Iterator[EmulatedCluster]:
+    """One control plane and one worker on their own 127.x.y.0/24, Ed25519 mTLS, time sped up.
+
+    Shared by the whole session: tests that change a node must leave it as they found it
+    (see ``tests/integration/test_client_emulator.py``).
+    """
+    with EmulatedCluster(
+        controlplanes=1, workers=1, time_scale=EMULATOR_TIME_SCALE, platform="container"
+    ) as cluster:
+        yield cluster

@@ -1,0 +1,1301 @@
+"""The real TalosClient against the emulated cluster, over real Ed25519 mutual TLS on loopback.
+
+Every client method is called the way talosctl calls it: through the control plane's apid,
+with ``node`` metadata for one node (``with_node``) and ``nodes`` for fan-out (facts §6).
+Expected values come from talos-facts.md or, where the emulator is the truth (its node state,
+its event buffer, its log lines), from the emulated node itself.
+
+The cluster (``emulated_cluster``, conftest) is shared by the session: a test that changes
+the worker's config puts the original bytes back (``restore_worker_config``), and tests
+that take a node down (reset, reboots) start a cluster of their own. Waits follow COSI
+watches and event streams, each with a deadline; nothing sleeps before asserting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import itertools
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ed25519
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from pytest_talos._proto.machine import machine_pb2
+from pytest_talos._proto.v1alpha1 import resource_pb2, state_pb2
+from pytest_talos.client import TalosClient
+from pytest_talos.emulator import EmulatedCluster, NodeInfo, pki
+from pytest_talos.errors import (
+    AuthenticationError,
+    ConnectError,
+    FailedPrecondition,
+    InvalidArgument,
+    NodeError,
+    NotFound,
+    PermissionDenied,
+    TalosError,
+    Unavailable,
+    Unimplemented,
+    Unknown,
+)
+from pytest_talos.models import (
+    AddressEvent,
+    ApplyResult,
+    EtcdMember,
+    Event,
+    HostnameStatusSpec,
+    MachineConfig,
+    MachineConfigSpec,
+    MachineStatusEvent,
+    MachineStatusSpec,
+    MachineTypeSpec,
+    MemberSpec,
+    NodeAddressSpec,
+    PhaseEvent,
+    ResourceEvent,
+    SequenceEvent,
+    ServiceSpec,
+    ServiceStateEvent,
+    TaskEvent,
+    Version,
+    VersionSpec,
+)
+from pytest_talos.patches import apply_patches
+from pytest_talos.talosconfig import load_talosconfig
+from pytest_talos.transport import Rpc, Target, Transport, build_ssl_context
+from tests.integration.conftest import EMULATOR_TIME_SCALE
+
+T = TypeVar("T")
+
+TALOS_TAG = "v1.13.9"
+TALOS_COMMIT = "3ebd10a7c1bd0f81742bdcd0c3fe56d727db7401"
+WAIT = 10.0  # seconds: the deadline of every watch, event stream and poll below
+TRY_SECONDS = 4  # emulated; 0.2 s of real time at 20x
+LABEL_PATCH = b"machine:\n  nodeLabels:\n    pytest-talos/checked: client-test\n"
+BAD_LABEL_PATCH = b"machine:\n  nodeLabels:\n    bad label: x\n"  # a space: invalid (B3)
+TYPE_PATCH = b"machine:\n  type: controlplane\n"  # needs a reboot (facts §9)
+CONTAINER_REFUSAL = "method is not supported in container mode"  # facts §10
+# facts §11, `talosctl health` conditions in order.
+HEALTH_CONDITIONS = [
+    "etcd to be healthy",
+    "etcd members to be consistent across nodes",
+    "etcd members to be control plane nodes",
+    "apid to be ready",
+    "all nodes memory sizes",
+    "all nodes disk sizes",
+    "no diagnostics",
+    "kubelet to be healthy",
+    "all nodes to finish boot sequence",
+    "all k8s nodes to report",
+    "all control plane static pods to be running",
+    "all control plane components to be ready",
+    "all k8s nodes to report ready",
+    "kube-proxy to report ready",
+    "coredns to report ready",
+    "all k8s nodes to report schedulable",
+]
+
+# Raw RPCs the client deliberately does not offer (COSI writes) or hides (the hello event).
+EVENTS_RPC = Rpc("/machine.MachineService/Events", machine_pb2.EventsRequest, machine_pb2.Event)
+COSI_GET = Rpc("/cosi.resource.State/Get", state_pb2.GetRequest, state_pb2.GetResponse)
+COSI_CREATE = Rpc("/cosi.resource.State/Create", state_pb2.CreateRequest, state_pb2.CreateResponse)
+COSI_UPDATE = Rpc("/cosi.resource.State/Update", state_pb2.UpdateRequest, state_pb2.UpdateResponse)
+COSI_DESTROY = Rpc(
+    "/cosi.resource.State/Destroy", state_pb2.DestroyRequest, state_pb2.DestroyResponse
+)
+SERVICES_TYPE = "Services.v1alpha1.talos.dev"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _first(stream: Iterable[T], wanted: Callable[[T], bool], what: str) -> T:
+    """The first item of a (deadline-bounded) stream that satisfies ``wanted``."""
+    for item in stream:
+        if wanted(item):
+            return item
+    raise AssertionError(f"the stream ended before {what}")
+
+
+def _poll(probe: Callable[[], T], done: Callable[[T], bool], what: str) -> T:
+    """For nodes whose API is down (no stream to follow): call until ``done``, or fail."""
+    deadline = time.monotonic() + WAIT
+    last: T | TalosError | None = None
+    while time.monotonic() < deadline:
+        try:
+            last = probe()
+        except TalosError as exc:  # the node is rebooting or gone: keep asking
+            last = exc
+        else:
+            if done(last):
+                return last
+        time.sleep(0.02)
+    raise AssertionError(f"no {what} within {WAIT}s; last answer: {last!r}")
+
+
+def _is_unreachable(reply: Version | NodeError) -> bool:
+    return isinstance(reply, NodeError) and isinstance(reply.cause, Unavailable)
+
+
+def _versions_resource(node: TalosClient) -> Callable[[], str]:
+    def tag() -> str:
+        spec = node.get("version", "version").typed_spec
+        return spec.version if isinstance(spec, VersionSpec) else ""
+
+    return tag
+
+
+def _spec(event: ResourceEvent) -> Any:
+    return event.resource.typed_spec if event.resource is not None else None
+
+
+def _wait_until_ready(node: TalosClient) -> None:
+    with node.watch("machinestatus", "machine", timeout=WAIT) as watch:
+        _first(
+            watch,
+            lambda e: isinstance(_spec(e), MachineStatusSpec) and _spec(e).ready,
+            "the node reported ready",
+        )
+
+
+def _changes_until_healthy(watch: Iterable[ResourceEvent]) -> list[ResourceEvent]:
+    """Changes of one Services resource, from an open watch, until it reports healthy."""
+    seen: list[ResourceEvent] = []
+    for event in watch:
+        seen.append(event)
+        spec = _spec(event)
+        if event.type != "destroyed" and isinstance(spec, ServiceSpec) and spec.healthy:
+            return seen
+    raise AssertionError(f"the service never became healthy; saw {[e.type for e in seen]}")
+
+
+def _is_kubelet(event: Event, action: str, *, healthy: bool | None = None) -> bool:
+    payload = event.payload
+    return (
+        isinstance(payload, ServiceStateEvent)
+        and payload.service == "kubelet"
+        and payload.action == action
+        and healthy in (None, payload.healthy)
+    )
+
+
+def _truth_events(cluster: EmulatedCluster, address: str) -> list[str]:
+    """The ids of the events the emulated node has buffered (its own truth)."""
+    return cluster.node(address).run(lambda state: [e.id for e in state.events.snapshot()])
+
+
+def _events_after(node: TalosClient, anchor: str, until: Callable[[Event], bool]) -> list[Event]:
+    """Events newer than ``anchor`` (tail_id), up to the first one matching ``until``."""
+    seen: list[Event] = []
+    with node.events(tail_id=anchor, timeout=WAIT) as stream:
+        for event in stream:
+            seen.append(event)
+            if until(event):
+                return seen
+    raise AssertionError("the event stream ended early")
+
+
+async def _with_transport(path: Path, use: Callable[[Transport], Awaitable[T]]) -> T:
+    """A bare transport (no client) from the talosconfig, for calls the client does not make."""
+    context = load_talosconfig(path, env={}).context
+    transport = Transport(
+        context.endpoints[0],
+        build_ssl_context(context.ca_pem, context.crt_pem, context.key_pem),
+        timeout=WAIT,
+    )
+    try:
+        return await use(transport)
+    finally:
+        await transport.aclose()
+
+
+async def _refusal(call: Awaitable[object]) -> TalosError:
+    try:
+        await call
+    except TalosError as exc:
+        return exc
+    raise AssertionError("the call was accepted")
+
+
+def _fake_service(version: str) -> resource_pb2.Resource:
+    return resource_pb2.Resource(
+        metadata=resource_pb2.Metadata(
+            namespace="runtime", type=SERVICES_TYPE, id="apid", version=version, phase="running"
+        ),
+        spec=resource_pb2.Spec(yaml_spec="running: true\nhealthy: false\nunknown: false\n"),
+    )
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def cp_node(emulated_cluster: EmulatedCluster) -> NodeInfo:
+    return next(n for n in emulated_cluster.nodes if n.role == "controlplane")
+
+
+@pytest.fixture(scope="module")
+def worker_node(emulated_cluster: EmulatedCluster) -> NodeInfo:
+    return next(n for n in emulated_cluster.nodes if n.role == "worker")
+
+
+@pytest.fixture(scope="module")
+def talos(emulated_cluster: EmulatedCluster) -> Iterator[TalosClient]:
+    """The admin client of the cluster's own talosconfig (endpoint: the control plane)."""
+    with TalosClient.from_talosconfig(emulated_cluster.talosconfig_path, env={}) as client:
+        for node in emulated_cluster.nodes:
+            _wait_until_ready(client.with_node(node.address))
+        yield client
+
+
+@pytest.fixture
+def cp(talos: TalosClient, cp_node: NodeInfo) -> TalosClient:
+    return talos.with_node(cp_node.address)
+
+
+@pytest.fixture
+def worker(talos: TalosClient, worker_node: NodeInfo) -> TalosClient:
+    """The worker, reached through the control plane's apid (one-to-one proxying)."""
+    return talos.with_node(worker_node.address)
+
+
+@pytest.fixture
+def restore_worker_config(worker: TalosClient) -> Iterator[MachineConfig]:
+    """The worker's config before the test; the same bytes are applied back afterwards.
+
+    Re-applying with no-reboot also cancels a pending try-mode timer and replaces a staged
+    config (facts §9), so the next test finds the node exactly as configured before.
+    """
+    original = worker.machine_config()
+    yield original
+    worker.apply_configuration(original.raw, mode="no-reboot")
+    assert worker.machine_config().raw == original.raw
+
+
+@pytest.fixture
+def reader_path(emulated_cluster: EmulatedCluster, tmp_path: Path) -> Path:
+    identity = emulated_cluster.issue_client(["os:reader"], path=tmp_path / "reader")
+    assert identity.path is not None
+    return identity.path
+
+
+# --------------------------------------------------------------------------- version, targeting
+
+
+def test_version_of_each_node_through_the_control_plane(
+    emulated_cluster: EmulatedCluster, cp: TalosClient, worker: TalosClient, worker_node: NodeInfo
+) -> None:
+    calls_before = len(emulated_cluster.call_log)
+
+    for node in (cp, worker):
+        version = node.version()
+        assert version == Version(
+            tag=TALOS_TAG,
+            sha=version.sha,
+            go_version=version.go_version,
+            os="linux",
+            arch="amd64",
+            platform="container",
+            platform_mode="container",
+            rbac=True,
+            node=node.node,
+        )
+        assert version.go_version.startswith("go")
+        assert len(version.sha) >= 7
+        assert TALOS_COMMIT.startswith(version.sha)  # facts §0: the v1.13.9 commit
+        # facts §11 version.go: the API tag is the Versions resource's tag.
+        assert node.get("version", "version").typed_spec == VersionSpec(TALOS_TAG, "Talos")
+
+    forwarded = [
+        call
+        for call in emulated_cluster.call_log[calls_before:]
+        if call.method == "/machine.MachineService/Version" and call.forwarded
+    ]
+    assert [call.address for call in forwarded] == [worker_node.address]
+
+
+def test_the_talosconfig_carries_an_ed25519_admin_identity(
+    emulated_cluster: EmulatedCluster, talos: TalosClient
+) -> None:
+    context = load_talosconfig(emulated_cluster.talosconfig_path, env={}).context
+    for pem in (context.ca_pem, context.crt_pem):  # facts §5: Talos's default key type
+        key = x509.load_pem_x509_certificate(pem).public_key()
+        assert isinstance(key, ed25519.Ed25519PublicKey)
+    assert talos.roles == ("os:admin",)
+    assert len(talos.nodes) == 2  # the talosconfig names both nodes: single calls need with_node
+    with pytest.raises(InvalidArgument, match=r"use client\.with_node"):
+        talos.version()
+
+
+def test_version_fanout_returns_one_reply_per_node(
+    emulated_cluster: EmulatedCluster, talos: TalosClient, cp_node: NodeInfo, worker_node: NodeInfo
+) -> None:
+    calls_before = len(emulated_cluster.call_log)
+
+    replies = talos.fanout_version()
+
+    assert set(replies) == {cp_node.address, worker_node.address}
+    for address, reply in replies.items():
+        assert isinstance(reply, Version)
+        assert (reply.tag, reply.node) == (TALOS_TAG, address)
+    calls = [c for c in emulated_cluster.call_log[calls_before:] if c.method.endswith("/Version")]
+    entry = next(c for c in calls if not c.forwarded)
+    assert (entry.address, set(entry.targets)) == (
+        cp_node.address,
+        {cp_node.address, worker_node.address},
+    )
+    assert [c.address for c in calls if c.forwarded] == [worker_node.address]
+
+
+def test_fanout_keeps_a_nodes_error_beside_the_other_replies(
+    talos: TalosClient, cp_node: NodeInfo, worker_node: NodeInfo
+) -> None:
+    replies = talos.fanout("etcd_members")
+
+    members = replies[cp_node.address]
+    assert [m.hostname for m in members] == [cp_node.hostname]
+    failed = replies[worker_node.address]
+    assert isinstance(failed, NodeError)
+    assert failed.node == worker_node.address
+    assert isinstance(failed.cause, Unimplemented)
+    assert "member list is only available on control plane nodes" in str(failed)
+
+
+def test_hostname(
+    talos: TalosClient,
+    cp: TalosClient,
+    worker: TalosClient,
+    cp_node: NodeInfo,
+    worker_node: NodeInfo,
+) -> None:
+    assert cp.hostname() == cp_node.hostname
+    assert worker.hostname() == worker_node.hostname
+    assert talos.fanout("hostname") == {
+        cp_node.address: cp_node.hostname,
+        worker_node.address: worker_node.hostname,
+    }
+    status = worker.get("hostname", "hostname").typed_spec
+    assert isinstance(status, HostnameStatusSpec)
+    assert status.hostname == worker_node.hostname
+
+
+# --------------------------------------------------------------------------- services
+
+
+def test_services_per_role(cp: TalosClient, worker: TalosClient) -> None:
+    on_cp = {info.id: info for info in cp.services()}
+    on_worker = {info.id: info for info in worker.services()}
+
+    # facts §1/§3: etcd and trustd (which hands workers their certificates) run on control
+    # planes only.
+    assert {"apid", "containerd", "cri", "etcd", "kubelet", "machined", "trustd"} <= set(on_cp)
+    assert {"apid", "containerd", "cri", "kubelet", "machined"} <= set(on_worker)
+    assert not {"etcd", "trustd"} & set(on_worker)
+    for info in (*on_cp.values(), *on_worker.values()):
+        assert info.state == "Running", info
+        assert info.events, info
+        assert info.events[-1].ts is not None
+        assert info.events[-1].ts.tzinfo is dt.UTC
+    for info in (on_cp["apid"], on_cp["etcd"], on_worker["kubelet"]):
+        assert (info.healthy, info.health_unknown) == (True, False)
+        assert info.last_event is not None
+        assert info.last_event.msg == "Health check successful"
+
+
+def test_service_lookup(worker: TalosClient, worker_node: NodeInfo) -> None:
+    kubelet = worker.service("kubelet")
+    assert (kubelet.id, kubelet.node) == ("kubelet", worker_node.address)
+    with pytest.raises(NotFound, match='service "etcd" not defined'):
+        worker.service("etcd")
+
+
+def test_service_restart_of_kubelet(
+    emulated_cluster: EmulatedCluster, worker: TalosClient, worker_node: NodeInfo
+) -> None:
+    anchor = _truth_events(emulated_cluster, worker_node.address)[-1]
+
+    with worker.watch("svc", "kubelet", timeout=WAIT) as watch:
+        current = next(watch)  # the watch is set up once it has shown the current state
+        assert (current.type, _spec(current)) == ("created", ServiceSpec(True, True, False))
+
+        assert worker.service_restart("kubelet") == 'Service "kubelet" restarted'
+        changes = _changes_until_healthy(watch)
+
+    # facts §8: the Services resource exists only while the service runs.
+    assert [e.type for e in changes] == ["destroyed", "created", "updated"]
+    assert _spec(changes[1]) == ServiceSpec(running=True, healthy=False, unknown=True)
+    events = _events_after(worker, anchor, lambda e: _is_kubelet(e, "RUNNING", healthy=True))
+    actions = [e.payload.action for e in events if isinstance(e.payload, ServiceStateEvent)]
+    assert actions[0] == "STOPPING"
+    assert "FINISHED" in actions
+    assert actions[-1] == "RUNNING"
+    # The talosctl CLI test's expectation: `EVENTS [Running]: Health check successful`.
+    last = worker.service("kubelet").last_event
+    assert last is not None
+    assert (last.state, last.msg) == ("Running", "Health check successful")
+
+
+def test_service_stop_and_start_of_kubelet(
+    emulated_cluster: EmulatedCluster, worker: TalosClient, worker_node: NodeInfo
+) -> None:
+    anchor = _truth_events(emulated_cluster, worker_node.address)[-1]
+
+    with worker.watch("svc", "kubelet", timeout=WAIT) as watch:
+        assert next(watch).type == "created"
+
+        assert worker.service_stop("kubelet") == 'Service "kubelet" stopped'
+        assert next(watch).type == "destroyed"
+        _events_after(worker, anchor, lambda e: _is_kubelet(e, "FINISHED"))
+        assert worker.service("kubelet").state == "Finished"
+        # facts §3: stopping a stopped service is a no-op.
+        assert worker.service_stop("kubelet") == 'Service "kubelet" stopped'
+
+        assert worker.service_start("kubelet") == 'Service "kubelet" started'
+        changes = _changes_until_healthy(watch)
+
+    assert [e.type for e in changes] == ["created", "updated"]
+    assert worker.service("kubelet").state == "Running"
+
+
+def test_service_actions_refused_as_talos_refuses_them(worker: TalosClient) -> None:
+    with pytest.raises(Unknown) as caught:
+        worker.service_restart("apid")
+    assert caught.value.details == 'service "apid" doesn\'t support restart operation via API'
+
+    with pytest.raises(Unknown) as missing:
+        worker.service_start("nosuch")
+    assert missing.value.details == 'service "nosuch" not defined'
+
+
+# --------------------------------------------------------------------------- apply
+
+
+def test_apply_no_reboot_label_patch_bumps_the_version(
+    worker: TalosClient, worker_node: NodeInfo, restore_worker_config: MachineConfig
+) -> None:
+    before = restore_worker_config
+    patched = apply_patches(before.raw, [LABEL_PATCH])
+
+    result = worker.apply_configuration(patched, mode="no-reboot")
+
+    assert result == ApplyResult(
+        mode="no-reboot",
+        mode_details="Applied configuration without a reboot",
+        warnings=(),
+        node=worker_node.address,
+    )
+    after = worker.machine_config()
+    assert after.version == before.version + 1  # facts §8: NO_REBOOT bumps v1alpha1
+    assert after.raw == patched
+    assert after.documents[0]["machine"]["nodeLabels"] == {"pytest-talos/checked": "client-test"}
+    # facts §8: no `persistent` MachineConfig in container mode.
+    with pytest.raises(NotFound):
+        worker.get("mc", "persistent")
+
+
+def test_apply_auto_resolves_to_no_reboot_for_a_label(
+    worker: TalosClient, restore_worker_config: MachineConfig
+) -> None:
+    patched = apply_patches(restore_worker_config.raw, [LABEL_PATCH])
+
+    result = worker.apply_configuration(patched, mode="auto")
+
+    assert (result.mode, result.mode_details) == (
+        "no-reboot",
+        "Applied configuration without a reboot",
+    )
+    assert worker.machine_config().raw == patched
+
+
+def test_apply_of_an_invalid_label_is_refused_and_changes_nothing(
+    worker: TalosClient, restore_worker_config: MachineConfig
+) -> None:
+    before = restore_worker_config
+    invalid = apply_patches(before.raw, [BAD_LABEL_PATCH])
+
+    with pytest.raises(InvalidArgument) as caught:
+        worker.apply_configuration(invalid, mode="no-reboot")
+
+    assert 'name "bad label" is invalid' in (caught.value.details or "")
+    after = worker.machine_config()
+    assert (after.version, after.raw) == (before.version, before.raw)  # facts B3
+
+
+def test_apply_without_a_v1alpha1_document_is_refused(
+    worker: TalosClient, worker_node: NodeInfo, restore_worker_config: MachineConfig
+) -> None:
+    hostname_only = (
+        f"apiVersion: v1alpha1\nkind: HostnameConfig\nhostname: {worker_node.hostname}\n"
+        "auto: 'off'\n"
+    )
+
+    with pytest.raises(InvalidArgument) as caught:
+        worker.apply_configuration(hostname_only)
+
+    assert caught.value.details == (  # facts §9 step 6
+        "the applied machine configuration doesn't contain v1alpha1 config, "
+        "did you mean to patch the machine config instead?"
+    )
+    assert worker.machine_config().version == restore_worker_config.version
+
+
+def test_apply_of_a_change_that_needs_a_reboot_in_no_reboot_mode_is_refused(
+    worker: TalosClient, restore_worker_config: MachineConfig
+) -> None:
+    before = restore_worker_config
+    retyped = apply_patches(before.raw, [TYPE_PATCH])
+
+    with pytest.raises(InvalidArgument) as caught:
+        worker.apply_configuration(retyped, mode="no-reboot")
+
+    details = caught.value.details or ""
+    assert details.startswith("this config change can't be applied in immediate mode\ndiff:\n")
+    assert "\n-  type: worker\n+  type: controlplane\n" in details
+    assert worker.machine_config().version == before.version
+
+    dry = worker.apply_configuration(retyped, mode="auto", dry_run=True)
+    assert dry.mode == "reboot"  # AUTO turns into REBOOT, with the reason appended
+    assert dry.mode_details.startswith(
+        "Dry run summary:\nApplied configuration with a reboot: "
+        "this config change can't be applied in immediate mode"
+    )
+
+
+def test_apply_dry_run_shows_the_diff_and_changes_nothing(
+    worker: TalosClient, restore_worker_config: MachineConfig
+) -> None:
+    before = restore_worker_config
+    patched = apply_patches(before.raw, [LABEL_PATCH])
+
+    dry = worker.apply_configuration(patched, mode="no-reboot", dry_run=True)
+
+    assert dry.mode == "no-reboot"
+    assert dry.warnings == ()  # facts §9: warnings are not returned in dry run
+    assert dry.mode_details.startswith(
+        "Dry run summary:\nApplied configuration without a reboot (skipped in dry-run).\n"
+        "Config diff:\n\n--- a\n+++ b\n"
+    )
+    assert "\n+    pytest-talos/checked: client-test\n" in dry.mode_details
+    after = worker.machine_config()
+    assert (after.version, after.raw) == (before.version, before.raw)
+
+    same = worker.apply_configuration(before.raw, mode="staged", dry_run=True)
+    assert same.mode == "staged"
+    assert same.mode_details == (
+        "Dry run summary:\nStaged configuration to be applied after the next reboot "
+        "(skipped in dry-run).\nConfig diff:\n\nNo changes."
+    )
+
+
+def test_apply_staged_leaves_the_active_config_alone_in_container_mode(
+    worker: TalosClient, restore_worker_config: MachineConfig
+) -> None:
+    before = restore_worker_config
+    patched = apply_patches(before.raw, [LABEL_PATCH])
+
+    result = worker.apply_configuration(patched, mode="staged")
+
+    assert (result.mode, result.mode_details) == (
+        "staged",
+        "Staged configuration to be applied after the next reboot",
+    )
+    # facts §8: STAGED bumps only `persistent`, which container nodes do not have.
+    after = worker.machine_config()
+    assert (after.version, after.raw) == (before.version, before.raw)
+
+
+def test_apply_try_reverts_when_its_window_ends(
+    worker: TalosClient, restore_worker_config: MachineConfig
+) -> None:
+    before = restore_worker_config
+    patched = apply_patches(before.raw, [LABEL_PATCH])
+
+    with worker.watch("mc", "v1alpha1", timeout=WAIT) as watch:
+        current = next(watch)
+        assert current.type == "created"
+        assert current.resource is not None
+        assert current.resource.version == before.version
+
+        result = worker.apply_configuration(patched, mode="try", try_timeout=TRY_SECONDS)
+        assert result.mode == "try"
+        assert result.mode_details == (
+            "Applied configuration without a reboot\nThe config is applied in 'try' mode and "
+            f"will be automatically reverted back in {TRY_SECONDS}s"
+        )
+        tried, reverted = next(watch), next(watch)  # facts B6: back after the window
+
+    assert tried.type == reverted.type == "updated"
+    assert isinstance(_spec(tried), MachineConfigSpec)
+    assert _spec(tried).yaml == patched
+    assert tried.resource is not None
+    assert tried.resource.version == before.version + 1  # facts §8: TRY bumps v1alpha1 ...
+    assert reverted.resource is not None
+    assert reverted.resource.version == before.version + 2  # ... and the revert again
+    assert _spec(reverted).yaml == before.raw
+    assert worker.machine_config().raw == before.raw
+
+
+def test_apply_in_reboot_mode_restarts_the_node_with_the_new_config() -> None:
+    with (
+        EmulatedCluster(controlplanes=1, workers=1, time_scale=EMULATOR_TIME_SCALE) as cluster,
+        TalosClient.from_talosconfig(cluster.talosconfig_path, timeout=2.0, env={}) as talos,
+    ):
+        address = next(n.address for n in cluster.nodes if n.role == "worker")
+        worker = talos.with_node(address)
+        patched = apply_patches(worker.machine_config().raw, [LABEL_PATCH])
+
+        result = worker.apply_configuration(patched, mode="reboot")
+
+        assert result == ApplyResult(
+            "reboot", "Applied configuration with a reboot", (), node=address
+        )
+        after = _poll(
+            worker.machine_config, lambda c: c.raw == patched, "rebooted node with the new config"
+        )
+        assert after.documents[0]["machine"]["nodeLabels"] == {
+            "pytest-talos/checked": "client-test"
+        }
+
+
+# --------------------------------------------------------------------------- logs and events
+
+
+def test_logs(
+    emulated_cluster: EmulatedCluster, worker: TalosClient, worker_node: NodeInfo
+) -> None:
+    node = emulated_cluster.node(worker_node.address)
+    lines = node.run(lambda state: state.service_log("kubelet"))
+
+    text = worker.logs("kubelet")
+
+    assert text == "".join(f"{line}\n" for line in lines)
+    assert "kubelet" in text
+    assert worker.logs("kubelet", tail=1) == f"{lines[-1]}\n"
+    assert worker.logs("kubelet", tail=0) == ""
+    assert worker.logs_bytes("kubelet") == text.encode()
+    with pytest.raises(Unknown) as caught:
+        worker.logs("nosuchservice")
+    assert caught.value.details == 'log "nosuchservice" was not registered'
+
+
+def test_logs_containers_are_the_service_ids(cp: TalosClient, worker: TalosClient) -> None:
+    for node in (cp, worker):
+        assert sorted(node.logs_containers()) == sorted(info.id for info in node.services())
+
+
+def test_events_replay_the_buffer_with_typed_payloads(
+    emulated_cluster: EmulatedCluster, worker: TalosClient, worker_node: NodeInfo
+) -> None:
+    truth = _truth_events(emulated_cluster, worker_node.address)
+
+    with worker.events(tail_events=-1, timeout=WAIT) as stream:
+        events = list(itertools.islice(stream, len(truth)))
+
+    assert [e.id for e in events] == truth
+    assert all(len(e.id) == 20 and e.node == worker_node.address for e in events)
+    kinds = {type(e.payload) for e in events}
+    assert {
+        SequenceEvent,
+        PhaseEvent,
+        TaskEvent,
+        ServiceStateEvent,
+        MachineStatusEvent,
+        AddressEvent,
+    } <= kinds
+    address = next(e.payload for e in events if isinstance(e.payload, AddressEvent))
+    assert address.hostname == worker_node.hostname
+    assert worker_node.address in address.addresses
+    boot = [e.payload for e in events if isinstance(e.payload, SequenceEvent)]
+    assert ("boot", "START") in [(s.sequence, s.action) for s in boot]
+
+
+def test_events_hello_is_skipped(
+    emulated_cluster: EmulatedCluster, worker: TalosClient, worker_node: NodeInfo
+) -> None:
+    async def first_two(transport: Transport) -> list[machine_pb2.Event]:
+        request = machine_pb2.EventsRequest(tail_events=-1)
+        target = Target(node=worker_node.address)
+        stream = transport.stream(EVENTS_RPC, request, target, total_timeout=WAIT)
+        try:
+            return [await stream.__anext__(), await stream.__anext__()]
+        finally:
+            await stream.aclose()
+
+    hello, first_real = asyncio.run(_with_transport(emulated_cluster.talosconfig_path, first_two))
+
+    # facts §3: an empty event opens the stream, then payloads typed talos/runtime/...
+    assert (hello.data.type_url, hello.data.value) == ("", b"")
+    assert len(hello.id) == 20
+    assert first_real.data.type_url.startswith("talos/runtime/machine.")
+    with worker.events(tail_events=-1, timeout=WAIT) as stream:
+        assert next(stream).id == first_real.id
+
+
+def test_events_tail_options(
+    emulated_cluster: EmulatedCluster, worker: TalosClient, worker_node: NodeInfo
+) -> None:
+    truth = _truth_events(emulated_cluster, worker_node.address)
+
+    with worker.events(tail_events=5, timeout=WAIT) as stream:
+        assert [e.id for e in itertools.islice(stream, 5)] == truth[-5:]
+    with worker.events(tail_id=truth[-4], timeout=WAIT) as stream:
+        assert [e.id for e in itertools.islice(stream, 3)] == truth[-3:]
+    with worker.events(tail_seconds=24 * 3600, timeout=WAIT) as stream:
+        assert [e.id for e in itertools.islice(stream, len(truth))] == truth
+    with (
+        pytest.raises(InvalidArgument),
+        worker.events(tail_events=5, tail_id=truth[0], timeout=WAIT) as stream,
+    ):
+        next(stream)
+
+
+# --------------------------------------------------------------------------- files and system
+
+
+def test_list_and_read_a_talos_root_filesystem(worker: TalosClient, worker_node: NodeInfo) -> None:
+    entries = {entry.name: entry for entry in worker.list("/etc")}
+
+    assert entries["/etc"].is_dir
+    assert entries["/etc"].relative_name == "."
+    release = entries["/etc/os-release"]
+    assert release.is_regular
+    assert release.node == worker_node.address
+    content = worker.read("/etc/os-release")
+    assert release.size == len(content)
+    assert "ID=talos" in content.decode().splitlines()
+    regular = worker.list("/etc", types=["regular"])
+    assert regular
+    assert all(entry.is_regular for entry in regular)
+    with pytest.raises(InvalidArgument, match="path must be a regular file"):
+        worker.read("/etc")
+
+
+def test_there_is_no_shell(worker: TalosClient) -> None:
+    # facts B1: no shell, no busybox, no sshd in the image.
+    for path in ("/bin/sh", "/bin/bash"):
+        with pytest.raises(NotFound, match="no such file or directory"):
+            worker.read(path)
+    names = {entry.name for entry in worker.list("/", recurse=True)}
+    assert "/etc/os-release" in names
+    assert not {n for n in names if n.rsplit("/", 1)[-1] in ("sh", "bash", "busybox", "sshd")}
+
+
+def test_kubeconfig_on_the_control_plane_only(
+    cp: TalosClient, worker: TalosClient, cp_node: NodeInfo
+) -> None:
+    kubeconfig = yaml.safe_load(cp.kubeconfig())
+
+    assert kubeconfig["kind"] == "Config"
+    (cluster,) = kubeconfig["clusters"]
+    assert cluster["cluster"]["server"] == f"https://{cp_node.address}:6443"
+    assert cluster["cluster"]["certificate-authority-data"]
+    with pytest.raises(Unimplemented) as caught:
+        worker.kubeconfig()
+    assert caught.value.details == "kubeconfig is only available on control plane nodes"
+
+
+def test_netstat_lists_what_each_role_listens_on(cp: TalosClient, worker: TalosClient) -> None:
+    def listeners(node: TalosClient) -> dict[int, str]:
+        records = node.netstat()
+        assert all(r.listening and r.state == "LISTEN" for r in records)
+        return {r.local_port: r.process_name for r in records if r.l4proto.startswith("tcp")}
+
+    on_cp, on_worker = listeners(cp), listeners(worker)
+
+    assert on_cp[50000] == on_worker[50000] == "apid"  # CLI test: `:::50000 … LISTEN … /apid`
+    assert on_cp[50001] == "trustd"
+    assert on_cp[2379] == "etcd"
+    assert on_worker[10250] == "kubelet"
+    assert not {50001, 6443, 2379} & set(on_worker)
+    apid = next(r for r in worker.netstat() if r.local_port == 50000)
+    assert (apid.l4proto, apid.local_ip, apid.pid is not None) == ("tcp6", "::", True)
+    everything = worker.netstat(listening=False)
+    assert {(r.l4proto, r.local_port) for r in worker.netstat()} <= {
+        (r.l4proto, r.local_port) for r in everything
+    }
+
+
+def test_processes(worker: TalosClient) -> None:
+    processes = {p.pid: p for p in worker.processes()}
+
+    init = processes[1]
+    assert (init.ppid, init.executable) == (0, "/sbin/init")  # machined is PID 1
+    commands = {p.command for p in processes.values()}
+    assert {"apid", "containerd", "kubelet"} <= commands
+    assert not {"sh", "bash", "sshd"} & commands
+
+
+def test_memory_in_kilobytes(worker: TalosClient, worker_node: NodeInfo) -> None:
+    memory = worker.memory()
+
+    assert memory.node == worker_node.address
+    assert 0 < memory.available_kb <= memory.total_kb
+    assert 0 < memory.free_kb <= memory.total_kb
+    assert 1 << 20 < memory.total_kb < 1 << 30  # between 1 GiB and 1 TiB when read as kB
+
+
+def test_mounts_agree_with_proc_mounts(worker: TalosClient) -> None:
+    mounts = {m.mounted_on: m for m in worker.mounts()}
+    proc_mounts = worker.read("/proc/mounts").decode().splitlines()
+
+    assert set(mounts) == {line.split()[1] for line in proc_mounts}
+    root = mounts["/"]
+    assert root.available == 0  # the read-only SquashFS root (facts §13)
+    assert any(line.split()[:3] == [root.filesystem, "/", "squashfs"] for line in proc_mounts)
+
+
+def test_etcd_members_are_the_control_planes(
+    cp: TalosClient, worker: TalosClient, cp_node: NodeInfo
+) -> None:
+    (member,) = cp.etcd_members()
+
+    assert member == EtcdMember(
+        id=member.id,
+        hostname=cp_node.hostname,
+        peer_urls=(f"https://{cp_node.address}:2380",),
+        client_urls=(f"https://{cp_node.address}:2379",),
+        is_learner=False,
+    )
+    assert member.id != 0
+    with pytest.raises(Unimplemented) as caught:
+        worker.etcd_members()
+    assert caught.value.details == "member list is only available on control plane nodes"
+
+
+def test_generate_client_configuration(
+    emulated_cluster: EmulatedCluster, cp: TalosClient, worker: TalosClient, cp_node: NodeInfo
+) -> None:
+    generated = cp.generate_client_configuration(["os:reader"], dt.timedelta(minutes=10))
+
+    cert = x509.load_pem_x509_certificate(generated.crt_pem)
+    assert cert.not_valid_after_utc - cert.not_valid_before_utc <= dt.timedelta(minutes=11)
+    assert "PRIVATE KEY" not in repr(generated)
+    talosconfig = yaml.safe_load(generated.talosconfig)
+    assert talosconfig["context"] == f"reader@{emulated_cluster.name}"  # facts §3
+    assert talosconfig["contexts"][talosconfig["context"]]["endpoints"] == []
+    with TalosClient(
+        emulated_cluster.endpoint, generated.ca_pem, generated.crt_pem, generated.key_pem
+    ) as reader:
+        assert reader.roles == ("os:reader",)
+        assert reader.hostname() == cp_node.hostname
+        with pytest.raises(PermissionDenied):
+            reader.read("/etc/os-release")
+
+    with pytest.raises(InvalidArgument) as caught:
+        cp.generate_client_configuration(["os:reader"], 0)
+    assert caught.value.details == "crt_ttl should be positive"
+    with pytest.raises(Unimplemented):
+        worker.generate_client_configuration(["os:reader"], 600)
+
+
+def test_health_check_walks_the_talosctl_conditions(cp: TalosClient, worker: TalosClient) -> None:
+    lines = [progress.message for progress in cp.health_check(wait_timeout=WAIT)]
+
+    conditions = list(
+        dict.fromkeys(line.removeprefix("waiting for ").rsplit(": ", 1)[0] for line in lines)
+    )
+    assert conditions == HEALTH_CONDITIONS
+    assert {f"waiting for {c}: OK" for c in HEALTH_CONDITIONS} <= set(lines)
+    with pytest.raises(Unimplemented):
+        next(worker.health_check(wait_timeout=WAIT))
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda node: node.reboot(), id="reboot"),
+        pytest.param(lambda node: node.shutdown(), id="shutdown"),
+        pytest.param(
+            lambda node: node.upgrade(f"ghcr.io/siderolabs/installer:{TALOS_TAG}"), id="upgrade"
+        ),
+        pytest.param(lambda node: node.rollback(), id="rollback"),
+    ],
+)
+def test_lifecycle_calls_are_refused_on_container_nodes(
+    worker: TalosClient, call: Callable[[TalosClient], object]
+) -> None:
+    assert worker.version().in_container
+
+    with pytest.raises(FailedPrecondition) as caught:
+        call(worker)
+
+    assert caught.value.details == CONTAINER_REFUSAL
+
+
+def test_reset_takes_a_container_node_away_and_fanout_reports_it() -> None:
+    with (
+        EmulatedCluster(controlplanes=1, workers=1, time_scale=EMULATOR_TIME_SCALE) as cluster,
+        TalosClient.from_talosconfig(cluster.talosconfig_path, timeout=2.0, env={}) as talos,
+    ):
+        cp_address, worker_address = (n.address for n in cluster.nodes)
+
+        actor = talos.with_node(worker_address).reset()
+
+        assert str(uuid.UUID(actor)) == actor
+        replies = _poll(
+            talos.fanout_version,
+            lambda r: _is_unreachable(r[worker_address]),
+            "fan-out reply marking the reset worker unreachable",
+        )
+        assert isinstance(replies[cp_address], Version)
+        assert worker_address in str(replies[worker_address])
+
+
+def test_reboot_upgrade_and_rollback_on_metal_nodes() -> None:
+    with (
+        EmulatedCluster(
+            controlplanes=1, workers=1, time_scale=EMULATOR_TIME_SCALE, platform="metal"
+        ) as cluster,
+        TalosClient.from_talosconfig(cluster.talosconfig_path, timeout=2.0, env={}) as talos,
+    ):
+        worker = talos.with_node(next(n.address for n in cluster.nodes if n.role == "worker"))
+        original = worker.machine_config()
+        staged = apply_patches(original.raw, [LABEL_PATCH])
+        assert worker.apply_configuration(staged, mode="staged").mode == "staged"
+        # facts §8: STAGED changes only `persistent` (metal nodes have it).
+        assert worker.machine_config().raw == original.raw
+        persistent = worker.get("mc", "persistent").typed_spec
+        assert isinstance(persistent, MachineConfigSpec)
+        assert persistent.yaml == staged
+
+        actor = worker.reboot()
+
+        assert str(uuid.UUID(actor)) == actor
+        # A reboot boots the persisted config, so the staged one becomes active (facts §9).
+        _poll(worker.machine_config, lambda c: c.raw == staged, "staged config after reboot")
+
+        upgrade = worker.upgrade("ghcr.io/siderolabs/installer:v1.13.10")
+        assert upgrade.ack == "Upgrade request received"
+        assert str(uuid.UUID(upgrade.actor_id)) == upgrade.actor_id
+        # Wait on the Versions resource: a booting node publishes it afresh, whereas the
+        # Version API already tells the new tag while the node is on its way down.
+        _poll(_versions_resource(worker), lambda tag: tag == "v1.13.10", "upgraded node")
+        assert worker.version().tag == "v1.13.10"
+
+        assert worker.rollback() is None
+        _poll(_versions_resource(worker), lambda tag: tag == TALOS_TAG, "rolled-back node")
+        assert worker.version().tag == TALOS_TAG
+
+
+# --------------------------------------------------------------------------- resources (COSI)
+
+
+@pytest.mark.parametrize(
+    ("name", "resource_type", "namespace"),
+    [
+        ("mc", "MachineConfigs.config.talos.dev", "config"),
+        ("members", "Members.cluster.talos.dev", "cluster"),
+        ("svc", SERVICES_TYPE, "runtime"),  # facts §8: runtime, not v1alpha1
+        ("Services", SERVICES_TYPE, "runtime"),
+        ("members.cluster", "Members.cluster.talos.dev", "cluster"),
+        ("MachineStatus", "MachineStatuses.runtime.talos.dev", "runtime"),
+        ("rd", "ResourceDefinitions.meta.cosi.dev", "meta"),
+    ],
+)
+def test_type_aliases_resolve_like_talosctl(
+    worker: TalosClient, name: str, resource_type: str, namespace: str
+) -> None:
+    definition = worker.resolve_type(name)
+
+    assert (definition.resource_type, definition.default_namespace) == (resource_type, namespace)
+
+
+def test_resource_definitions_mark_sensitive_types(worker: TalosClient) -> None:
+    definitions = {d.resource_type: d for d in worker.resource_definitions()}
+
+    assert definitions["MachineConfigs.config.talos.dev"].sensitive
+    assert not definitions[SERVICES_TYPE].sensitive
+    machine_configs = definitions["MachineConfigs.config.talos.dev"]
+    assert {"mc", "machineconfig"} <= set(machine_configs.all_aliases)
+
+
+def test_resource_definitions_are_listed_once_per_node(
+    emulated_cluster: EmulatedCluster, talos: TalosClient, worker_node: NodeInfo
+) -> None:
+    worker = talos.with_node(worker_node.address)  # shares the client's definition cache
+    worker.resolve_type("svc")
+    calls_before = len(emulated_cluster.call_log)
+
+    worker.resolve_type("members")
+    worker.get("svc", "apid")
+    talos.with_node(worker_node.address).list_resources("mc")
+
+    lists = [
+        c
+        for c in emulated_cluster.call_log[calls_before:]
+        if c.method == "/cosi.resource.State/List" and c.address == worker_node.address
+    ]
+    assert len(lists) == 1  # list_resources' own List; no second ResourceDefinitions List
+
+
+def test_get_machine_config_resource(worker: TalosClient) -> None:
+    resource = worker.get("mc", "v1alpha1")
+    config = worker.machine_config()
+
+    assert (resource.namespace, resource.type) == ("config", "MachineConfigs.config.talos.dev")
+    assert resource.metadata.annotations.get("talos.dev/yaml-spec") == "1"
+    assert isinstance(resource.typed_spec, MachineConfigSpec)
+    assert resource.typed_spec.yaml == config.raw  # the submitted bytes, comments included
+    assert resource.spec == config.raw.decode()  # yaml_spec: one string scalar (facts §8)
+    assert config.version == resource.version
+    assert config.kinds[0] == "v1alpha1"
+    assert config.documents[0]["machine"]["type"] == "worker"
+
+
+def test_members_list_every_node(cp: TalosClient, cp_node: NodeInfo, worker_node: NodeInfo) -> None:
+    members = {m.id: m.typed_spec for m in cp.list_resources("members")}
+
+    specs = {s.hostname: s for s in members.values() if isinstance(s, MemberSpec)}
+    assert set(specs) == {cp_node.hostname, worker_node.hostname} == set(members)
+    assert (specs[cp_node.hostname].machine_type, specs[cp_node.hostname].addresses) == (
+        "controlplane",
+        (cp_node.address,),
+    )
+    assert specs[cp_node.hostname].api_server_port is not None
+    assert (specs[worker_node.hostname].machine_type, specs[worker_node.hostname].addresses) == (
+        "worker",
+        (worker_node.address,),
+    )
+    assert specs[worker_node.hostname].api_server_port is None
+
+
+def test_services_resources_agree_with_the_service_list(worker: TalosClient) -> None:
+    listed = {info.id: info for info in worker.services()}
+    resources = {r.id: r for r in worker.list_resources("svc")}
+
+    assert set(resources) == {sid for sid, info in listed.items() if info.running}
+    for service_id, resource in resources.items():
+        info = listed[service_id]
+        assert resource.namespace == "runtime"
+        assert resource.typed_spec == ServiceSpec(
+            running=True, healthy=info.healthy, unknown=info.health_unknown
+        )
+        assert resource.spec == {
+            "running": True,
+            "healthy": info.healthy,
+            "unknown": info.health_unknown,
+        }
+
+
+def test_singleton_resources(worker: TalosClient, worker_node: NodeInfo) -> None:
+    status = worker.get("machinestatus", "machine").typed_spec
+    assert status == MachineStatusSpec(stage="running", ready=True)
+    assert worker.get("mt", "machine-type").typed_spec == MachineTypeSpec("worker")
+    addresses = worker.get("nodeaddresses", "current").typed_spec
+    assert isinstance(addresses, NodeAddressSpec)
+    assert f"{worker_node.address}/24" in addresses.addresses
+
+
+def test_get_errors(worker: TalosClient) -> None:
+    with pytest.raises(NotFound):
+        worker.get("svc", "no-such-service")
+    with pytest.raises(NotFound, match='resource "nosuchthing" is not registered'):
+        worker.get("nosuchthing", "x")
+    with pytest.raises(PermissionDenied) as caught:
+        worker.get("svc", "apid", namespace="nope")
+    assert caught.value.details == 'namespace "nope" is not supported'
+
+
+def test_watch_a_kind_bootstraps(worker: TalosClient) -> None:
+    running = sorted(info.id for info in worker.services() if info.running)
+
+    with worker.watch("svc", timeout=WAIT) as watch:
+        seen = []
+        for event in watch:
+            seen.append(event)
+            if event.type == "bootstrapped":
+                break
+
+    assert [e.type for e in seen] == ["created"] * len(running) + ["bootstrapped"]
+    assert sorted(e.resource.id for e in seen if e.resource is not None) == running
+
+
+def test_watch_of_an_absent_resource_starts_with_a_tombstone(worker: TalosClient) -> None:
+    with worker.watch("svc", "not-running", timeout=WAIT) as watch:
+        first = next(watch)
+
+    assert first.type == "destroyed"
+    assert first.resource is not None
+    assert (first.resource.id, first.resource.namespace) == ("not-running", "runtime")
+
+
+def test_cosi_writes_and_fanout_are_refused(
+    emulated_cluster: EmulatedCluster,
+    worker: TalosClient,
+    cp_node: NodeInfo,
+    worker_node: NodeInfo,
+) -> None:
+    before = worker.get("svc", "apid").version
+    one = Target(node=worker_node.address)
+
+    async def attempts(transport: Transport) -> list[TalosError]:
+        destroy = state_pb2.DestroyRequest(namespace="runtime", type=SERVICES_TYPE, id="apid")
+        get = state_pb2.GetRequest(namespace="runtime", type=SERVICES_TYPE, id="apid")
+        unknown = state_pb2.GetRequest(namespace="runtime", type="Foos.example.dev", id="x")
+        both = Target(nodes=(cp_node.address, worker_node.address))
+        create = state_pb2.CreateRequest(resource=_fake_service("1"))
+        update = state_pb2.UpdateRequest(new_resource=_fake_service(str(before)))
+        return [
+            await _refusal(transport.unary(COSI_CREATE, create, one)),
+            await _refusal(transport.unary(COSI_UPDATE, update, one)),
+            await _refusal(transport.unary(COSI_DESTROY, destroy, one)),
+            await _refusal(transport.unary(COSI_GET, unknown, one)),
+            await _refusal(transport.unary(COSI_GET, get, both)),
+        ]
+
+    create, update, destroy, unknown, fanout = asyncio.run(
+        _with_transport(emulated_cluster.talosconfig_path, attempts)
+    )
+
+    for refused in (create, update, destroy):  # facts §7: Talos's access policy
+        assert isinstance(refused, PermissionDenied)
+        assert refused.details == "write access is not allowed"
+    assert isinstance(unknown, PermissionDenied)
+    assert unknown.details == 'resource type "Foos.example.dev" is not supported'
+    assert isinstance(fanout, InvalidArgument)  # facts §6: COSI is one-to-one only
+    assert fanout.details == (
+        "one-2-many proxying is not supported for method /cosi.resource.State/Get"
+    )
+    apid = worker.get("svc", "apid")
+    assert (apid.version, apid.typed_spec) == (before, ServiceSpec(True, True, False))
+
+
+# --------------------------------------------------------------------------- roles, forwarding
+
+
+def test_reader_may_read_but_not_apply_nor_see_the_machine_config(
+    reader_path: Path, worker: TalosClient, worker_node: NodeInfo
+) -> None:
+    before = worker.machine_config()
+
+    with TalosClient.from_talosconfig(reader_path, env={}) as reader_client:
+        reader = reader_client.with_node(worker_node.address)
+        assert reader.roles == ("os:reader",)
+        assert reader.hostname() == worker_node.hostname
+        assert reader.get("svc", "apid").id == "apid"
+
+        with pytest.raises(PermissionDenied) as apply:
+            reader.apply_configuration(before.raw, mode="no-reboot")
+        with pytest.raises(PermissionDenied) as config:
+            reader.machine_config()
+        with pytest.raises(PermissionDenied) as sensitive:
+            reader.get("mc", "v1alpha1")
+
+    for refused in (apply, config, sensitive):
+        assert refused.value.details == "not authorized"  # facts §6
+    assert "sensitive resources such as MachineConfig need os:admin" in str(config.value)
+    after = worker.machine_config()
+    assert (after.version, after.raw) == (before.version, before.raw)
+
+
+def test_operator_passes_the_role_check_for_service_actions_but_not_apply(
+    emulated_cluster: EmulatedCluster, tmp_path: Path, worker_node: NodeInfo
+) -> None:
+    identity = emulated_cluster.issue_client(["os:operator"], path=tmp_path / "operator")
+    assert identity.path is not None
+
+    with TalosClient.from_talosconfig(identity.path, env={}) as operator_client:
+        operator = operator_client.with_node(worker_node.address)
+        # Past the role check, the handler itself refuses apid (facts §3).
+        with pytest.raises(Unknown, match="doesn't support restart operation via API"):
+            operator.service_restart("apid")
+        with pytest.raises(PermissionDenied, match="carries os:operator"):
+            operator.apply_configuration(b"version: v1alpha1\n")
+
+
+def test_a_worker_endpoint_refuses_to_forward(
+    emulated_cluster: EmulatedCluster, cp_node: NodeInfo, worker_node: NodeInfo
+) -> None:
+    with TalosClient.from_talosconfig(
+        emulated_cluster.talosconfig_path, endpoint=f"{worker_node.address}:50000", env={}
+    ) as via_worker:
+        assert via_worker.with_node(worker_node.address).hostname() == worker_node.hostname
+
+        with pytest.raises(PermissionDenied) as caught:
+            via_worker.with_node(cp_node.address).version()
+        with pytest.raises(PermissionDenied) as fanout:
+            via_worker.fanout_version([cp_node.address, worker_node.address])
+
+    # facts §6: only control planes hold the os:impersonator certificate that forwarding needs.
+    assert caught.value.details == fanout.value.details == "no request forwarding"
+
+
+# --------------------------------------------------------------------------- certificates
+
+
+def _write_config(
+    path: Path, cluster: EmulatedCluster, ca_pem: bytes, client: pki.CertAndKey
+) -> Path:
+    pki.write_talosconfig(
+        path, context="test", endpoints=[cluster.endpoint], ca_pem=ca_pem, client=client
+    )
+    return path
+
+
+def test_a_talosconfig_with_another_clusters_ca_fails_the_handshake(
+    emulated_cluster: EmulatedCluster, tmp_path: Path
+) -> None:
+    foreign = pki.CertificateAuthority.generate()
+    admin = pki.issue_client_cert(emulated_cluster.ca, roles=["os:admin"])
+    path = _write_config(tmp_path / "config", emulated_cluster, foreign.cert_pem, admin)
+
+    with (
+        TalosClient.from_talosconfig(path, env={}) as talos,
+        pytest.raises(AuthenticationError, match="not signed by the CA in the talosconfig"),
+    ):
+        talos.version()  # no nodes in this talosconfig: the endpoint's own node answers
+
+
+@pytest.mark.parametrize("problem", ["foreign-ca", "expired", "server-usage"])
+def test_apid_rejects_bad_client_certificates(
+    emulated_cluster: EmulatedCluster, problem: str
+) -> None:
+    now = dt.datetime.now(dt.UTC)
+    if problem == "foreign-ca":
+        cert = pki.issue_client_cert(pki.CertificateAuthority.generate(), roles=["os:admin"])
+    elif problem == "expired":
+        cert = pki.issue_client_cert(
+            emulated_cluster.ca,
+            roles=["os:admin"],
+            not_before=now - dt.timedelta(days=3),
+            not_after=now - dt.timedelta(days=1),
+        )
+    else:  # facts §5: apid wants ExtKeyUsage exactly [ClientAuth]
+        cert = pki.issue_client_cert(
+            emulated_cluster.ca,
+            roles=["os:admin"],
+            ext_key_usage=(ExtendedKeyUsageOID.SERVER_AUTH,),
+        )
+
+    # The constructor, not a talosconfig: the talosconfig loader refuses expired certs itself.
+    with (
+        TalosClient(
+            emulated_cluster.endpoint,
+            emulated_cluster.ca.cert_pem,
+            cert.cert_pem,
+            cert.key_pem_talos,
+        ) as talos,
+        pytest.raises(AuthenticationError, match="rejected the client certificate"),
+    ):
+        talos.hostname()
+
+
+def test_an_endpoint_that_is_not_apid(emulated_cluster: EmulatedCluster, cp_node: NodeInfo) -> None:
+    # trustd's port accepts TCP and speaks no TLS there (emulator); a quick, clear failure.
+    with (
+        TalosClient.from_talosconfig(
+            emulated_cluster.talosconfig_path, endpoint=f"{cp_node.address}:50001", env={}
+        ) as talos,
+        pytest.raises(ConnectError, match="not a TLS/Talos API endpoint"),
+    ):
+        talos.with_node(cp_node.address).version()
