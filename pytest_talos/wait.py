@@ -112,16 +112,14 @@ def _service_state(service_id: str, event: models.ResourceEvent) -> ServiceState
 def _service_events(node: TalosNode, service_id: str, timeout: float) -> Iterator[ServiceState]:
     """The service's current state, then each change, until ``timeout`` (then stops)."""
     kind, namespace = SERVICES_RESOURCE
-    stream = node.client.watch(kind, service_id, namespace, timeout=timeout)
-    try:
-        for event in stream:
-            if event.type in ("bootstrapped", "noop"):
-                continue
-            yield _service_state(service_id, event)
+    try:  # the watch is set up by the call itself, so its deadline may pass there too
+        with node.client.watch(kind, service_id, namespace, timeout=timeout) as stream:
+            for event in stream:
+                if event.type in ("bootstrapped", "noop"):
+                    continue
+                yield _service_state(service_id, event)
     except DeadlineExceeded:
         return
-    finally:
-        stream.close()
 
 
 def _current_state(node: TalosNode, service_id: str) -> ServiceState:
@@ -251,20 +249,18 @@ def wait_for_config(
     last = "no config seen"
     remaining = timeout
     while remaining > _MIN_WATCH:
-        stream = node.client.watch(kind, ident, namespace, timeout=remaining)
-        try:
-            for event in stream:
-                raw = _config_of(event)
-                if raw is None:
-                    continue
-                version = event.resource.version if event.resource is not None else None
-                last = config_summary(raw, version)
-                if predicate(raw):
-                    return raw
+        try:  # the watch is set up by the call itself, so its deadline may pass there too
+            with node.client.watch(kind, ident, namespace, timeout=remaining) as stream:
+                for event in stream:
+                    raw = _config_of(event)
+                    if raw is None:
+                        continue
+                    version = event.resource.version if event.resource is not None else None
+                    last = config_summary(raw, version)
+                    if predicate(raw):
+                        return raw
         except DeadlineExceeded:
             pass
-        finally:
-            stream.close()
         remaining = started + timeout - clock()
     raise WaitTimeout(
         f"gave up waiting for {description}",

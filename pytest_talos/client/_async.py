@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
+import functools
+import inspect
 import os
 import warnings
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections import deque
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 from google.protobuf.message import Message
 
@@ -32,7 +43,14 @@ from pytest_talos.client._calls import (
     netstat_request,
     untar_kubeconfig,
 )
-from pytest_talos.errors import InvalidArgument, NodeError, NotFound, TransportError
+from pytest_talos.errors import (
+    DeadlineExceeded,
+    InvalidArgument,
+    NodeError,
+    NotFound,
+    TalosError,
+    TransportError,
+)
 from pytest_talos.talosconfig import load_talosconfig
 from pytest_talos.transport import (
     DEFAULT_STREAM_TIMEOUT,
@@ -46,11 +64,103 @@ from pytest_talos.transport import (
     node_error,
 )
 
-__all__ = ["DEFAULT_WATCH_TIMEOUT", "AsyncTalosClient", "FanoutCall", "TalosConfigWarning"]
+__all__ = [
+    "DEFAULT_WATCH_TIMEOUT",
+    "AsyncTalosClient",
+    "FanoutCall",
+    "OpenedStream",
+    "TalosConfigWarning",
+]
 
 DEFAULT_WATCH_TIMEOUT = 60.0  # seconds a watch / event stream may stay open by default
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+class OpenedStream(AsyncIterator[T]):
+    """A server stream the server has confirmed by sending its first message.
+
+    Talos answers a subscription with a message first (Events: the empty hello event;
+    COSI Watch: an empty reply; HealthCheck: its first progress line), so once that has
+    arrived nothing that happens later can be missed. Whatever the first message carried
+    is handed out first; the hello and the empty reply carry nothing.
+    """
+
+    def __init__(
+        self, messages: AsyncGenerator[Any, None], convert: Callable[[Any], Iterable[T]]
+    ) -> None:
+        self._messages = messages
+        self._convert = convert
+        self._ready: deque[T] = deque()
+        self._deferred: TalosError | None = None
+
+    async def receive_first(self) -> None:
+        """Send the request and wait for the server's first message (or the stream's end)."""
+        try:
+            first = await anext(self._messages)
+        except StopAsyncIteration:
+            return
+        self._ready.extend(self._convert(first))
+
+    def fail_later(self, error: TalosError) -> None:
+        """Raise ``error`` on the next ``__anext__`` instead of now."""
+        self._deferred = error
+
+    async def __anext__(self) -> T:
+        while not self._ready:
+            if self._deferred is not None:
+                error, self._deferred = self._deferred, None
+                raise error
+            self._ready.extend(self._convert(await anext(self._messages)))
+        return self._ready.popleft()
+
+    async def aclose(self) -> None:
+        """End the call: the server's stream is reset (cancelled); idempotent."""
+        self._deferred = None
+        self._ready.clear()
+        await self._messages.aclose()
+
+
+# An ``_open_<name>`` method: sets a stream up and returns it once the server confirmed it.
+StreamOpener = Callable[Concatenate["AsyncTalosClient", P], Coroutine[Any, Any, OpenedStream[T]]]
+
+
+def present_as(
+    wrapper: Callable[..., Any], opener: Callable[..., Any], owner: str, returns: str
+) -> None:
+    """Name ``wrapper`` after the public method an opener stands behind (``_open_events``
+    -> ``owner.events``); its signature is the opener's, returning ``returns``."""
+    wrapper.__name__ = opener.__name__.removeprefix("_open_")
+    wrapper.__qualname__ = f"{owner}.{wrapper.__name__}"
+    signature = inspect.signature(opener)
+    item = str(signature.return_annotation).removeprefix("OpenedStream[").removesuffix("]")
+    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        return_annotation=returns.format(item)
+    )
+
+
+def _iterated(
+    opener: StreamOpener[P, T],
+) -> Callable[Concatenate[AsyncTalosClient, P], AsyncGenerator[T, None]]:
+    """The async-generator method over an opener: the stream opens at the first ``anext``.
+
+    (The sync client calls the opener itself, so its streams are open when the call returns.)
+    """
+
+    @functools.wraps(opener)
+    async def iterate(
+        self: AsyncTalosClient, /, *args: P.args, **kwargs: P.kwargs
+    ) -> AsyncGenerator[T, None]:
+        stream = await opener(self, *args, **kwargs)
+        try:
+            async for item in stream:
+                yield item
+        finally:
+            await stream.aclose()
+
+    present_as(iterate, opener, "AsyncTalosClient", "AsyncGenerator[{}, None]")
+    return iterate
 
 
 class TalosConfigWarning(UserWarning):
@@ -258,6 +368,34 @@ class AsyncTalosClient:
         finally:
             await stream.aclose()
 
+    async def _open(
+        self,
+        rpc: Rpc[Any, Any],
+        request: Message,
+        target: Target,
+        convert_each: Callable[[Any], Iterable[T]],
+        *,
+        total_timeout: float,
+        enveloped: bool = True,
+    ) -> OpenedStream[T]:
+        """Start a server stream and wait, within its deadline, for the server's first message.
+
+        Errors of the set-up (refused, unauthorized, connection failures) are raised here.
+        Only a deadline that passes on a working connection while the server stays silent
+        is left to the first ``anext``: that is how such a stream would have ended anyway.
+        """
+        messages = self._stream(
+            rpc, request, target=target, total_timeout=total_timeout, enveloped=enveloped
+        )
+        stream = OpenedStream(messages, convert_each)
+        try:
+            await stream.receive_first()
+        except DeadlineExceeded as exc:
+            if self._transport.call_info(rpc, target, total_timeout).phase != "ready":
+                raise  # the connection itself was not made in time
+            stream.fail_later(exc)
+        return stream
+
     async def _data(self, rpc: Rpc[Any, Any], request: Message) -> bytes:
         """Concatenate a finite common.Data stream (idle gap bounded by the unary timeout)."""
         chunks = [
@@ -338,7 +476,7 @@ class AsyncTalosClient:
     async def logs_containers(self) -> builtins.list[str]:
         return await self._unary(rpcs.LOGS_CONTAINERS, rpcs.Empty(), convert.logs_containers)
 
-    async def events(
+    async def _open_events(
         self,
         *,
         tail_events: int = 0,
@@ -346,10 +484,12 @@ class AsyncTalosClient:
         tail_seconds: int = 0,
         actor_id: str | None = None,
         timeout: float = DEFAULT_WATCH_TIMEOUT,
-    ) -> AsyncGenerator[models.Event, None]:
+    ) -> OpenedStream[models.Event]:
         """Runtime events as they happen (``tail_events=-1``: all buffered ones first).
 
-        The hello event and payload types this client does not know are skipped. The
+        The stream is subscribed once the node's empty hello event has arrived (the sync
+        client returns only then, so with ``tail_events=0`` nothing caused afterwards is
+        missed). The hello and payload types this client does not know are skipped. The
         stream ends with DeadlineExceeded after ``timeout`` seconds.
         """
         request = m.EventsRequest(
@@ -359,12 +499,14 @@ class AsyncTalosClient:
             with_actor_id=actor_id or "",
         )
         target = self._target(rpcs.EVENTS.path)
-        async for message in self._stream(
-            rpcs.EVENTS, request, target=target, total_timeout=timeout
-        ):
+
+        def events_of(message: m.Event) -> builtins.list[models.Event]:
             event = convert.event(message, target.node)
-            if event is not None:
-                yield event
+            return [event] if event is not None else []
+
+        return await self._open(rpcs.EVENTS, request, target, events_of, total_timeout=timeout)
+
+    events = _iterated(_open_events)
 
     async def list(
         self,
@@ -472,7 +614,7 @@ class AsyncTalosClient:
             rpcs.GENERATE_CLIENT_CONFIGURATION, request, convert.client_configuration
         )
 
-    async def health_check(
+    async def _open_health_check(
         self,
         *,
         wait_timeout: float | dt.timedelta = 600.0,
@@ -480,11 +622,13 @@ class AsyncTalosClient:
         worker_nodes: Sequence[str] = (),
         force_endpoint: str = "",
         timeout: float | None = None,
-    ) -> AsyncGenerator[models.HealthProgress, None]:
+    ) -> OpenedStream[models.HealthProgress]:
         """Server-side ``talosctl health``: progress lines until every check passed.
 
         The stream may take up to ``wait_timeout``; ``timeout`` (default: wait_timeout
-        plus the unary timeout) bounds it on the client side.
+        plus the unary timeout) bounds it on the client side. The sync client returns once
+        the first progress line is there, so a refusal (e.g. on a worker) is raised by the
+        call itself.
         """
         wait = convert.seconds_to_duration(wait_timeout)
         request = cluster_pb2.HealthCheckRequest(
@@ -497,10 +641,17 @@ class AsyncTalosClient:
         )
         limit = timeout or wait.ToTimedelta().total_seconds() + self.timeout
         target = self._target(rpcs.HEALTH_CHECK.path)
-        async for message in self._stream(
-            rpcs.HEALTH_CHECK, request, target=target, total_timeout=limit
-        ):
-            yield convert.health_progress(message, target.node)
+
+        def progress_of(
+            message: cluster_pb2.HealthCheckProgress,
+        ) -> builtins.list[models.HealthProgress]:
+            return [convert.health_progress(message, target.node)]
+
+        return await self._open(
+            rpcs.HEALTH_CHECK, request, target, progress_of, total_timeout=limit
+        )
+
+    health_check = _iterated(_open_health_check)
 
     # ------------------------------------------------------------------ fan-out
 
@@ -598,7 +749,7 @@ class AsyncTalosClient:
         ns = namespace or definition.default_namespace
         return await self._list_raw(definition.resource_type, ns, target)
 
-    async def watch(
+    async def _open_watch(
         self,
         type: str,
         id: str | None = None,
@@ -606,13 +757,14 @@ class AsyncTalosClient:
         *,
         bootstrap: bool = True,
         timeout: float = DEFAULT_WATCH_TIMEOUT,
-    ) -> AsyncGenerator[models.ResourceEvent, None]:
+    ) -> OpenedStream[models.ResourceEvent]:
         """Changes of one resource (``id``) or of a whole type, as they happen.
 
-        A watch of one resource starts with its current state (``created``, or
-        ``destroyed`` if absent); a type watch with ``bootstrap`` lists the existing
-        resources as ``created`` followed by one ``bootstrapped``. Ends with
-        DeadlineExceeded after ``timeout`` seconds.
+        The watch is set up once the server's first, empty reply has arrived (the sync
+        client returns only then, so no later change is missed). A watch of one resource
+        starts with its current state (``created``, or ``destroyed`` if absent); a type
+        watch with ``bootstrap`` lists the existing resources as ``created`` followed by
+        one ``bootstrapped``. Ends with DeadlineExceeded after ``timeout`` seconds.
         """
         definition = await self.resolve_type(type)
         request = state_pb2.WatchRequest(
@@ -624,12 +776,15 @@ class AsyncTalosClient:
         if id is not None:
             request.id = id
         target = self._cosi_target(rpcs.COSI_WATCH.path)
-        stream = self._stream(
-            rpcs.COSI_WATCH, request, target=target, total_timeout=timeout, enveloped=False
+
+        def changes_of(reply: state_pb2.WatchResponse) -> builtins.list[models.ResourceEvent]:
+            return [res.resource_event(event, target.node) for event in reply.event]
+
+        return await self._open(
+            rpcs.COSI_WATCH, request, target, changes_of, total_timeout=timeout, enveloped=False
         )
-        async for reply in stream:
-            for event in reply.event:  # the first, empty reply only says "watch is set up"
-                yield res.resource_event(event, target.node)
+
+    watch = _iterated(_open_watch)
 
     async def machine_config(self) -> models.MachineConfig:
         """The active machine config (``MachineConfigs`` ``v1alpha1``; needs os:admin)."""

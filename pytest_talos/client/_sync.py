@@ -1,7 +1,8 @@
 """TalosClient: the synchronous client. Calls run on a private event loop thread.
 
 Every method of :class:`AsyncTalosClient` exists here with the same arguments, blocking
-until the result is there; streaming methods return a :class:`StreamIterator`.
+until the result is there; streaming methods return a :class:`StreamIterator` once the
+server has confirmed the stream (so a subscription misses nothing that happens later).
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import functools
 import os
 import threading
 import weakref
-from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from pytest_talos.client._async import AsyncTalosClient
+from pytest_talos.client._async import AsyncTalosClient, OpenedStream, StreamOpener, present_as
 from pytest_talos.errors import TransportError
 from pytest_talos.transport import DEFAULT_STREAM_TIMEOUT, DEFAULT_TIMEOUT
 
@@ -64,19 +65,22 @@ class _LoopThread:
             self.loop.close()
 
 
-async def _next(stream: AsyncGenerator[T, None]) -> T:
+async def _next(stream: OpenedStream[T]) -> T:
     return await stream.__anext__()
 
 
-async def _aclose(stream: AsyncGenerator[Any, None]) -> None:
+async def _aclose(stream: OpenedStream[Any]) -> None:
     await stream.aclose()
 
 
 class StreamIterator(Generic[T], Iterator[T]):
-    """A blocking iterator over a server stream. ``close()`` (or leaving a ``with``
-    block, or breaking out of a ``for`` loop and dropping it) ends the call."""
+    """A blocking iterator over a server stream that is already set up.
 
-    def __init__(self, runner: _LoopThread, stream: AsyncGenerator[T, None]) -> None:
+    ``close()`` (or leaving a ``with`` block, or dropping the iterator) ends the call:
+    the server's stream is cancelled.
+    """
+
+    def __init__(self, runner: _LoopThread, stream: OpenedStream[T]) -> None:
         self._runner = runner
         self._stream = stream
         self._done = False
@@ -132,12 +136,15 @@ def _blocking(
 
 
 def _streaming(
-    method: Callable[Concatenate[AsyncTalosClient, P], AsyncGenerator[T, None]],
+    opener: StreamOpener[P, T],
 ) -> Callable[Concatenate[TalosClient, P], StreamIterator[T]]:
-    @functools.wraps(method)
-    def call(self: TalosClient, /, *args: P.args, **kwargs: P.kwargs) -> StreamIterator[T]:
-        return StreamIterator(self._runner, method(self._core, *args, **kwargs))
+    """A blocking method that returns the stream only once it is set up (errors raise here)."""
 
+    @functools.wraps(opener)
+    def call(self: TalosClient, /, *args: P.args, **kwargs: P.kwargs) -> StreamIterator[T]:
+        return StreamIterator(self._runner, self._runner.run(opener(self._core, *args, **kwargs)))
+
+    present_as(call, opener, "TalosClient", "StreamIterator[{}]")
     return call
 
 
@@ -278,7 +285,7 @@ class TalosClient:
     logs = _blocking(AsyncTalosClient.logs)
     logs_bytes = _blocking(AsyncTalosClient.logs_bytes)
     logs_containers = _blocking(AsyncTalosClient.logs_containers)
-    events = _streaming(AsyncTalosClient.events)
+    events = _streaming(AsyncTalosClient._open_events)
     list = _blocking(AsyncTalosClient.list)
     read = _blocking(AsyncTalosClient.read)
     kubeconfig = _blocking(AsyncTalosClient.kubeconfig)
@@ -293,7 +300,7 @@ class TalosClient:
     rollback = _blocking(AsyncTalosClient.rollback)
     etcd_members = _blocking(AsyncTalosClient.etcd_members)
     generate_client_configuration = _blocking(AsyncTalosClient.generate_client_configuration)
-    health_check = _streaming(AsyncTalosClient.health_check)
+    health_check = _streaming(AsyncTalosClient._open_health_check)
     fanout = _blocking(AsyncTalosClient.fanout)
     fanout_version = _blocking(AsyncTalosClient.fanout_version)
     # resources (COSI)
@@ -301,5 +308,5 @@ class TalosClient:
     resolve_type = _blocking(AsyncTalosClient.resolve_type)
     get = _blocking(AsyncTalosClient.get)
     list_resources = _blocking(AsyncTalosClient.list_resources)
-    watch = _streaming(AsyncTalosClient.watch)
+    watch = _streaming(AsyncTalosClient._open_watch)
     machine_config = _blocking(AsyncTalosClient.machine_config)

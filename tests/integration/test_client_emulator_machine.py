@@ -1,46 +1,31 @@
-"""The real TalosClient against the emulated cluster, over real Ed25519 mutual TLS on loopback.
-
-Every client method is called the way talosctl calls it: through the control plane's apid,
-with ``node`` metadata for one node (``with_node``) and ``nodes`` for fan-out (facts §6).
-Expected values come from talos-facts.md or, where the emulator is the truth (its node state,
-its event buffer, its log lines), from the emulated node itself.
-
-The cluster (``emulated_cluster``, conftest) is shared by the session: a test that changes
-the worker's config puts the original bytes back (``restore_worker_config``), and tests
-that take a node down (reset, reboots) start a cluster of their own. Waits follow COSI
-watches and event streams, each with a deadline; nothing sleeps before asserting.
+"""TalosClient's machine API against the emulated cluster: version and targeting, services,
+apply, logs and events, files and system calls, lifecycle (see ``emulator_support``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import gc
 import itertools
-import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Callable
 
 import pytest
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ed25519
-from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from pytest_talos._proto.machine import machine_pb2
-from pytest_talos._proto.v1alpha1 import resource_pb2, state_pb2
 from pytest_talos.client import TalosClient
-from pytest_talos.emulator import EmulatedCluster, NodeInfo, pki
+from pytest_talos.emulator import EmulatedCluster, NodeInfo
 from pytest_talos.errors import (
-    AuthenticationError,
-    ConnectError,
+    DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,
     NodeError,
     NotFound,
     PermissionDenied,
-    TalosError,
     Unavailable,
     Unimplemented,
     Unknown,
@@ -54,12 +39,7 @@ from pytest_talos.models import (
     MachineConfig,
     MachineConfigSpec,
     MachineStatusEvent,
-    MachineStatusSpec,
-    MachineTypeSpec,
-    MemberSpec,
-    NodeAddressSpec,
     PhaseEvent,
-    ResourceEvent,
     SequenceEvent,
     ServiceSpec,
     ServiceStateEvent,
@@ -69,14 +49,32 @@ from pytest_talos.models import (
 )
 from pytest_talos.patches import apply_patches
 from pytest_talos.talosconfig import load_talosconfig
-from pytest_talos.transport import Rpc, Target, Transport, build_ssl_context
+from pytest_talos.transport import Rpc, Target, Transport
+from tests.integration import emulator_support as support
 from tests.integration.conftest import EMULATOR_TIME_SCALE
+from tests.integration.emulator_support import (
+    WAIT,
+    changes_until_healthy,
+    first,
+    items_until,
+    poll,
+    spec_of,
+    wait_until_ready,
+    with_transport,
+)
 
-T = TypeVar("T")
+# The shared fixtures, bound in this module so that pytest finds them.
+cp_node, worker_node, talos, cp, worker = (
+    support.cp_node,
+    support.worker_node,
+    support.talos,
+    support.cp,
+    support.worker,
+)
+restore_worker_config = support.restore_worker_config
 
 TALOS_TAG = "v1.13.9"
 TALOS_COMMIT = "3ebd10a7c1bd0f81742bdcd0c3fe56d727db7401"
-WAIT = 10.0  # seconds: the deadline of every watch, event stream and poll below
 TRY_SECONDS = 4  # emulated; 0.2 s of real time at 20x
 LABEL_PATCH = b"machine:\n  nodeLabels:\n    pytest-talos/checked: client-test\n"
 BAD_LABEL_PATCH = b"machine:\n  nodeLabels:\n    bad label: x\n"  # a space: invalid (B3)
@@ -101,43 +99,11 @@ HEALTH_CONDITIONS = [
     "coredns to report ready",
     "all k8s nodes to report schedulable",
 ]
-
-# Raw RPCs the client deliberately does not offer (COSI writes) or hides (the hello event).
+# The raw RPC, for the hello event the client hides.
 EVENTS_RPC = Rpc("/machine.MachineService/Events", machine_pb2.EventsRequest, machine_pb2.Event)
-COSI_GET = Rpc("/cosi.resource.State/Get", state_pb2.GetRequest, state_pb2.GetResponse)
-COSI_CREATE = Rpc("/cosi.resource.State/Create", state_pb2.CreateRequest, state_pb2.CreateResponse)
-COSI_UPDATE = Rpc("/cosi.resource.State/Update", state_pb2.UpdateRequest, state_pb2.UpdateResponse)
-COSI_DESTROY = Rpc(
-    "/cosi.resource.State/Destroy", state_pb2.DestroyRequest, state_pb2.DestroyResponse
-)
-SERVICES_TYPE = "Services.v1alpha1.talos.dev"
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _first(stream: Iterable[T], wanted: Callable[[T], bool], what: str) -> T:
-    """The first item of a (deadline-bounded) stream that satisfies ``wanted``."""
-    for item in stream:
-        if wanted(item):
-            return item
-    raise AssertionError(f"the stream ended before {what}")
-
-
-def _poll(probe: Callable[[], T], done: Callable[[T], bool], what: str) -> T:
-    """For nodes whose API is down (no stream to follow): call until ``done``, or fail."""
-    deadline = time.monotonic() + WAIT
-    last: T | TalosError | None = None
-    while time.monotonic() < deadline:
-        try:
-            last = probe()
-        except TalosError as exc:  # the node is rebooting or gone: keep asking
-            last = exc
-        else:
-            if done(last):
-                return last
-        time.sleep(0.02)
-    raise AssertionError(f"no {what} within {WAIT}s; last answer: {last!r}")
 
 
 def _is_unreachable(reply: Version | NodeError) -> bool:
@@ -152,30 +118,6 @@ def _versions_resource(node: TalosClient) -> Callable[[], str]:
     return tag
 
 
-def _spec(event: ResourceEvent) -> Any:
-    return event.resource.typed_spec if event.resource is not None else None
-
-
-def _wait_until_ready(node: TalosClient) -> None:
-    with node.watch("machinestatus", "machine", timeout=WAIT) as watch:
-        _first(
-            watch,
-            lambda e: isinstance(_spec(e), MachineStatusSpec) and _spec(e).ready,
-            "the node reported ready",
-        )
-
-
-def _changes_until_healthy(watch: Iterable[ResourceEvent]) -> list[ResourceEvent]:
-    """Changes of one Services resource, from an open watch, until it reports healthy."""
-    seen: list[ResourceEvent] = []
-    for event in watch:
-        seen.append(event)
-        spec = _spec(event)
-        if event.type != "destroyed" and isinstance(spec, ServiceSpec) and spec.healthy:
-            return seen
-    raise AssertionError(f"the service never became healthy; saw {[e.type for e in seen]}")
-
-
 def _is_kubelet(event: Event, action: str, *, healthy: bool | None = None) -> bool:
     payload = event.payload
     return (
@@ -186,104 +128,22 @@ def _is_kubelet(event: Event, action: str, *, healthy: bool | None = None) -> bo
     )
 
 
+def _kubelet_actions(events: list[Event]) -> list[str]:
+    return [
+        e.payload.action
+        for e in events
+        if isinstance(e.payload, ServiceStateEvent) and e.payload.service == "kubelet"
+    ]
+
+
 def _truth_events(cluster: EmulatedCluster, address: str) -> list[str]:
     """The ids of the events the emulated node has buffered (its own truth)."""
     return cluster.node(address).run(lambda state: [e.id for e in state.events.snapshot()])
 
 
-def _events_after(node: TalosClient, anchor: str, until: Callable[[Event], bool]) -> list[Event]:
-    """Events newer than ``anchor`` (tail_id), up to the first one matching ``until``."""
-    seen: list[Event] = []
-    with node.events(tail_id=anchor, timeout=WAIT) as stream:
-        for event in stream:
-            seen.append(event)
-            if until(event):
-                return seen
-    raise AssertionError("the event stream ended early")
-
-
-async def _with_transport(path: Path, use: Callable[[Transport], Awaitable[T]]) -> T:
-    """A bare transport (no client) from the talosconfig, for calls the client does not make."""
-    context = load_talosconfig(path, env={}).context
-    transport = Transport(
-        context.endpoints[0],
-        build_ssl_context(context.ca_pem, context.crt_pem, context.key_pem),
-        timeout=WAIT,
-    )
-    try:
-        return await use(transport)
-    finally:
-        await transport.aclose()
-
-
-async def _refusal(call: Awaitable[object]) -> TalosError:
-    try:
-        await call
-    except TalosError as exc:
-        return exc
-    raise AssertionError("the call was accepted")
-
-
-def _fake_service(version: str) -> resource_pb2.Resource:
-    return resource_pb2.Resource(
-        metadata=resource_pb2.Metadata(
-            namespace="runtime", type=SERVICES_TYPE, id="apid", version=version, phase="running"
-        ),
-        spec=resource_pb2.Spec(yaml_spec="running: true\nhealthy: false\nunknown: false\n"),
-    )
-
-
-# --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def cp_node(emulated_cluster: EmulatedCluster) -> NodeInfo:
-    return next(n for n in emulated_cluster.nodes if n.role == "controlplane")
-
-
-@pytest.fixture(scope="module")
-def worker_node(emulated_cluster: EmulatedCluster) -> NodeInfo:
-    return next(n for n in emulated_cluster.nodes if n.role == "worker")
-
-
-@pytest.fixture(scope="module")
-def talos(emulated_cluster: EmulatedCluster) -> Iterator[TalosClient]:
-    """The admin client of the cluster's own talosconfig (endpoint: the control plane)."""
-    with TalosClient.from_talosconfig(emulated_cluster.talosconfig_path, env={}) as client:
-        for node in emulated_cluster.nodes:
-            _wait_until_ready(client.with_node(node.address))
-        yield client
-
-
-@pytest.fixture
-def cp(talos: TalosClient, cp_node: NodeInfo) -> TalosClient:
-    return talos.with_node(cp_node.address)
-
-
-@pytest.fixture
-def worker(talos: TalosClient, worker_node: NodeInfo) -> TalosClient:
-    """The worker, reached through the control plane's apid (one-to-one proxying)."""
-    return talos.with_node(worker_node.address)
-
-
-@pytest.fixture
-def restore_worker_config(worker: TalosClient) -> Iterator[MachineConfig]:
-    """The worker's config before the test; the same bytes are applied back afterwards.
-
-    Re-applying with no-reboot also cancels a pending try-mode timer and replaces a staged
-    config (facts §9), so the next test finds the node exactly as configured before.
-    """
-    original = worker.machine_config()
-    yield original
-    worker.apply_configuration(original.raw, mode="no-reboot")
-    assert worker.machine_config().raw == original.raw
-
-
-@pytest.fixture
-def reader_path(emulated_cluster: EmulatedCluster, tmp_path: Path) -> Path:
-    identity = emulated_cluster.issue_client(["os:reader"], path=tmp_path / "reader")
-    assert identity.path is not None
-    return identity.path
+def _event_subscribers(cluster: EmulatedCluster, address: str) -> list[object]:
+    """The node's live Events streams (the emulator's own record, read on its loop)."""
+    return cluster.node(address).run(lambda state: list(state.events._subscribers))
 
 
 # --------------------------------------------------------------------------- version, targeting
@@ -416,49 +276,53 @@ def test_service_lookup(worker: TalosClient, worker_node: NodeInfo) -> None:
         worker.service("etcd")
 
 
-def test_service_restart_of_kubelet(
-    emulated_cluster: EmulatedCluster, worker: TalosClient, worker_node: NodeInfo
-) -> None:
-    anchor = _truth_events(emulated_cluster, worker_node.address)[-1]
-
+def test_service_restart_of_kubelet(worker: TalosClient) -> None:
     with worker.watch("svc", "kubelet", timeout=WAIT) as watch:
-        current = next(watch)  # the watch is set up once it has shown the current state
-        assert (current.type, _spec(current)) == ("created", ServiceSpec(True, True, False))
+        current = next(watch)
+        assert (current.type, spec_of(current)) == ("created", ServiceSpec(True, True, False))
 
         assert worker.service_restart("kubelet") == 'Service "kubelet" restarted'
-        changes = _changes_until_healthy(watch)
+        changes = changes_until_healthy(watch)
 
     # facts §8: the Services resource exists only while the service runs.
     assert [e.type for e in changes] == ["destroyed", "created", "updated"]
-    assert _spec(changes[1]) == ServiceSpec(running=True, healthy=False, unknown=True)
-    events = _events_after(worker, anchor, lambda e: _is_kubelet(e, "RUNNING", healthy=True))
-    actions = [e.payload.action for e in events if isinstance(e.payload, ServiceStateEvent)]
-    assert actions[0] == "STOPPING"
-    assert "FINISHED" in actions
-    assert actions[-1] == "RUNNING"
+    assert spec_of(changes[1]) == ServiceSpec(running=True, healthy=False, unknown=True)
     # The talosctl CLI test's expectation: `EVENTS [Running]: Health check successful`.
     last = worker.service("kubelet").last_event
     assert last is not None
     assert (last.state, last.msg) == ("Running", "Health check successful")
 
 
-def test_service_stop_and_start_of_kubelet(
-    emulated_cluster: EmulatedCluster, worker: TalosClient, worker_node: NodeInfo
-) -> None:
-    anchor = _truth_events(emulated_cluster, worker_node.address)[-1]
+def test_an_event_stream_opened_before_a_restart_sees_all_of_it(worker: TalosClient) -> None:
+    # events() returns once the node's hello event has arrived (facts §3): the stream is
+    # subscribed, so even with tail_events=0 nothing the restart causes is lost.
+    with worker.events(tail_events=0, timeout=WAIT) as stream:
+        assert worker.service_restart("kubelet") == 'Service "kubelet" restarted'
+        events = items_until(
+            stream, lambda e: _is_kubelet(e, "RUNNING", healthy=True), "a healthy kubelet"
+        )
 
-    with worker.watch("svc", "kubelet", timeout=WAIT) as watch:
+    actions = _kubelet_actions(events)
+    assert actions[:2] == ["STOPPING", "FINISHED"]
+    assert actions[-1] == "RUNNING"
+
+
+def test_service_stop_and_start_of_kubelet(worker: TalosClient) -> None:
+    with (
+        worker.watch("svc", "kubelet", timeout=WAIT) as watch,
+        worker.events(timeout=WAIT) as events,
+    ):
         assert next(watch).type == "created"
 
         assert worker.service_stop("kubelet") == 'Service "kubelet" stopped'
         assert next(watch).type == "destroyed"
-        _events_after(worker, anchor, lambda e: _is_kubelet(e, "FINISHED"))
+        first(events, lambda e: _is_kubelet(e, "FINISHED"), "kubelet finished")
         assert worker.service("kubelet").state == "Finished"
         # facts §3: stopping a stopped service is a no-op.
         assert worker.service_stop("kubelet") == 'Service "kubelet" stopped'
 
         assert worker.service_start("kubelet") == 'Service "kubelet" started'
-        changes = _changes_until_healthy(watch)
+        changes = changes_until_healthy(watch)
 
     assert [e.type for e in changes] == ["created", "updated"]
     assert worker.service("kubelet").state == "Running"
@@ -632,13 +496,13 @@ def test_apply_try_reverts_when_its_window_ends(
         tried, reverted = next(watch), next(watch)  # facts B6: back after the window
 
     assert tried.type == reverted.type == "updated"
-    assert isinstance(_spec(tried), MachineConfigSpec)
-    assert _spec(tried).yaml == patched
+    assert isinstance(spec_of(tried), MachineConfigSpec)
+    assert spec_of(tried).yaml == patched
     assert tried.resource is not None
     assert tried.resource.version == before.version + 1  # facts §8: TRY bumps v1alpha1 ...
     assert reverted.resource is not None
     assert reverted.resource.version == before.version + 2  # ... and the revert again
-    assert _spec(reverted).yaml == before.raw
+    assert spec_of(reverted).yaml == before.raw
     assert worker.machine_config().raw == before.raw
 
 
@@ -656,7 +520,7 @@ def test_apply_in_reboot_mode_restarts_the_node_with_the_new_config() -> None:
         assert result == ApplyResult(
             "reboot", "Applied configuration with a reboot", (), node=address
         )
-        after = _poll(
+        after = poll(
             worker.machine_config, lambda c: c.raw == patched, "rebooted node with the new config"
         )
         assert after.documents[0]["machine"]["nodeLabels"] == {
@@ -728,7 +592,7 @@ def test_events_hello_is_skipped(
         finally:
             await stream.aclose()
 
-    hello, first_real = asyncio.run(_with_transport(emulated_cluster.talosconfig_path, first_two))
+    hello, first_real = asyncio.run(with_transport(emulated_cluster.talosconfig_path, first_two))
 
     # facts §3: an empty event opens the stream, then payloads typed talos/runtime/...
     assert (hello.data.type_url, hello.data.value) == ("", b"")
@@ -749,11 +613,50 @@ def test_events_tail_options(
         assert [e.id for e in itertools.islice(stream, 3)] == truth[-3:]
     with worker.events(tail_seconds=24 * 3600, timeout=WAIT) as stream:
         assert [e.id for e in itertools.islice(stream, len(truth))] == truth
+    with pytest.raises(InvalidArgument):  # refused by the call itself, not at the first next()
+        worker.events(tail_events=5, tail_id=truth[0], timeout=WAIT)
+
+
+def test_events_from_a_node_that_sends_no_hello_lose_nothing() -> None:
+    # Fault `events-no-hello`: the stream counts as set up by its first message, which is
+    # then a real event and is kept; a silent stream still ends with DeadlineExceeded at
+    # the first next(), as any event stream does when its time is up.
     with (
-        pytest.raises(InvalidArgument),
-        worker.events(tail_events=5, tail_id=truth[0], timeout=WAIT) as stream,
+        EmulatedCluster(
+            controlplanes=1, workers=1, time_scale=EMULATOR_TIME_SCALE, faults=["events-no-hello"]
+        ) as cluster,
+        TalosClient.from_talosconfig(cluster.talosconfig_path, env={}) as talos,
     ):
-        next(stream)
+        address = next(n.address for n in cluster.nodes if n.role == "worker")
+        worker = talos.with_node(address)
+        wait_until_ready(worker)  # the boot's events are all in the buffer
+        truth = _truth_events(cluster, address)
+
+        with worker.events(tail_events=3, timeout=WAIT) as stream:
+            assert [e.id for e in itertools.islice(stream, 3)] == truth[-3:]
+        silent = worker.events(actor_id="no-such-actor", timeout=0.3)  # nothing matches
+        with pytest.raises(DeadlineExceeded, match=r"did not finish within 0\.3s"):
+            next(silent)
+
+
+@pytest.mark.parametrize("ending", ["close", "garbage collection"])
+def test_ending_an_event_stream_ends_it_on_the_node(
+    emulated_cluster: EmulatedCluster, worker: TalosClient, worker_node: NodeInfo, ending: str
+) -> None:
+    def subscribers() -> list[object]:
+        return _event_subscribers(emulated_cluster, worker_node.address)
+
+    before = subscribers()
+    stream = worker.events(timeout=WAIT)
+
+    # Subscribed by the time the call returned: the node holds exactly one more stream.
+    (ours,) = [s for s in subscribers() if s not in before]
+    if ending == "close":
+        stream.close()
+    else:
+        del stream
+        gc.collect()
+    poll(subscribers, lambda now: ours not in now, "the end of the Events stream on the node")
 
 
 # --------------------------------------------------------------------------- files and system
@@ -903,8 +806,8 @@ def test_health_check_walks_the_talosctl_conditions(cp: TalosClient, worker: Tal
     )
     assert conditions == HEALTH_CONDITIONS
     assert {f"waiting for {c}: OK" for c in HEALTH_CONDITIONS} <= set(lines)
-    with pytest.raises(Unimplemented):
-        next(worker.health_check(wait_timeout=WAIT))
+    with pytest.raises(Unimplemented):  # by the call itself: the stream opens eagerly
+        worker.health_check(wait_timeout=WAIT)
 
 
 # --------------------------------------------------------------------------- lifecycle
@@ -942,7 +845,7 @@ def test_reset_takes_a_container_node_away_and_fanout_reports_it() -> None:
         actor = talos.with_node(worker_address).reset()
 
         assert str(uuid.UUID(actor)) == actor
-        replies = _poll(
+        replies = poll(
             talos.fanout_version,
             lambda r: _is_unreachable(r[worker_address]),
             "fan-out reply marking the reset worker unreachable",
@@ -972,330 +875,18 @@ def test_reboot_upgrade_and_rollback_on_metal_nodes() -> None:
 
         assert str(uuid.UUID(actor)) == actor
         # A reboot boots the persisted config, so the staged one becomes active (facts §9).
-        _poll(worker.machine_config, lambda c: c.raw == staged, "staged config after reboot")
+        poll(worker.machine_config, lambda c: c.raw == staged, "staged config after reboot")
 
         upgrade = worker.upgrade("ghcr.io/siderolabs/installer:v1.13.10")
         assert upgrade.ack == "Upgrade request received"
         assert str(uuid.UUID(upgrade.actor_id)) == upgrade.actor_id
         # Wait on the Versions resource: a booting node publishes it afresh, whereas the
         # Version API already tells the new tag while the node is on its way down.
-        _poll(_versions_resource(worker), lambda tag: tag == "v1.13.10", "upgraded node")
+        poll(_versions_resource(worker), lambda tag: tag == "v1.13.10", "upgraded node")
         assert worker.version().tag == "v1.13.10"
 
         assert worker.rollback() is None
-        _poll(_versions_resource(worker), lambda tag: tag == TALOS_TAG, "rolled-back node")
+        poll(_versions_resource(worker), lambda tag: tag == TALOS_TAG, "rolled-back node")
         assert worker.version().tag == TALOS_TAG
 
 
-# --------------------------------------------------------------------------- resources (COSI)
-
-
-@pytest.mark.parametrize(
-    ("name", "resource_type", "namespace"),
-    [
-        ("mc", "MachineConfigs.config.talos.dev", "config"),
-        ("members", "Members.cluster.talos.dev", "cluster"),
-        ("svc", SERVICES_TYPE, "runtime"),  # facts §8: runtime, not v1alpha1
-        ("Services", SERVICES_TYPE, "runtime"),
-        ("members.cluster", "Members.cluster.talos.dev", "cluster"),
-        ("MachineStatus", "MachineStatuses.runtime.talos.dev", "runtime"),
-        ("rd", "ResourceDefinitions.meta.cosi.dev", "meta"),
-    ],
-)
-def test_type_aliases_resolve_like_talosctl(
-    worker: TalosClient, name: str, resource_type: str, namespace: str
-) -> None:
-    definition = worker.resolve_type(name)
-
-    assert (definition.resource_type, definition.default_namespace) == (resource_type, namespace)
-
-
-def test_resource_definitions_mark_sensitive_types(worker: TalosClient) -> None:
-    definitions = {d.resource_type: d for d in worker.resource_definitions()}
-
-    assert definitions["MachineConfigs.config.talos.dev"].sensitive
-    assert not definitions[SERVICES_TYPE].sensitive
-    machine_configs = definitions["MachineConfigs.config.talos.dev"]
-    assert {"mc", "machineconfig"} <= set(machine_configs.all_aliases)
-
-
-def test_resource_definitions_are_listed_once_per_node(
-    emulated_cluster: EmulatedCluster, talos: TalosClient, worker_node: NodeInfo
-) -> None:
-    worker = talos.with_node(worker_node.address)  # shares the client's definition cache
-    worker.resolve_type("svc")
-    calls_before = len(emulated_cluster.call_log)
-
-    worker.resolve_type("members")
-    worker.get("svc", "apid")
-    talos.with_node(worker_node.address).list_resources("mc")
-
-    lists = [
-        c
-        for c in emulated_cluster.call_log[calls_before:]
-        if c.method == "/cosi.resource.State/List" and c.address == worker_node.address
-    ]
-    assert len(lists) == 1  # list_resources' own List; no second ResourceDefinitions List
-
-
-def test_get_machine_config_resource(worker: TalosClient) -> None:
-    resource = worker.get("mc", "v1alpha1")
-    config = worker.machine_config()
-
-    assert (resource.namespace, resource.type) == ("config", "MachineConfigs.config.talos.dev")
-    assert resource.metadata.annotations.get("talos.dev/yaml-spec") == "1"
-    assert isinstance(resource.typed_spec, MachineConfigSpec)
-    assert resource.typed_spec.yaml == config.raw  # the submitted bytes, comments included
-    assert resource.spec == config.raw.decode()  # yaml_spec: one string scalar (facts §8)
-    assert config.version == resource.version
-    assert config.kinds[0] == "v1alpha1"
-    assert config.documents[0]["machine"]["type"] == "worker"
-
-
-def test_members_list_every_node(cp: TalosClient, cp_node: NodeInfo, worker_node: NodeInfo) -> None:
-    members = {m.id: m.typed_spec for m in cp.list_resources("members")}
-
-    specs = {s.hostname: s for s in members.values() if isinstance(s, MemberSpec)}
-    assert set(specs) == {cp_node.hostname, worker_node.hostname} == set(members)
-    assert (specs[cp_node.hostname].machine_type, specs[cp_node.hostname].addresses) == (
-        "controlplane",
-        (cp_node.address,),
-    )
-    assert specs[cp_node.hostname].api_server_port is not None
-    assert (specs[worker_node.hostname].machine_type, specs[worker_node.hostname].addresses) == (
-        "worker",
-        (worker_node.address,),
-    )
-    assert specs[worker_node.hostname].api_server_port is None
-
-
-def test_services_resources_agree_with_the_service_list(worker: TalosClient) -> None:
-    listed = {info.id: info for info in worker.services()}
-    resources = {r.id: r for r in worker.list_resources("svc")}
-
-    assert set(resources) == {sid for sid, info in listed.items() if info.running}
-    for service_id, resource in resources.items():
-        info = listed[service_id]
-        assert resource.namespace == "runtime"
-        assert resource.typed_spec == ServiceSpec(
-            running=True, healthy=info.healthy, unknown=info.health_unknown
-        )
-        assert resource.spec == {
-            "running": True,
-            "healthy": info.healthy,
-            "unknown": info.health_unknown,
-        }
-
-
-def test_singleton_resources(worker: TalosClient, worker_node: NodeInfo) -> None:
-    status = worker.get("machinestatus", "machine").typed_spec
-    assert status == MachineStatusSpec(stage="running", ready=True)
-    assert worker.get("mt", "machine-type").typed_spec == MachineTypeSpec("worker")
-    addresses = worker.get("nodeaddresses", "current").typed_spec
-    assert isinstance(addresses, NodeAddressSpec)
-    assert f"{worker_node.address}/24" in addresses.addresses
-
-
-def test_get_errors(worker: TalosClient) -> None:
-    with pytest.raises(NotFound):
-        worker.get("svc", "no-such-service")
-    with pytest.raises(NotFound, match='resource "nosuchthing" is not registered'):
-        worker.get("nosuchthing", "x")
-    with pytest.raises(PermissionDenied) as caught:
-        worker.get("svc", "apid", namespace="nope")
-    assert caught.value.details == 'namespace "nope" is not supported'
-
-
-def test_watch_a_kind_bootstraps(worker: TalosClient) -> None:
-    running = sorted(info.id for info in worker.services() if info.running)
-
-    with worker.watch("svc", timeout=WAIT) as watch:
-        seen = []
-        for event in watch:
-            seen.append(event)
-            if event.type == "bootstrapped":
-                break
-
-    assert [e.type for e in seen] == ["created"] * len(running) + ["bootstrapped"]
-    assert sorted(e.resource.id for e in seen if e.resource is not None) == running
-
-
-def test_watch_of_an_absent_resource_starts_with_a_tombstone(worker: TalosClient) -> None:
-    with worker.watch("svc", "not-running", timeout=WAIT) as watch:
-        first = next(watch)
-
-    assert first.type == "destroyed"
-    assert first.resource is not None
-    assert (first.resource.id, first.resource.namespace) == ("not-running", "runtime")
-
-
-def test_cosi_writes_and_fanout_are_refused(
-    emulated_cluster: EmulatedCluster,
-    worker: TalosClient,
-    cp_node: NodeInfo,
-    worker_node: NodeInfo,
-) -> None:
-    before = worker.get("svc", "apid").version
-    one = Target(node=worker_node.address)
-
-    async def attempts(transport: Transport) -> list[TalosError]:
-        destroy = state_pb2.DestroyRequest(namespace="runtime", type=SERVICES_TYPE, id="apid")
-        get = state_pb2.GetRequest(namespace="runtime", type=SERVICES_TYPE, id="apid")
-        unknown = state_pb2.GetRequest(namespace="runtime", type="Foos.example.dev", id="x")
-        both = Target(nodes=(cp_node.address, worker_node.address))
-        create = state_pb2.CreateRequest(resource=_fake_service("1"))
-        update = state_pb2.UpdateRequest(new_resource=_fake_service(str(before)))
-        return [
-            await _refusal(transport.unary(COSI_CREATE, create, one)),
-            await _refusal(transport.unary(COSI_UPDATE, update, one)),
-            await _refusal(transport.unary(COSI_DESTROY, destroy, one)),
-            await _refusal(transport.unary(COSI_GET, unknown, one)),
-            await _refusal(transport.unary(COSI_GET, get, both)),
-        ]
-
-    create, update, destroy, unknown, fanout = asyncio.run(
-        _with_transport(emulated_cluster.talosconfig_path, attempts)
-    )
-
-    for refused in (create, update, destroy):  # facts §7: Talos's access policy
-        assert isinstance(refused, PermissionDenied)
-        assert refused.details == "write access is not allowed"
-    assert isinstance(unknown, PermissionDenied)
-    assert unknown.details == 'resource type "Foos.example.dev" is not supported'
-    assert isinstance(fanout, InvalidArgument)  # facts §6: COSI is one-to-one only
-    assert fanout.details == (
-        "one-2-many proxying is not supported for method /cosi.resource.State/Get"
-    )
-    apid = worker.get("svc", "apid")
-    assert (apid.version, apid.typed_spec) == (before, ServiceSpec(True, True, False))
-
-
-# --------------------------------------------------------------------------- roles, forwarding
-
-
-def test_reader_may_read_but_not_apply_nor_see_the_machine_config(
-    reader_path: Path, worker: TalosClient, worker_node: NodeInfo
-) -> None:
-    before = worker.machine_config()
-
-    with TalosClient.from_talosconfig(reader_path, env={}) as reader_client:
-        reader = reader_client.with_node(worker_node.address)
-        assert reader.roles == ("os:reader",)
-        assert reader.hostname() == worker_node.hostname
-        assert reader.get("svc", "apid").id == "apid"
-
-        with pytest.raises(PermissionDenied) as apply:
-            reader.apply_configuration(before.raw, mode="no-reboot")
-        with pytest.raises(PermissionDenied) as config:
-            reader.machine_config()
-        with pytest.raises(PermissionDenied) as sensitive:
-            reader.get("mc", "v1alpha1")
-
-    for refused in (apply, config, sensitive):
-        assert refused.value.details == "not authorized"  # facts §6
-    assert "sensitive resources such as MachineConfig need os:admin" in str(config.value)
-    after = worker.machine_config()
-    assert (after.version, after.raw) == (before.version, before.raw)
-
-
-def test_operator_passes_the_role_check_for_service_actions_but_not_apply(
-    emulated_cluster: EmulatedCluster, tmp_path: Path, worker_node: NodeInfo
-) -> None:
-    identity = emulated_cluster.issue_client(["os:operator"], path=tmp_path / "operator")
-    assert identity.path is not None
-
-    with TalosClient.from_talosconfig(identity.path, env={}) as operator_client:
-        operator = operator_client.with_node(worker_node.address)
-        # Past the role check, the handler itself refuses apid (facts §3).
-        with pytest.raises(Unknown, match="doesn't support restart operation via API"):
-            operator.service_restart("apid")
-        with pytest.raises(PermissionDenied, match="carries os:operator"):
-            operator.apply_configuration(b"version: v1alpha1\n")
-
-
-def test_a_worker_endpoint_refuses_to_forward(
-    emulated_cluster: EmulatedCluster, cp_node: NodeInfo, worker_node: NodeInfo
-) -> None:
-    with TalosClient.from_talosconfig(
-        emulated_cluster.talosconfig_path, endpoint=f"{worker_node.address}:50000", env={}
-    ) as via_worker:
-        assert via_worker.with_node(worker_node.address).hostname() == worker_node.hostname
-
-        with pytest.raises(PermissionDenied) as caught:
-            via_worker.with_node(cp_node.address).version()
-        with pytest.raises(PermissionDenied) as fanout:
-            via_worker.fanout_version([cp_node.address, worker_node.address])
-
-    # facts §6: only control planes hold the os:impersonator certificate that forwarding needs.
-    assert caught.value.details == fanout.value.details == "no request forwarding"
-
-
-# --------------------------------------------------------------------------- certificates
-
-
-def _write_config(
-    path: Path, cluster: EmulatedCluster, ca_pem: bytes, client: pki.CertAndKey
-) -> Path:
-    pki.write_talosconfig(
-        path, context="test", endpoints=[cluster.endpoint], ca_pem=ca_pem, client=client
-    )
-    return path
-
-
-def test_a_talosconfig_with_another_clusters_ca_fails_the_handshake(
-    emulated_cluster: EmulatedCluster, tmp_path: Path
-) -> None:
-    foreign = pki.CertificateAuthority.generate()
-    admin = pki.issue_client_cert(emulated_cluster.ca, roles=["os:admin"])
-    path = _write_config(tmp_path / "config", emulated_cluster, foreign.cert_pem, admin)
-
-    with (
-        TalosClient.from_talosconfig(path, env={}) as talos,
-        pytest.raises(AuthenticationError, match="not signed by the CA in the talosconfig"),
-    ):
-        talos.version()  # no nodes in this talosconfig: the endpoint's own node answers
-
-
-@pytest.mark.parametrize("problem", ["foreign-ca", "expired", "server-usage"])
-def test_apid_rejects_bad_client_certificates(
-    emulated_cluster: EmulatedCluster, problem: str
-) -> None:
-    now = dt.datetime.now(dt.UTC)
-    if problem == "foreign-ca":
-        cert = pki.issue_client_cert(pki.CertificateAuthority.generate(), roles=["os:admin"])
-    elif problem == "expired":
-        cert = pki.issue_client_cert(
-            emulated_cluster.ca,
-            roles=["os:admin"],
-            not_before=now - dt.timedelta(days=3),
-            not_after=now - dt.timedelta(days=1),
-        )
-    else:  # facts §5: apid wants ExtKeyUsage exactly [ClientAuth]
-        cert = pki.issue_client_cert(
-            emulated_cluster.ca,
-            roles=["os:admin"],
-            ext_key_usage=(ExtendedKeyUsageOID.SERVER_AUTH,),
-        )
-
-    # The constructor, not a talosconfig: the talosconfig loader refuses expired certs itself.
-    with (
-        TalosClient(
-            emulated_cluster.endpoint,
-            emulated_cluster.ca.cert_pem,
-            cert.cert_pem,
-            cert.key_pem_talos,
-        ) as talos,
-        pytest.raises(AuthenticationError, match="rejected the client certificate"),
-    ):
-        talos.hostname()
-
-
-def test_an_endpoint_that_is_not_apid(emulated_cluster: EmulatedCluster, cp_node: NodeInfo) -> None:
-    # trustd's port accepts TCP and speaks no TLS there (emulator); a quick, clear failure.
-    with (
-        TalosClient.from_talosconfig(
-            emulated_cluster.talosconfig_path, endpoint=f"{cp_node.address}:50001", env={}
-        ) as talos,
-        pytest.raises(ConnectError, match="not a TLS/Talos API endpoint"),
-    ):
-        talos.with_node(cp_node.address).version()
