@@ -232,7 +232,7 @@ def emulated_cluster() -> Iterator[EmulatedCluster]:
     """One control plane and one worker on their own 127.x.y.0/24, Ed25519 mTLS, time sped up.
 
     Shared by the whole session: tests that change a node must leave it as they found it
-    (see ``tests/integration/test_client_emulator_machine.py and test_client_emulator_resources.py``).
+    (see ``test_client_emulator_machine.py`` and ``test_client_emulator_resources.py``).
     """
     with EmulatedCluster(
         controlplanes=1, workers=1, time_scale=EMULATOR_TIME_SCALE, platform="container"
