@@ -146,6 +146,9 @@ class EmulatedNode(NodeHooks):
             _log.error("emulated node %s: %s", self.hostname, task.exception())
 
     def api_down(self) -> None:
+        for node in self.cluster._nodes:  # control planes forget their channels to this node
+            if node is not self and node.server is not None:
+                node.server.forget(self.address)
         self._spawn(self.stop_serving())
 
     def api_up(self) -> None:

@@ -122,6 +122,11 @@ class EventBuffer:
     def snapshot(self) -> list[RuntimeEvent]:
         return list(self._events)
 
+    @property
+    def subscriber_count(self) -> int:
+        """How many Events streams are open on the node."""
+        return len(self._subscribers)
+
     def clear(self) -> None:
         self._events.clear()
 

@@ -18,7 +18,13 @@ INFERRED: tuple[str, ...] = (
     "Per-node errors of a one-to-many call read `rpc error: code = <Go code name> desc = "
     "<message>` (grpc-go's status error text); an unreachable node reads `connection error: "
     'desc = "transport: Error while dialing: dial tcp <host>:<port>: <reason>"`. Targets '
-    "outside 127.0.0.0/8 are never dialled and count as unreachable.",
+    "outside 127.0.0.0/8 are never dialled and count as unreachable. A forwarded call whose "
+    "connection breaks (the target went down) reads the same, with reason `connect: "
+    "connection refused` (what the redial meets), and the channel to that node is dropped.",
+    "A forward that runs out of its own time is DeadlineExceeded `context deadline "
+    "exceeded`. Forwarded calls get the client's deadline plus 1 s, so the client's deadline "
+    "always ends first and cancels the forwarded call with it (no status of ours); only "
+    "unary forwards without a client deadline (30 s) can time out on our side.",
     "Forwarded calls carry `proxyfrom: <control-plane address>:50000`; forwarded unary calls "
     "without a client deadline get 30 s. A worker given `nodes` that all name itself serves "
     "them locally with the per-node metadata filled in.",
@@ -45,8 +51,14 @@ INFERRED: tuple[str, ...] = (
     "`service-down` leaves udevd Failed without restarts.",
     "The event buffer keeps the last 1000 events; two tail options at once answer "
     "InvalidArgument `only one of tail_events, tail_id, tail_seconds can be set`. A boot emits "
-    "sequence/phase/task events (initialize, boot), a MachineStatus BOOTING event, an "
-    "AddressEvent and every service's state events.",
+    "sequence/phase/task events (initialize, boot), an AddressEvent and every service's state "
+    "events.",
+    "A MachineStatusEvent is emitted whenever the MachineStatuses resource changes, with the "
+    "same stage, ready flag and unmet conditions: on boot `booting` (not ready, all services "
+    "unmet) then `running` (ready when every service runs and is not unhealthy), again on "
+    "every change of readiness (e.g. a crash-looping kubelet), and `rebooting`, `upgrading`, "
+    "`resetting` or `shutting down` (not ready) when a lifecycle sequence starts. Those carry "
+    "the sequence's actor id; boot events carry none. Rollback's stage is `rebooting`.",
     # system data
     "Root filesystem layout (/sbin/init plus symlinks apid, trustd, dashboard, ...; "
     "/usr/bin/containerd, runc, ...), /etc/os-release keys other than `ID=talos`, mount "
@@ -55,6 +67,9 @@ INFERRED: tuple[str, ...] = (
     "(apid, trustd, kube-apiserver, kubelet on `::` tcp6; etcd on the node address; "
     "loopback-only 127.0.0.1:10248 kubelet and 127.0.0.1:7445 KubePrism, which a scan of "
     "the node address never sees).",
+    "Every file and directory of the root filesystem has the image's build time as its "
+    "modification time (reproducible builds stamp one time; we picked 2026-08-20 09:30 UTC "
+    "for every version), also in Copy archives; `/proc/mounts` has the boot time.",
     "Read of a directory answers InvalidArgument `path must be a regular file`; a missing "
     "path NotFound `lstat <path>: no such file or directory`; Copy of a relative path "
     "InvalidArgument `path must be absolute`. List includes the root itself as `.`.",
@@ -77,13 +92,16 @@ INFERRED: tuple[str, ...] = (
     "(name, version, author, description) and no proto_spec (not restated in our protos).",
     # apply and lifecycle
     "A REBOOT-mode (or AUTO-resolved REBOOT) apply on a container node restarts the node "
-    "like a metal reboot (the container restarts). A reboot starts 0.1 s (emulated) after "
-    "the reply and keeps the API down for 5 s; the node boots with fresh resources (versions "
-    "start at 1 again) and a fresh event buffer. A try timeout of zero means the default 1m.",
+    "like a metal reboot (the container restarts). A lifecycle sequence (reboot, upgrade, "
+    "rollback, reset, shutdown) starts 0.1 s (emulated) after the reply: the stage changes "
+    "and every service but apid stops; 0.5 s later apid stops and the API goes down. A "
+    "reboot keeps it down for 5 s; the node boots with fresh resources (versions start at 1 "
+    "again) and a fresh event buffer. A try timeout of zero means the default 1m.",
     "Reset (both platforms) stops every service and powers the node off for good (tests may "
     "`power_on()` it); metal reset does not wipe or enter maintenance mode. Upgrade takes "
     "the version from the image tag (`…:vX.Y.Z`); Rollback swaps back to the previous "
-    "version; both reboot. Shutdown powers off.",
+    "version; both reboot, and the old version answers until the node is down: only the "
+    "booted system reports the new one. Shutdown powers off.",
     "Bootstrap always answers AlreadyExists `etcd data directory is not empty` (the emulated "
     "cluster is bootstrapped when it starts).",
     "GenerateClientConfiguration with several roles names the context after the cluster; "
@@ -95,9 +113,14 @@ INFERRED: tuple[str, ...] = (
     "sizes, memory sizes, kube-proxy and CoreDNS always pass; `kubelet to be healthy` looks "
     "at control planes (facts §11).",
     "The Kubernetes Node is Ready unless the node is powered off or fault `node-not-ready` "
-    "is on (a crash-looping kubelet does not make it NotReady). kube-system holds the "
-    "control-plane static pods and one kube-proxy pod per node, ready while kubelet runs. "
-    "The kubeconfig's client certificate is ECDSA with O=system:masters, CN=admin.",
+    "is on. Kubernetes behaviour, not a Talos fact: a kubelet posts node status only while "
+    "it runs healthy; once it has not for longer than kube-controller-manager's default "
+    "node-monitor grace period (40 s, emulated time), e.g. while it crash-loops (B4), every "
+    "Node condition turns Unknown with reason `NodeStatusUnknown` and message `Kubelet "
+    "stopped posting node status.`, until kubelet is healthy again (no unreachable taints "
+    "are added). kube-system holds the control-plane static pods and one kube-proxy pod per "
+    "node, ready while kubelet runs. The kubeconfig's client certificate is ECDSA with "
+    "O=system:masters, CN=admin.",
     "trustd (50001), etcd (2379/2380) and kubelet (10250) listeners accept a TCP connection "
     "and close it; no TLS is spoken there.",
     "Emulated time runs `time_scale` times faster for timestamps too (events, resources), "

@@ -1,8 +1,9 @@
 """What the emulated Kubernetes API serves: the cluster's Nodes and kube-system Pods.
 
 The objects are built on every request from the nodes' state (:meth:`NodeState.kube_node`):
-labels from ``machine.nodeLabels`` (issue #3), readiness (fault ``node-not-ready``), and one
-pod per control-plane component plus a kube-proxy pod per node, ready while kubelet runs.
+labels from ``machine.nodeLabels`` (issue #3), readiness (fault ``node-not-ready``; Unknown
+once kubelet has not posted status for the node-monitor grace period), and one pod per
+control-plane component plus a kube-proxy pod per node, ready while kubelet runs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ _CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect"
 
 def _when(seconds: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(seconds, dt.UTC)
+
+
+def _maybe_when(seconds: float | None) -> dt.datetime | None:
+    return None if seconds is None else _when(seconds)
 
 
 class ClusterKubeProvider:
@@ -47,6 +52,8 @@ class ClusterKubeProvider:
                     creation_ts=_when(info.created),
                     taints=[_CONTROL_PLANE_TAINT] if info.controlplane else [],
                     os_image=info.os_image,
+                    heartbeat_ts=_maybe_when(info.last_heartbeat),
+                    unknown_since=_maybe_when(info.unknown_since),
                 )
             )
         return objects

@@ -26,9 +26,10 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import h2.exceptions
 from grpclib.client import Channel
 from grpclib.const import Handler, Status
-from grpclib.exceptions import GRPCError
+from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 from grpclib.protocol import H2Protocol
 from grpclib.server import Server, Stream
 
@@ -57,6 +58,12 @@ __all__ = ["APID_PORT", "NodeServer", "method_table"]
 APID_PORT = 50000
 IMPERSONATOR = "os:impersonator"
 FORWARD_TIMEOUT = 30.0  # seconds, for forwarded unary calls without a client deadline
+# A forwarded call gets the client's deadline plus this: the client's own deadline (which
+# cancels the forwarded call with it) always ends the call first, never ours.
+DEADLINE_GRACE = 1.0
+DEADLINE_TEXT = "context deadline exceeded"  # grpc-go's context.DeadlineExceeded
+# The connection to the target broke (it went down): grpclib, h2 and stream-level errors.
+_CONNECTION_LOST = StreamTerminatedError | ProtocolError | h2.exceptions.ProtocolError | EOFError
 # facts §6: one-to-many proxying is allowed only for these services.
 ONE_TO_MANY_PREFIXES = (
     "/machine.MachineService/",
@@ -232,6 +239,7 @@ class NodeServer:
         directory: Directory,
         forward_tls: ssl.SSLContext | None = None,
         port: int = APID_PORT,
+        forward_timeout: float = FORWARD_TIMEOUT,
     ) -> None:
         self.context = context
         self.address = address
@@ -245,6 +253,7 @@ class NodeServer:
         self._peers: dict[Any, Identity] = {}
         self._channels: dict[tuple[str, int], Channel] = {}
         self._table = method_table()
+        self.forward_timeout = forward_timeout  # seconds, unary forwards without a deadline
 
     @property
     def serving(self) -> bool:
@@ -399,6 +408,16 @@ class NodeServer:
             self._channels[key] = channel
         return channel
 
+    def _drop_channel(self, host: str, port: int, channel: Channel) -> None:
+        if self._channels.get((host, port)) is channel:
+            del self._channels[(host, port)]
+        channel.close()
+
+    def forget(self, address: str) -> None:
+        """Drop the cached channels to ``address`` (that node went down)."""
+        for host, port in [key for key in self._channels if key[0] == address]:
+            self._drop_channel(host, port, self._channels[(host, port)])
+
     def _forward_metadata(
         self, identity: Identity, md: Mapping[str, list[str]]
     ) -> list[tuple[str, str]]:
@@ -439,14 +458,17 @@ class NodeServer:
                 await remote.send_message(request, end=True)
                 async for reply in remote:
                     yield reply
-        except (ConnectionError, OSError, ssl.SSLError) as exc:
-            raise GRPCError(Status.UNAVAILABLE, _dial_error(target, _reason(exc))) from None
+        except (GRPCError, asyncio.CancelledError):
+            raise  # the target's own status (relayed), or the client gave up: cancel with it
+        except Exception as exc:
+            if not _is_deadline(exc):  # never reuse a connection to a node that went down
+                self._drop_channel(address, port, channel)
+            raise _forward_error(target, exc) from None
 
-    @staticmethod
-    def _timeout(stream: Stream[Any, Any], streaming: bool) -> float | None:
+    def _timeout(self, stream: Stream[Any, Any], streaming: bool) -> float | None:
         if stream.deadline is not None:
-            return max(stream.deadline.time_remaining(), 0.001)
-        return None if streaming else FORWARD_TIMEOUT
+            return max(stream.deadline.time_remaining(), 0.001) + DEADLINE_GRACE
+        return None if streaming else self.forward_timeout
 
     async def _replies(
         self,
@@ -585,8 +607,24 @@ def _port_of(target: str) -> int:
     return APID_PORT
 
 
+def _is_deadline(exc: BaseException) -> bool:
+    """grpclib's (asyncio's) deadline error; an OS-level ETIMEDOUT carries an errno."""
+    return isinstance(exc, TimeoutError) and exc.errno is None
+
+
+def _forward_error(target: str, exc: Exception) -> GRPCError:
+    """A failed forward as grpc-go reports it: its deadline, or an unreachable node."""
+    if _is_deadline(exc):
+        return GRPCError(Status.DEADLINE_EXCEEDED, DEADLINE_TEXT)
+    if isinstance(exc, OSError | _CONNECTION_LOST):
+        return GRPCError(Status.UNAVAILABLE, _dial_error(target, _reason(exc)))
+    return _as_grpc_error(exc)
+
+
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, ConnectionRefusedError):
+    # INFERRED: a connection that broke means the node went down; the redial grpc-go makes
+    # then is refused, and that is what it reports (as for a node already down).
+    if isinstance(exc, ConnectionRefusedError | ConnectionResetError | _CONNECTION_LOST):
         return "connect: connection refused"
     if isinstance(exc, ssl.SSLError):
         return f"tls: {exc.reason or exc}"

@@ -9,10 +9,11 @@ requests into calls here and raise gRPC statuses from :class:`NodeFailure`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -59,6 +60,13 @@ __all__ = [
 
 Role = Literal["controlplane", "worker"]
 REBOOT_DOWNTIME = 5.0  # emulated seconds the API is down during a reboot (INFERRED)
+LIFECYCLE_DELAY = 0.1  # emulated seconds from the reply to the start of the sequence (INFERRED)
+# Emulated seconds from the stage change (services stopping) to apid going down (INFERRED):
+# long enough for the Events streams to deliver the sequence's first events.
+SHUTDOWN_DELAY = 0.5
+# Kubernetes (not Talos): kube-controller-manager's --node-monitor-grace-period default. A
+# Node whose kubelet has not posted status for this long turns Unknown (INFERRED, emulated s).
+NODE_MONITOR_GRACE = 40.0
 FLAP_PERIOD = 30.0  # fault flapping-service
 CONTAINER_ONLY = "method is not supported in container mode"  # facts §10
 WRONG_VERSION = "v1.12.6"  # fault wrong-version
@@ -85,7 +93,12 @@ class NodeIdentity:
 
 @dataclass(frozen=True)
 class KubeNodeInfo:
-    """What the emulated Kubernetes API shows for this node."""
+    """What the emulated Kubernetes API shows for this node.
+
+    ``ready`` is Ready=True. ``status_unknown`` means the node controller gave up on a
+    kubelet that stopped posting status: every condition reads Unknown (then ``ready`` is
+    false), last heard of at ``last_heartbeat`` and turned Unknown at ``unknown_since``.
+    """
 
     name: str
     address: str
@@ -96,6 +109,9 @@ class KubeNodeInfo:
     os_image: str
     pod_cidr: str
     created: float
+    status_unknown: bool = False
+    last_heartbeat: float | None = None  # emulated Unix seconds
+    unknown_since: float | None = None
 
 
 class NodeHooks:
@@ -146,6 +162,7 @@ class NodeState(ConfigMixin):
         self.faults = faults
         self.talos_version = talos_version
         self.previous_version = talos_version
+        self._next_version: str | None = None  # booted by the next power-on (upgrade, rollback)
         self.peers = peers
         self.hooks = hooks or NodeHooks()
         self.active_config = config
@@ -171,6 +188,12 @@ class NodeState(ConfigMixin):
         self._try_target: bytes | None = None
         self._flap_timer: Cancellable | None = None
         self._lifecycle_timer: Cancellable | None = None
+        self._sequence_actor = ""  # actor id of the lifecycle sequence running, if any
+        self._status_held = False  # services change in bulk: publish the status once after
+        self._last_status: tuple[str, bool, tuple[tuple[str, str], ...]] | None = None
+        self._kubelet_silent_since: float | None = None  # emulated Unix seconds
+        self._kube_status_unknown_since: float | None = None
+        self._kube_grace_timer: Cancellable | None = None
         self._log_subscribers: list[Callable[[str, str], None]] = []
         self.services_revision = 0  # bumped on every service change (reply caches use it)
         self.booted_at = clock.time()
@@ -212,14 +235,21 @@ class NodeState(ConfigMixin):
         self.rebooting = False
         self.powered = True
         self.booted_at = self.clock.time()
+        self._sequence_actor = ""
+        self._last_status = None
+        self._kubelet_silent_since = None
+        self._kube_status_unknown_since = None
+        self._cancel_kube_grace()
         self.stage = "booting"
         self._emit_boot_sequence()
+        self._publish_machine_status()  # booting, not ready: no service runs yet
+        self.emit(AddressPayload(self.hostname, (self.identity.address,)))
         self._publish_static_resources()
         self._publish_machine_config()
         down = ["udevd"] if self._fault("service-down") else []
-        self.services.boot(down=down)
-        self.stage = "running"
-        self._publish_machine_status()
+        with self._status_held_back():  # then one status: running, ready if all healthy
+            self.services.boot(down=down)
+            self.stage = "running"
         self.emit(SequencePayload("boot", "STOP"))
         if self._fault("flapping-service"):
             self._schedule_flap()
@@ -240,8 +270,6 @@ class NodeState(ConfigMixin):
             self.emit(PhasePayload(phase, "STOP"))
         self.emit(SequencePayload("initialize", "STOP"))
         self.emit(SequencePayload("boot", "START"))
-        self.emit(MachineStatusPayload("BOOTING", False, (("services", "waiting"),)))
-        self.emit(AddressPayload(self.hostname, (self.identity.address,)))
 
     # ---- resources -------------------------------------------------------------------
 
@@ -336,15 +364,40 @@ class NodeState(ConfigMixin):
             )
 
     def _publish_machine_status(self) -> None:
+        """The MachineStatuses resource and, when it changes, a MachineStatusEvent (facts §3, §8).
+
+        The event carries exactly what the resource says: stage, ready, unmet conditions.
+        """
         unhealthy = self.unhealthy_services()
-        unmet = [{"name": "services", "reason": f"unhealthy services: {', '.join(unhealthy)}"}]
+        unmet: tuple[tuple[str, str], ...] = ()
+        if unhealthy:
+            unmet = (("services", f"unhealthy services: {', '.join(unhealthy)}"),)
+        status = (self.stage, not unmet, unmet)
+        if status == self._last_status:
+            return
+        self._last_status = status
         spec = {
             "stage": self.stage,
-            "status": {"ready": not unhealthy, "unmetConditions": unmet if unhealthy else []},
+            "status": {
+                "ready": not unmet,
+                "unmetConditions": [{"name": name, "reason": why} for name, why in unmet],
+            },
         }
         self.store.put(
             "runtime", T.MACHINE_STATUSES, "machine", spec, owner="runtime.MachineStatusController"
         )
+        event_stage = self.stage.upper().replace(" ", "_")  # "shutting down" -> SHUTTING_DOWN
+        self.emit(MachineStatusPayload(event_stage, not unmet, unmet), self._sequence_actor)
+
+    @contextlib.contextmanager
+    def _status_held_back(self) -> Iterator[None]:
+        """Services change in bulk (boot, shutdown): publish the machine status once, after."""
+        self._status_held = True
+        try:
+            yield
+        finally:
+            self._status_held = False
+        self._publish_machine_status()
 
     def unhealthy_services(self) -> list[str]:
         return sorted(
@@ -374,10 +427,41 @@ class NodeState(ConfigMixin):
             self.store.put("runtime", T.SERVICES, service.id, spec, owner=OWNER_SERVICES)
         elif not self._fault("services-resource-stale"):
             self.store.destroy("runtime", T.SERVICES, service.id)
-        if self.stage == "running":
+        if self.powered and not self._status_held:
             self._publish_machine_status()
         if service.id == "kubelet":
+            self._track_kubelet(service)
             self.hooks.kube_changed()
+
+    # ---- the Kubernetes node controller (Kubernetes behaviour, INFERRED) -----------------
+
+    def _track_kubelet(self, kubelet: Service) -> None:
+        """Start or stop the node-monitor grace period as kubelet stops or resumes posting.
+
+        A kubelet posts node status only while it runs healthy; one that crash-loops (B4)
+        never does. After NODE_MONITOR_GRACE without status the Node turns Unknown.
+        """
+        posting = kubelet.running and kubelet.health.healthy and not kubelet.health.unknown
+        if posting:
+            self._kubelet_silent_since = None
+            self._kube_status_unknown_since = None
+            self._cancel_kube_grace()
+        elif self._kubelet_silent_since is None:
+            self._kubelet_silent_since = self.clock.time()
+            self._kube_grace_timer = self.clock.call_later(
+                NODE_MONITOR_GRACE, self._kube_status_stale
+            )
+
+    def _kube_status_stale(self) -> None:
+        self._kube_grace_timer = None
+        if self.powered and self._kubelet_silent_since is not None:
+            self._kube_status_unknown_since = self.clock.time()
+            self.hooks.kube_changed()
+
+    def _cancel_kube_grace(self) -> None:
+        if self._kube_grace_timer is not None:
+            self._kube_grace_timer.cancel()
+            self._kube_grace_timer = None
 
     def _on_service_log(self, service: Service, line: str) -> None:
         for subscriber in list(self._log_subscribers):
@@ -465,7 +549,8 @@ class NodeState(ConfigMixin):
 
     def file(self, path: str) -> system.FileEntry | None:
         if path == "/proc/mounts":  # generated: shows the root filesystem read-only
-            return system.FileEntry(path, "file", 0o444, system.proc_mounts(self.mounts()))
+            content = system.proc_mounts(self.mounts())
+            return system.FileEntry(path, "file", 0o444, content, mtime=int(self.booted_at))
         return self.rootfs.get(path)
 
     def etcd_members(self) -> list[NodeIdentity]:
@@ -487,16 +572,20 @@ class NodeState(ConfigMixin):
             labels["node-role.kubernetes.io/control-plane"] = ""
         labels.update(mc.node_labels(self.active_config))  # issue #3: labels from the config
         pods = mc.pod_subnets(self.active_config)
+        unknown = self.powered and self._kube_status_unknown_since is not None
         return KubeNodeInfo(
             name=self.hostname,
             address=ident.address,
             labels=labels,
-            ready=self.powered and not self._fault("node-not-ready"),
+            ready=self.powered and not unknown and not self._fault("node-not-ready"),
             controlplane=ident.controlplane,
             kubelet_version=f"v{ident.kubernetes_version}",
             os_image=f"Talos ({self.talos_version})",
             pod_cidr=_node_pod_cidr(pods[0] if pods else "10.244.0.0/16", ident.address),
             created=self.booted_at,
+            status_unknown=unknown,
+            last_heartbeat=self._kubelet_silent_since if unknown else None,
+            unknown_since=self._kube_status_unknown_since if unknown else None,
         )
 
     # ---- lifecycle (facts §3, §10) ---------------------------------------------------------
@@ -508,71 +597,103 @@ class NodeState(ConfigMixin):
     def reboot(self) -> str:
         self._require_metal()
         actor = str(uuid.uuid4())
-        self.clock.call_later(0.1, lambda: self._reboot_sequence(actor, "reboot"))
+        self.clock.call_later(LIFECYCLE_DELAY, lambda: self._reboot_sequence(actor, "reboot"))
         return actor
 
     def shutdown(self) -> str:
         self._require_metal()
         actor = str(uuid.uuid4())
-        self.clock.call_later(0.1, lambda: self._power_off(actor, "shutdown", "SHUTTING_DOWN"))
+        self.clock.call_later(
+            LIFECYCLE_DELAY, lambda: self._go_down(actor, "shutdown", "shutting down")
+        )
         return actor
 
     def reset(self) -> str:
         # facts §10: accepted in container mode, where it stops services and shuts down.
         actor = str(uuid.uuid4())
-        self.clock.call_later(0.1, lambda: self._power_off(actor, "reset", "RESETTING"))
+        self.clock.call_later(LIFECYCLE_DELAY, lambda: self._go_down(actor, "reset", "resetting"))
         return actor
 
     def upgrade(self, image: str) -> str:
+        """Acknowledge now; go down as ``upgrading``; only the booted system is the new version."""
         self._require_metal()
         actor = str(uuid.uuid4())
         tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
         new_version = tag if tag.startswith("v") else self.talos_version
-
-        def run() -> None:
-            self.previous_version, self.talos_version = self.talos_version, new_version
-            self._reboot_sequence(actor, "upgrade")
-
-        self.clock.call_later(0.1, run)
+        self.clock.call_later(
+            LIFECYCLE_DELAY,
+            lambda: self._reboot_sequence(actor, "upgrade", "upgrading", next_version=new_version),
+        )
         return actor
 
     def rollback(self) -> None:
+        """Reboot into the previous version (the A/B switch takes effect at the next boot)."""
         self._require_metal()
+        actor = str(uuid.uuid4())
+        self.clock.call_later(
+            LIFECYCLE_DELAY,
+            lambda: self._reboot_sequence(actor, "reboot", next_version=self.previous_version),
+        )
 
-        def run() -> None:
-            self.previous_version, self.talos_version = self.talos_version, self.previous_version
-            self._reboot_sequence(str(uuid.uuid4()), "reboot")
-
-        self.clock.call_later(0.1, run)
-
-    def _go_down(self, actor: str, sequence: str, stage: str) -> None:
+    def _go_down(
+        self, actor: str, sequence: str, stage: str, then: Callable[[], None] | None = None
+    ) -> None:
+        """The stage changes and services stop; SHUTDOWN_DELAY later apid stops and the node
+        is off (then ``then`` runs, e.g. the reboot's power-on timer)."""
+        if self._lifecycle_timer is not None:
+            self._lifecycle_timer.cancel()
+        self._sequence_actor = actor
         self.emit(SequencePayload(sequence, "START"), actor)
-        self.stage = stage.lower().replace("_", " ")
-        self.emit(MachineStatusPayload(stage, False), actor)
         self.cancel_try()  # facts §9: try never persists, a reboot reverts it
         if self._flap_timer is not None:
             self._flap_timer.cancel()
+        with self._status_held_back():  # then one status: the new stage, not ready
+            self.stage = stage
+            for service in reversed(list(self.services.services.values())):
+                if service.id != "apid":  # apid serves until the very end
+                    self.services.stop(service)
+        self._lifecycle_timer = self.clock.call_later(
+            SHUTDOWN_DELAY, lambda: self._power_off(then)
+        )
+
+    def _power_off(self, then: Callable[[], None] | None) -> None:
+        self._lifecycle_timer = None
         self.services.stop_all()
         self.services.cancel_all()
+        self._cancel_kube_grace()
         self.powered = False
         self.hooks.api_down()
         self.hooks.kube_changed()
+        if then is not None:
+            then()
 
-    def _reboot_sequence(self, actor: str, sequence: str) -> None:
-        """API down for a while, then boot the persisted config (staged applied, try dropped)."""
-        self._go_down(actor, sequence, "REBOOTING")
-        self._lifecycle_timer = self.clock.call_later(REBOOT_DOWNTIME, self.power_on)
+    def _reboot_sequence(
+        self,
+        actor: str,
+        sequence: str,
+        stage: str = "rebooting",
+        *,
+        next_version: str | None = None,
+    ) -> None:
+        """API down for a while, then boot the persisted config (staged applied, try dropped)
+        and, after an upgrade or rollback, the other version."""
+        self._next_version = next_version
 
-    def _power_off(self, actor: str, sequence: str, stage: str) -> None:
-        self._go_down(actor, sequence, stage)
+        def stay_down() -> None:
+            self._lifecycle_timer = self.clock.call_later(REBOOT_DOWNTIME, self.power_on)
+
+        self._go_down(actor, sequence, stage, then=stay_down)
 
     def power_on(self) -> None:
         """Boot the node (after a reboot; tests may also power a shut-down node back on)."""
         if self.powered:
             return
-        self.rootfs["/etc/os-release"] = system.FileEntry(
-            "/etc/os-release", "file", 0o644, system.os_release(self.talos_version)
-        )
+        self._lifecycle_timer = None
+        if self._next_version is not None:
+            self.previous_version, self.talos_version = self.talos_version, self._next_version
+            self._next_version = None
+        release = system.os_release(self.talos_version)
+        self.rootfs["/etc/os-release"] = system.FileEntry("/etc/os-release", "file", 0o644, release)
         self.boot()
         self.hooks.api_up()
 
@@ -580,6 +701,7 @@ class NodeState(ConfigMixin):
         """Cancel every timer (the cluster is stopping)."""
         self.cancel_try()
         self.services.cancel_all()
+        self._cancel_kube_grace()
         for timer in (self._flap_timer, self._lifecycle_timer):
             if timer is not None:
                 timer.cancel()

@@ -8,10 +8,12 @@ Plain Python data; the servicers render it.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 __all__ = [
+    "IMAGE_BUILT",
     "FileEntry",
     "Listener",
     "MountEntry",
@@ -27,6 +29,9 @@ __all__ = [
 # Go os.FileMode bits (facts §3: FileInfo.mode is Go's os.FileMode).
 MODE_DIR = 1 << 31
 MODE_SYMLINK = 1 << 27
+# When the image was built (INFERRED: Talos builds are reproducible, so every file of the
+# SquashFS root carries the build's timestamp; v1.13.6 was released 2026-07-09, facts §13).
+IMAGE_BUILT = int(dt.datetime(2026, 8, 20, 9, 30, tzinfo=dt.UTC).timestamp())
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,7 @@ class FileEntry:
     perm: int = 0o644
     content: bytes = b""
     link: str = ""
-    mtime: int = 0
+    mtime: int = IMAGE_BUILT  # Unix seconds (facts §3: FileInfo.modified)
 
     @property
     def mode(self) -> int:

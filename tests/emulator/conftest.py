@@ -111,11 +111,43 @@ class RawClient:
         nodes: Sequence[str] | None = None,
         metadata: Sequence[tuple[str, str]] = (),
         timeout: float = TIMEOUT,
+        send_deadline: bool = True,
     ) -> Any:
-        """A unary reply, or the list of all messages of a server stream."""
+        """A unary reply, or the list of all messages of a server stream.
+
+        Without ``send_deadline`` the server gets no ``grpc-timeout`` (the call is still
+        bounded here, by ``timeout``).
+        """
         method = self._method(address, path)
         pairs = self._metadata(node, nodes) + list(metadata)
-        return self.run(method(request, metadata=pairs, timeout=timeout), timeout + 1)
+        deadline = timeout if send_deadline else None
+        return self.run(method(request, metadata=pairs, timeout=deadline), timeout + 1)
+
+    async def acall(
+        self,
+        address: str,
+        path: str,
+        request: Any,
+        *,
+        node: str | None = None,
+        timeout: float = TIMEOUT,
+    ) -> Any:
+        """:meth:`call` from inside a coroutine running on this client's loop."""
+        method = self._method(address, path)
+        return await method(request, metadata=self._metadata(node, None), timeout=timeout)
+
+    def stream(
+        self,
+        address: str,
+        path: str,
+        request: Any,
+        *,
+        node: str | None = None,
+        nodes: Sequence[str] | None = None,
+        timeout: float = TIMEOUT,
+    ) -> Any:
+        """An open server stream (async context manager; use inside :meth:`run`)."""
+        return self._open(address, path, request, self._metadata(node, nodes), timeout)
 
     @asynccontextmanager
     async def _open(

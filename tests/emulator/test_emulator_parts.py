@@ -190,9 +190,11 @@ class ManualClock(Clock):
                     callback()
 
 
-def _manual_node() -> tuple[NodeState, ManualClock]:
+def _manual_node(platform: str = "container") -> tuple[NodeState, ManualClock]:
     clock = ManualClock()
-    identity = NodeIdentity(hostname="cp-1", role="controlplane", address="127.0.0.2")
+    identity = NodeIdentity(
+        hostname="cp-1", role="controlplane", address="127.0.0.2", platform=platform
+    )
     config = mc.generate_config(
         cluster_name="c",
         hostname="cp-1",
@@ -273,3 +275,51 @@ def test_second_try_rearms_and_other_modes_cancel_on_a_manual_clock() -> None:
     state.apply_configuration(ApplyRequest(second, "NO_REBOOT"))
     clock.advance(120)
     assert state.active_config == second  # the NO_REBOOT apply cancelled the revert
+
+
+# ---- lifecycle order and the Kubernetes node controller on a manual clock -------------------
+
+
+def test_upgrade_reports_the_new_version_only_from_the_booted_system() -> None:
+    state, clock = _manual_node("metal")
+
+    def versions() -> tuple[str, str]:
+        resource = state.store.get("runtime", T.VERSIONS, "version")
+        return state.api_version_tag(), resource.spec["version"] if resource else ""
+
+    state.upgrade("ghcr.io/siderolabs/installer:v1.13.10")
+    clock.advance(0.15)  # the sequence started: stage upgrading, services stopping
+    assert (state.stage, state.powered) == ("upgrading", True)
+    assert versions() == ("v1.13.9", "v1.13.9")
+    clock.advance(1)  # apid stopped: the node is down
+    assert not state.powered
+    assert state.talos_version == "v1.13.9"
+    clock.advance(5)  # booted again
+    assert (state.stage, state.powered) == ("running", True)
+    assert versions() == ("v1.13.10", "v1.13.10")
+    state.rollback()
+    clock.advance(1.2)
+    assert (state.powered, state.talos_version) == (False, "v1.13.10")
+    clock.advance(5)
+    assert versions() == ("v1.13.9", "v1.13.9")
+
+
+def test_node_turns_unknown_after_the_grace_period_on_a_manual_clock() -> None:
+    state, clock = _manual_node()
+    assert state.kube_node().ready
+    _apply(state, "machine:\n  kubelet:\n    extraArgs:\n      bogus-flag: 'x'\n")
+    clock.advance(39.5)  # kubelet stopped posting when the apply restarted it
+    info = state.kube_node()
+    assert (info.ready, info.status_unknown) == (True, False)
+    clock.advance(1)
+    info = state.kube_node()
+    assert (info.ready, info.status_unknown) == (False, True)
+    assert info.last_heartbeat is not None
+    assert info.unknown_since is not None
+    assert 40 <= info.unknown_since - info.last_heartbeat < 41
+    _apply(
+        state, "machine:\n  kubelet:\n    extraArgs:\n      bogus-flag:\n        $patch: delete\n"
+    )
+    clock.advance(3)
+    info = state.kube_node()
+    assert (info.ready, info.status_unknown) == (True, False)

@@ -25,12 +25,24 @@ def _uid(*parts: str) -> str:
 
 
 def _condition(
-    kind: str, status: bool, reason: str, message: str, when: str
+    kind: str, status: bool | None, reason: str, message: str, when: str,
+    transition: str | None = None,
 ) -> dict[str, str]:
+    text = "Unknown" if status is None else "True" if status else "False"
     return {
-        "type": kind, "status": "True" if status else "False", "reason": reason,
-        "message": message, "lastHeartbeatTime": when, "lastTransitionTime": when,
+        "type": kind, "status": text, "reason": reason, "message": message,
+        "lastHeartbeatTime": when, "lastTransitionTime": transition or when,
     }
+
+
+# Kubernetes' node lifecycle controller, once kubelet missed the grace period: every
+# condition turns Unknown with this reason and message.
+NODE_STATUS_UNKNOWN = ("NodeStatusUnknown", "Kubelet stopped posting node status.")
+_PRESSURE_CONDITIONS = (
+    ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+    ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+)
 
 
 def _node_addresses(name: str, addresses: Sequence[str | tuple[str, str]]) -> list[Object]:
@@ -59,6 +71,7 @@ def make_node_object(
     ready_reason: str = "",
     ready_message: str = "",
     heartbeat_ts: dt.datetime | str | None = None,
+    unknown_since: dt.datetime | str | None = None,
     annotations: Mapping[str, str] | None = None,
     os_image: str = "Talos (v1.13.9)",
     kernel_version: str = "6.18.24-talos",
@@ -70,6 +83,8 @@ def make_node_object(
     ``addresses`` are InternalIPs (plain strings) or ``(type, address)`` pairs; a
     ``Hostname`` address is added when missing. ``labels`` are merged over the labels
     kubelet always sets (arch, os, hostname). ``taints`` are ``{key, value?, effect}``.
+    With ``unknown_since`` the node controller has given up on the kubelet (last heard of
+    at ``heartbeat_ts``): every condition is Unknown, ``NodeStatusUnknown``.
     :class:`KubeAPIServer` replaces ``resourceVersion`` with its own counter when serving.
     """
     version = kubelet_version if kubelet_version.startswith("v") else f"v{kubelet_version}"
@@ -85,13 +100,25 @@ def make_node_object(
         spec["taints"] = [dict(taint) for taint in taints]
     if unschedulable:
         spec["unschedulable"] = True
-    ready_condition = _condition(
-        "Ready", ready,
-        ready_reason or ("KubeletReady" if ready else "KubeletNotReady"),
-        ready_message or ("kubelet is posting ready status" if ready else
-                          "container runtime network not ready: NetworkReady=false"),
-        beat,
-    )
+    if unknown_since is not None:
+        reason, message = NODE_STATUS_UNKNOWN
+        since = _timestamp(unknown_since)
+        conditions = [
+            _condition(kind, None, reason, message, beat, since)
+            for kind in [*(c[0] for c in _PRESSURE_CONDITIONS), "Ready"]
+        ]
+    else:
+        conditions = [
+            _condition(kind, False, reason, message, beat)
+            for kind, reason, message in _PRESSURE_CONDITIONS
+        ]
+        conditions.append(_condition(
+            "Ready", ready,
+            ready_reason or ("KubeletReady" if ready else "KubeletNotReady"),
+            ready_message or ("kubelet is posting ready status" if ready else
+                              "container runtime network not ready: NetworkReady=false"),
+            beat,
+        ))
     capacity = {"cpu": "2", "ephemeral-storage": "10218772Ki", "hugepages-2Mi": "0",
                 "memory": "2048Mi", "pods": "110"}
     return {
@@ -113,15 +140,7 @@ def make_node_object(
         "status": {
             "capacity": capacity,
             "allocatable": {**capacity, "memory": "1848Mi"},
-            "conditions": [
-                _condition("MemoryPressure", False, "KubeletHasSufficientMemory",
-                           "kubelet has sufficient memory available", beat),
-                _condition("DiskPressure", False, "KubeletHasNoDiskPressure",
-                           "kubelet has no disk pressure", beat),
-                _condition("PIDPressure", False, "KubeletHasSufficientPID",
-                           "kubelet has sufficient PID available", beat),
-                ready_condition,
-            ],
+            "conditions": conditions,
             "addresses": _node_addresses(name, addresses),
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
             "nodeInfo": {

@@ -231,7 +231,7 @@ class MachineInfoMixin:
                 if path != root and not path.startswith(root.rstrip("/") + "/"):
                     continue
                 info = tarfile.TarInfo(base + path[len(root.rstrip("/")) :])
-                info.mode = entry.perm
+                info.mode, info.mtime = entry.perm, entry.mtime
                 if entry.kind == "dir":
                     info.type = tarfile.DIRTYPE
                     archive.addfile(info)
