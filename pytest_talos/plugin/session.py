@@ -67,7 +67,12 @@ class TalosSession:
     def _start_emulator(self, controlplanes: int, workers: int) -> EmulatedCluster:
         from pytest_talos.emulator.cluster import EmulatedCluster  # imported only when asked
 
-        emulator = EmulatedCluster(controlplanes, workers, faults=self.settings.faults.value)
+        emulator = EmulatedCluster(
+            controlplanes,
+            workers,
+            faults=self.settings.faults.value,
+            time_scale=self.settings.time_scale.value,
+        )
         self.emulator = emulator.__enter__()
         return emulator
 
@@ -179,6 +184,9 @@ def _settings_text(settings: TalosSettings) -> str:
         parts = [shown("emulator", settings.emulator, f"{cp}:{workers}")]
         if settings.faults.value:
             parts.append(shown("faults", settings.faults, ",".join(settings.faults.value)))
+        if settings.time_scale.given:
+            parts.append(shown("time scale", settings.time_scale,
+                               f"{settings.time_scale.value:g}x"))
     else:
         parts = [
             shown("talosconfig", settings.talosconfig,

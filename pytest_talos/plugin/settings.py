@@ -72,6 +72,10 @@ _OPTIONS = {
                 "and workers (default 1:1); excludes --talos-endpoint"),
         _Option("talos_emulator_faults", "--talos-emulator-fault", "talos_emulator_faults",
                 "TALOS_EMULATOR_FAULTS", "turn on an emulator fault profile; repeatable"),
+        _Option("talos_emulator_time_scale", "--talos-emulator-time-scale",
+                "talos_emulator_time_scale", "TALOS_EMULATOR_TIME_SCALE",
+                "run the emulated cluster's clock this many times faster (try windows, crash "
+                "loops, grace periods); default 1"),
         _Option("talos_allow", "--talos-allow", "talos_allow", "TALOS_ALLOW",
                 "changes tests may make: none (default), mutating (config changes, undone "
                 "afterwards) or disruptive (also reboots, resets, upgrades)"),
@@ -89,6 +93,7 @@ class TalosSettings:
     nodes: Setting[tuple[str, ...]]
     emulator: Setting[tuple[int, int] | None]
     faults: Setting[tuple[str, ...]]
+    time_scale: Setting[float]
     allow: Setting[str]
     timeout: Setting[float]
     ignored: tuple[str, ...] = ()  # environment settings the emulator overrides
@@ -99,7 +104,7 @@ class TalosSettings:
         return any(
             getattr(self, name).given
             for name in ("talosconfig", "context", "endpoints", "nodes", "emulator", "faults",
-                         "allow", "timeout")
+                         "time_scale", "allow", "timeout")
         )
 
     @property
@@ -182,20 +187,29 @@ def _allow_setting(config: pytest.Config) -> Setting[str]:
     return Setting(value, found[1])
 
 
-def _timeout_setting(config: pytest.Config) -> Setting[float]:
-    found = _raw(config, "talos_timeout")
+def _positive_setting(
+    config: pytest.Config, dest: str, default: float, what: str, example: str
+) -> Setting[float]:
+    found = _raw(config, dest)
     if found is None:
-        return Setting(DEFAULT_TIMEOUT, "default")
+        return Setting(default, "default")
     try:
         value = float(found[0])
     except ValueError:
         value = -1.0
     if not value > 0:
-        raise pytest.UsageError(
-            f"{found[1]}: {found[0]!r} is not a positive number of seconds; e.g. "
-            "--talos-timeout 10"
-        )
+        raise pytest.UsageError(f"{found[1]}: {found[0]!r} is not {what}; e.g. {example}")
     return Setting(value, found[1])
+
+
+def _timeout_setting(config: pytest.Config) -> Setting[float]:
+    return _positive_setting(config, "talos_timeout", DEFAULT_TIMEOUT,
+                             "a positive number of seconds", "--talos-timeout 10")
+
+
+def _time_scale_setting(config: pytest.Config) -> Setting[float]:
+    return _positive_setting(config, "talos_emulator_time_scale", 1.0, "a positive factor",
+                             "--talos-emulator-time-scale 20")
 
 
 def resolve_settings(config: pytest.Config) -> TalosSettings:
@@ -207,6 +221,7 @@ def resolve_settings(config: pytest.Config) -> TalosSettings:
         nodes=_list_setting(config, "talos_nodes"),
         emulator=_emulator_setting(config),
         faults=_list_setting(config, "talos_emulator_faults"),
+        time_scale=_time_scale_setting(config),
         allow=_allow_setting(config),
         timeout=_timeout_setting(config),
     )
@@ -215,10 +230,11 @@ def resolve_settings(config: pytest.Config) -> TalosSettings:
 
 def _check_combination(settings: TalosSettings) -> TalosSettings:
     if settings.emulator.value is None:
-        if settings.faults.value:
-            raise pytest.UsageError(
-                f"{settings.faults.source} needs the emulated cluster: add --talos-emulator"
-            )
+        for source in (settings.faults.source, settings.time_scale.source):
+            if source != "default":
+                raise pytest.UsageError(
+                    f"{source} needs the emulated cluster: add --talos-emulator"
+                )
         return settings
     ignored = []
     for setting, what in (

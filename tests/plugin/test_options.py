@@ -154,6 +154,8 @@ def test_help_lists_every_option_with_ini_and_environment(run: Run) -> None:
         ("--talos-nodes", "talos_nodes", "TALOS_NODES"),
         ("--talos-emulator", "talos_emulator", "TALOS_EMULATOR"),
         ("--talos-emulator-fault", "talos_emulator_faults", "TALOS_EMULATOR_FAULTS"),
+        ("--talos-emulator-time-scale", "talos_emulator_time_scale",
+         "TALOS_EMULATOR_TIME_SCALE"),
         ("--talos-allow", "talos_allow", "TALOS_ALLOW"),
         ("--talos-timeout", "talos_timeout", "TALOS_TIMEOUT"),
     ]:
@@ -198,6 +200,34 @@ def test_faults_need_the_emulator(run: Run) -> None:
     assert usage_error(run("--talos-emulator-fault", "ssh-open")) == (
         "ERROR: --talos-emulator-fault needs the emulated cluster: add --talos-emulator"
     )
+
+
+def test_time_scale_needs_the_emulator(run: Run) -> None:
+    assert usage_error(run("--talos-emulator-time-scale", "20")) == (
+        "ERROR: --talos-emulator-time-scale needs the emulated cluster: add --talos-emulator"
+    )
+
+
+@pytest.mark.parametrize("value", ["fast", "0", "-2"])
+def test_time_scale_must_be_a_positive_factor(value: str, run: Run) -> None:
+    assert usage_error(run("--talos-emulator", f"--talos-emulator-time-scale={value}")) == (
+        f"ERROR: --talos-emulator-time-scale: {value!r} is not a positive factor; e.g. "
+        "--talos-emulator-time-scale 20"
+    )
+
+
+def test_time_scale_reaches_the_emulated_cluster(run: Run, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        from pytest_talos.plugin import SESSION_KEY
+
+        def test_scale(talos_cluster, request):
+            print("SCALE", request.config.stash[SESSION_KEY].emulator.clock.time_scale)
+        """
+    )
+    result = run("-s", "--talos-emulator", "--talos-emulator-time-scale=20")
+    result.stdout.fnmatch_lines(["*SCALE 20.0*"])
+    result.stdout.fnmatch_lines(["*time scale 20x [--talos-emulator-time-scale]*"])
 
 
 def test_unknown_fault_lists_the_known_ones(run: Run) -> None:
