@@ -1,0 +1,128 @@
+"""Wall time of the conformance suite's ``quick`` profile against 3, 10 and 30 emulated nodes,
+serial and with pytest-xdist, measured side by side in the same run.
+
+    python benchmarks/suite.py                     # 3, 10 and 30 nodes; -n 0 vs -n 2
+    python benchmarks/suite.py --nodes 3,10 --xdist 4 --repeat 3 --time-scale 1
+
+Each measurement is one ``pytest conformance --talos-emulator=CP:W --talos-suite quick``
+subprocess (emulator start, collection and every check included), exactly what a user runs.
+The table shows the best of ``--repeat`` runs, the time per node, and how the serial time
+grows relative to the smallest cluster, so the cost of adding nodes is visible at a glance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SUITE = REPO / "conformance"
+RUN_TIMEOUT = 1800.0
+
+
+@dataclass(frozen=True)
+class Measurement:
+    nodes: int
+    workers: int  # 0: serial
+    seconds: float
+    passed: bool
+
+
+def _layout(nodes: int) -> str:
+    """CP:W with three control planes once the cluster is big enough for that."""
+    controlplanes = 1 if nodes < 5 else 3
+    return f"{controlplanes}:{nodes - controlplanes}"
+
+
+def _plugin_args() -> list[str]:
+    installed = any(ep.value.startswith("pytest_talos.plugin")
+                    for ep in metadata.entry_points(group="pytest11"))
+    return [] if installed else ["-p", "pytest_talos.plugin"]
+
+
+def _environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TALOS", "PYTEST_"))}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def measure(nodes: int, workers: int, scratch: Path, time_scale: float) -> Measurement:
+    xdist = ["-n", str(workers), "--dist", "loadgroup"] if workers else ["-p", "no:xdist"]
+    argv = [sys.executable, "-m", "pytest", *_plugin_args(), str(SUITE),
+            f"--talos-emulator={_layout(nodes)}", "--talos-suite", "quick", "-q",
+            "--talos-emulator-time-scale", f"{time_scale:g}",
+            "-p", "no:cacheprovider", *xdist]
+    started = time.perf_counter()
+    done = subprocess.run(argv, cwd=scratch, env=_environment(), capture_output=True,
+                          text=True, timeout=RUN_TIMEOUT, check=False)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+        print(f"  !! {nodes} nodes, -n {workers}: exit {done.returncode}\n{tail}",
+              file=sys.stderr)
+    return Measurement(nodes, workers, elapsed, done.returncode == 0)
+
+
+def best(samples: Sequence[Measurement]) -> Measurement:
+    return min(samples, key=lambda m: m.seconds)
+
+
+def table(rows: dict[int, dict[int, Measurement]], workers: int) -> str:
+    smallest = min(rows)
+    head = (f"{'nodes':>5} | {'serial s':>9} | {f'-n {workers} s':>9} | {'speed-up':>8} | "
+            f"{'serial s/node':>13} | {'growth vs ' + str(smallest):>13}")
+    lines = [head, "-" * len(head)]
+    base = rows[smallest][0].seconds
+    for nodes in sorted(rows):
+        serial, parallel = rows[nodes][0], rows[nodes][workers]
+        flag = "" if serial.passed and parallel.passed else "  (a run failed)"
+        lines.append(
+            f"{nodes:>5} | {serial.seconds:>9.1f} | {parallel.seconds:>9.1f} | "
+            f"{serial.seconds / parallel.seconds:>7.2f}x | {serial.seconds / nodes:>13.2f} | "
+            f"{serial.seconds / base:>12.2f}x{flag}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", default="3,10,30",
+                        help="cluster sizes, comma-separated (default 3,10,30)")
+    parser.add_argument("--xdist", type=int, default=2,
+                        help="pytest-xdist workers for the parallel column (default 2)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per cell; best is kept")
+    parser.add_argument("--time-scale", type=float, default=20.0,
+                        help="the emulator's time scale (default 20; 1 shows the real-time "
+                        "cost of the restart watch)")
+    args = parser.parse_args(argv)
+    sizes = sorted({int(n) for n in args.nodes.split(",") if n.strip()})
+    if not sizes or min(sizes) < 2 or args.xdist < 1 or args.repeat < 1 or args.time_scale <= 0:
+        parser.error("need cluster sizes >= 2, --xdist >= 1, --repeat >= 1, --time-scale > 0")
+    rows: dict[int, dict[int, Measurement]] = {}
+    with tempfile.TemporaryDirectory(prefix="pytest-talos-bench-") as scratch:
+        for nodes in sizes:
+            rows[nodes] = {}
+            for workers in (0, args.xdist):
+                samples = [measure(nodes, workers, Path(scratch), args.time_scale)
+                           for _ in range(args.repeat)]
+                rows[nodes][workers] = best(samples)
+                spread = (f" (median {statistics.median(s.seconds for s in samples):.1f}s)"
+                          if args.repeat > 1 else "")
+                print(f"  {nodes:>3} nodes, -n {workers}: {rows[nodes][workers].seconds:.1f}s"
+                      f"{spread}", file=sys.stderr)
+    print(f"quick profile, emulator time scale {args.time_scale:g}x, {os.cpu_count()} CPUs, "
+          f"Python {sys.version.split()[0]}")
+    print(table(rows, args.xdist))
+    return 0 if all(m.passed for row in rows.values() for m in row.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The pytest-talos conformance suite: run it with ``pytest conformance`` (docs/conformance.md)."""

@@ -1,0 +1,1 @@
+"""Helpers of the conformance suite (no checks here; pytest collects only test_*.py)."""

@@ -1,0 +1,169 @@
+"""The conformance suite's own options, parsed once per run into :class:`SuiteSettings`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance._support.catalogue import SUITES, SuiteProfile
+from conformance._support.snapshot import SnapshotMode
+from conformance._support.vendor_profile import VendorProfile, load_vendor_profile
+from pytest_talos.errors import ConfigError
+from pytest_talos.reporting import SEVERITIES, Severity, Waiver, load_waivers, parse_severity
+
+__all__ = ["DEFAULT_OBSERVE", "DEFAULT_RESTART_WINDOW", "SuiteSettings", "add_options",
+           "read_settings"]
+
+DEFAULT_OBSERVE = 10.0  # node seconds: two kubelet crash-loop periods (B4: ~5 s)
+DEFAULT_RESTART_WINDOW = 300.0  # node seconds of event history searched for restarts
+
+
+@dataclass(frozen=True)
+class SuiteSettings:
+    suite: SuiteProfile | None = None
+    vendor_profile: VendorProfile | None = None
+    expect_version: str | None = None
+    expect_kubernetes_version: str | None = None
+    snapshot_mode: SnapshotMode | None = None
+    snapshot_path: Path | None = None
+    waivers: tuple[Waiver, ...] = ()
+    waivers_path: Path | None = None
+    fail_under: Severity = "low"
+    report_dir: Path | None = None
+    observe: float = DEFAULT_OBSERVE
+    restart_window: float = DEFAULT_RESTART_WINDOW
+    docker: bool = False
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> list[str]:
+        """Report-header lines (never credentials)."""
+        lines = [
+            "conformance: suite profile "
+            + (f"{self.suite.name} ({self.suite.description})" if self.suite else
+               "all checks (choose one with --talos-suite quick|full|post-upgrade|vendor-image)"),
+            f"conformance: fail under {self.fail_under}; restarts watched {self.observe:g}s "
+            f"(history {self.restart_window:g}s, node time)",
+        ]
+        if self.vendor_profile:
+            lines.append(f"conformance: vendor profile {self.vendor_profile.name} "
+                         f"({self.vendor_profile.source})")
+        if self.expect_version or self.expect_kubernetes_version:
+            lines.append(f"conformance: expecting Talos {self.expect_version or '-'}, "
+                         f"Kubernetes {self.expect_kubernetes_version or '-'}")
+        if self.snapshot_mode:
+            lines.append(f"conformance: snapshot {self.snapshot_mode} {self.snapshot_path}")
+        if self.waivers_path:
+            lines.append(f"conformance: {len(self.waivers)} waiver(s) from {self.waivers_path}")
+        if self.report_dir:
+            lines.append(f"conformance: reports to {self.report_dir}")
+        return lines
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("talos-conformance", "Talos conformance suite (conformance/)")
+    group.addoption(
+        "--talos-suite", choices=sorted(SUITES), default=None, metavar="PROFILE",
+        help="which checks to run: quick (read-only, seconds), full (everything --talos-allow "
+        "permits), post-upgrade, vendor-image (default: every check)")
+    group.addoption(
+        "--talos-profile", default=None, metavar="PATH",
+        help="vendor acceptance profile (YAML; see conformance/profiles/example-vendor.yaml)")
+    group.addoption(
+        "--talos-expect-version", default=None, metavar="VERSION",
+        help="Talos version every node must run, e.g. v1.13.9 or v1.13.x (post-upgrade)")
+    group.addoption(
+        "--talos-expect-kubernetes-version", default=None, metavar="VERSION",
+        help="Kubernetes (kubelet) version every node must run, e.g. v1.36.0 (post-upgrade)")
+    group.addoption(
+        "--talos-snapshot", nargs=2, default=None, metavar=("MODE", "PATH"),
+        help="save: record config digest, extensions and node labels before an upgrade; "
+        "compare: check the nodes against that record after it")
+    group.addoption(
+        "--talos-waivers", default=None, metavar="FILE",
+        help="YAML waivers (check, reason, expires[, node]): a waived failure is reported as "
+        "an expected failure until it expires")
+    group.addoption(
+        "--talos-fail-under", choices=SEVERITIES, default=None, metavar="SEVERITY",
+        help="fail the run only for failing checks of this severity or worse: critical, high, "
+        "medium, low (default: low, i.e. any failure)")
+    group.addoption(
+        "--talos-report", default=None, metavar="DIR",
+        help="write results.json, report.md and report.html into DIR")
+    group.addoption(
+        "--talos-observe", type=float, default=None, metavar="SECONDS",
+        help=f"how long to watch each node for service restarts (node seconds; default "
+        f"{DEFAULT_OBSERVE:g})")
+    group.addoption(
+        "--talos-restart-window", type=float, default=None, metavar="SECONDS",
+        help=f"a service that failed or restarted this recently fails the check (node seconds; "
+        f"default {DEFAULT_RESTART_WINDOW:g})")
+    group.addoption(
+        "--talos-docker", action="store_true", default=False,
+        help="the nodes are local Docker containers named after their hostnames (talosctl "
+        "cluster create docker): also require `docker exec <node> sh` to fail with 127")
+
+
+def _path(config: pytest.Config, value: str | None) -> Path | None:
+    if not value:
+        return None
+    return config.invocation_params.dir / Path(value).expanduser()
+
+
+def _positive(name: str, value: Any, default: float) -> float:
+    if value is None:
+        return default
+    if not float(value) > 0:
+        raise pytest.UsageError(f"{name}: {value!r} is not a positive number of seconds")
+    return float(value)
+
+
+def _snapshot(config: pytest.Config) -> tuple[SnapshotMode | None, Path | None]:
+    raw = config.getoption("talos_snapshot")
+    if not raw:
+        return None, None
+    mode, path = raw
+    if mode == "save":
+        return "save", _path(config, path)
+    if mode == "compare":
+        return "compare", _path(config, path)
+    raise pytest.UsageError(
+        f"--talos-snapshot: {mode!r} is not a mode; write --talos-snapshot save PATH before the "
+        "upgrade and --talos-snapshot compare PATH after it")
+
+
+def read_settings(config: pytest.Config) -> SuiteSettings:
+    """Parse and validate every conformance option; pytest.UsageError names what to fix."""
+    try:
+        return _read(config)
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _read(config: pytest.Config) -> SuiteSettings:
+    suite_name = config.getoption("talos_suite")
+    profile_path = _path(config, config.getoption("talos_profile"))
+    waivers_path = _path(config, config.getoption("talos_waivers"))
+    snapshot_mode, snapshot_path = _snapshot(config)
+    fail_under = config.getoption("talos_fail_under")
+    report = config.getoption("talos_report")
+    return SuiteSettings(
+        suite=SUITES[suite_name] if suite_name else None,
+        vendor_profile=load_vendor_profile(profile_path) if profile_path else None,
+        expect_version=config.getoption("talos_expect_version"),
+        expect_kubernetes_version=config.getoption("talos_expect_kubernetes_version"),
+        snapshot_mode=snapshot_mode,
+        snapshot_path=snapshot_path,
+        waivers=tuple(load_waivers(waivers_path)) if waivers_path else (),
+        waivers_path=waivers_path,
+        fail_under=parse_severity(fail_under) if fail_under else "low",
+        report_dir=_path(config, report),
+        observe=_positive("--talos-observe", config.getoption("talos_observe"),
+                          DEFAULT_OBSERVE),
+        restart_window=_positive("--talos-restart-window",
+                                 config.getoption("talos_restart_window"),
+                                 DEFAULT_RESTART_WINDOW),
+        docker=bool(config.getoption("talos_docker")),
+    )

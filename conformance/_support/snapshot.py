@@ -1,0 +1,140 @@
+"""Pre-upgrade snapshots (``--talos-snapshot save|compare PATH``).
+
+A snapshot records, per node, what an upgrade must not change: the SHA-256 of the machine
+config bytes (never the bytes: they hold the cluster's secrets), the installed system
+extensions and the Kubernetes node labels. ``save`` writes it before the upgrade; ``compare``
+checks the upgraded nodes against it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pytest_talos.errors import ConfigError
+
+__all__ = [
+    "FORMAT",
+    "NodeSnapshot",
+    "Snapshot",
+    "SnapshotMode",
+    "config_digest",
+    "diff_labels",
+    "load_snapshot",
+    "save_snapshot",
+]
+
+FORMAT = "pytest-talos-snapshot/1"
+SnapshotMode = Literal["save", "compare"]
+
+
+def config_digest(raw: bytes) -> str:
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+@dataclass(frozen=True)
+class NodeSnapshot:
+    talos_version: str
+    config_digest: str
+    config_version: int
+    extensions: Mapping[str, str] = field(default_factory=dict)  # name -> version
+    node_labels: Mapping[str, str] | None = None  # None: Kubernetes was not reachable
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "talos_version": self.talos_version,
+            "config_digest": self.config_digest,
+            "config_version": self.config_version,
+            "extensions": dict(sorted(self.extensions.items())),
+            "node_labels": None if self.node_labels is None else dict(sorted(
+                self.node_labels.items())),
+        }
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    taken: str
+    nodes: Mapping[str, NodeSnapshot]
+    source: str = ""
+
+    def node(self, name: str) -> NodeSnapshot | None:
+        return self.nodes.get(name)
+
+
+def save_snapshot(path: str | Path, nodes: Mapping[str, NodeSnapshot]) -> Path:
+    """Write the snapshot as JSON (no secrets: the config is only a digest)."""
+    file = Path(path)
+    document = {
+        "format": FORMAT,
+        "taken": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "nodes": {name: snap.to_json() for name, snap in sorted(nodes.items())},
+    }
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write the snapshot ({exc.strerror}); choose a writable path for "
+            "--talos-snapshot save",
+            path=str(file),
+        ) from None
+    return file
+
+
+def _node_from_json(name: str, data: Any, source: str) -> NodeSnapshot:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"nodes.{name} must be a mapping", path=source)
+    try:
+        labels = data.get("node_labels")
+        return NodeSnapshot(
+            talos_version=str(data["talos_version"]),
+            config_digest=str(data["config_digest"]),
+            config_version=int(data["config_version"]),
+            extensions={str(k): str(v) for k, v in (data.get("extensions") or {}).items()},
+            node_labels=None if labels is None else {str(k): str(v) for k, v in labels.items()},
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(
+            f"nodes.{name} is incomplete or malformed ({type(exc).__name__}: {exc}); "
+            "take a new snapshot with --talos-snapshot save",
+            path=source,
+        ) from None
+
+
+def load_snapshot(path: str | Path) -> Snapshot:
+    file = Path(path)
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the snapshot ({exc.strerror}); take one before the upgrade with "
+            "--talos-snapshot save PATH",
+            path=str(file),
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"not a snapshot file (invalid JSON: {exc})", path=str(file)) from None
+    if not isinstance(data, Mapping) or data.get("format") != FORMAT:
+        raise ConfigError(f"not a {FORMAT} snapshot", path=str(file))
+    nodes = data.get("nodes")
+    if not isinstance(nodes, Mapping):
+        raise ConfigError("the snapshot has no nodes", path=str(file))
+    return Snapshot(
+        taken=str(data.get("taken", "")),
+        nodes={str(n): _node_from_json(str(n), v, str(file)) for n, v in nodes.items()},
+        source=str(file),
+    )
+
+
+def diff_labels(
+    before: Mapping[str, str], after: Mapping[str, str]
+) -> tuple[dict[str, str], dict[str, tuple[str, str]], dict[str, str]]:
+    """``(missing, changed, added)`` label differences between two label maps."""
+    missing = {k: v for k, v in before.items() if k not in after}
+    changed = {k: (v, after[k]) for k, v in before.items() if k in after and after[k] != v}
+    added = {k: v for k, v in after.items() if k not in before}
+    return missing, changed, added

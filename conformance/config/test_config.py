@@ -1,0 +1,198 @@
+"""Machine configuration semantics (opt-in: ``--talos-allow mutating``; the kubelet-flag
+check needs ``--talos-allow disruptive``). Every change goes through the plugin's
+``talos_config_guard``: the node's exact original config is restored afterwards.
+
+B3-B7 of talos-facts §13: validation rejects malformed documents without touching the
+config, but cannot know kubelet's flags (B4) — so the kit must see kubelet fail and say why;
+``$patch: delete`` heals it (B5); try mode reverts unless another apply cancels it (B6);
+a dry run shows a diff and changes nothing (B7).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from conformance._support.context import Timing
+from pytest_talos.checks import (
+    assert_config_unchanged_after_rejection,
+    assert_service_healthy_after_patch,
+    assert_try_reverts,
+)
+from pytest_talos.cluster import KubernetesAccess
+from pytest_talos.errors import ConformanceFailure, InvalidArgument, WaitTimeout
+from pytest_talos.node import TalosNode
+from pytest_talos.wait import config_summary, wait_for_config, wait_service_stable, wait_until
+
+LABEL_PREFIX = "conformance.pytest-talos.dev"
+UNKNOWN_KUBELET_FLAG = "pytest-talos-no-such-flag"
+KUBELET_STABLE = 12.0  # node seconds: two kubelet restart periods (B4: ~5 s)
+TRY_WINDOW = 10.0  # node seconds of the try-mode rollback timer
+LABEL_SETTLE = 30.0  # node seconds for a label to reach the Kubernetes Node
+
+
+def _label(kind: str) -> str:
+    return f"{LABEL_PREFIX}/{kind}-{uuid.uuid4().hex[:8]}"
+
+
+def _label_patch(key: str, value: str = "yes") -> dict[str, Any]:
+    return {"machine": {"nodeLabels": {key: value}}}
+
+
+def _has_label(raw: bytes, key: str) -> bool:
+    return key.encode() in raw
+
+
+@pytest.mark.talos_mutating
+@pytest.mark.talos_check(
+    "config.invalid-patch-rejected", severity="critical",
+    claim="A patch with an invalid label name is rejected and leaves the config untouched (B3)")
+def test_invalid_label_patch_is_rejected_without_change(
+    talos_node: TalosNode, talos_evidence: dict[str, Any]
+) -> None:
+    result = assert_config_unchanged_after_rejection(
+        talos_node, _label_patch("bad label name with spaces"))
+    talos_evidence.update(result.evidence)
+
+
+@pytest.mark.talos_mutating
+@pytest.mark.talos_check(
+    "config.label-applies-without-reboot", severity="high",
+    claim="A no-reboot label patch applies at once, bumps the config version and reaches "
+    "the Kubernetes Node")
+def test_label_patch_applies_without_reboot(
+    talos_node: TalosNode, talos_kubernetes: KubernetesAccess, talos_timing: Timing,
+    talos_evidence: dict[str, Any]
+) -> None:
+    key = _label("applied")
+    before = talos_node.machine_config
+    reply = talos_node.apply_patch(_label_patch(key), mode="no-reboot")
+    after = talos_node.machine_config
+    talos_evidence.update(label=key, reply=reply.mode_details, version_before=before.version,
+                          version_after=after.version)
+    if reply.mode != "no-reboot" or "without a reboot" not in reply.mode_details:
+        raise ConformanceFailure(
+            "config.label-applies-without-reboot", "the label patch was not applied immediately",
+            node=talos_node.name, expected="no-reboot: Applied configuration without a reboot",
+            observed=f"{reply.mode}: {reply.mode_details}")
+    if after.version <= before.version or not _has_label(after.raw, key):
+        raise ConformanceFailure(
+            "config.label-applies-without-reboot", "the active config did not change",
+            node=talos_node.name, expected=f"version > {before.version} with the label",
+            observed=config_summary(after.raw, after.version))
+    try:
+        wait_until(lambda: talos_kubernetes.node(talos_node.hostname).metadata.labels or {},
+                   lambda labels: labels.get(key) == "yes",
+                   timeout=talos_timing.real(LABEL_SETTLE), node=talos_node.name,
+                   description=f"label {key} on the Kubernetes Node")
+    except WaitTimeout as exc:
+        raise ConformanceFailure(
+            "config.label-applies-without-reboot", "the label never reached the Kubernetes Node",
+            node=talos_node.name, expected=f"{key}=yes", observed=str(exc.last_observation),
+        ) from None
+
+
+@pytest.mark.talos_disruptive
+@pytest.mark.talos_check(
+    "config.kubelet-flag-failure-detected", severity="high",
+    claim="An unknown kubelet flag passes validation, the kit reports kubelet failing with "
+    "the cause, and $patch: delete heals it (B4, B5)")
+def test_unknown_kubelet_flag_is_detected_and_healed(
+    talos_node: TalosNode, talos_timing: Timing, talos_evidence: dict[str, Any]
+) -> None:
+    check = "config.kubelet-flag-failure-detected"
+    bad = {"machine": {"kubelet": {"extraArgs": {UNKNOWN_KUBELET_FLAG: "true"}}}}
+    try:
+        reply = talos_node.apply_patch(bad, mode="no-reboot")
+    except InvalidArgument as exc:
+        pytest.skip(f"the node refuses unknown kubelet flags up front ({exc.details}); "
+                    "there is no runtime failure to detect")
+    talos_evidence["accepted"] = reply.mode_details
+    stable = talos_timing.real(KUBELET_STABLE)
+    try:
+        report = wait_service_stable(talos_node, "kubelet", stable_for=stable,
+                                     timeout=stable * 3, max_restarts=2)
+    except WaitTimeout as exc:
+        talos_evidence["kubelet after the bad flag"] = exc.message
+    else:
+        raise ConformanceFailure(
+            check, "kubelet stayed healthy with an unknown flag: the failure cannot be seen",
+            node=talos_node.name, expected="kubelet failing (unknown flag)",
+            observed=report.timeline())
+    cause = talos_node.logs("kubelet", tail=40) + "\n".join(
+        e.msg for e in talos_node.service("kubelet").events)
+    if UNKNOWN_KUBELET_FLAG not in cause:
+        raise ConformanceFailure(
+            check, "kubelet fails, but neither its log nor its events name the cause",
+            node=talos_node.name, expected=f"'unknown flag: --{UNKNOWN_KUBELET_FLAG}'",
+            observed=cause[-800:])
+    heal = {"machine": {"kubelet": {"extraArgs": {UNKNOWN_KUBELET_FLAG: {"$patch": "delete"}}}}}
+    result = assert_service_healthy_after_patch(
+        talos_node, heal, "kubelet", stable_for=stable, timeout=stable + talos_timing.real(60))
+    talos_evidence["healed"] = result.evidence.get("waited", "")
+
+
+@pytest.mark.talos_mutating
+@pytest.mark.talos_check(
+    "config.try-mode-reverts", severity="high",
+    claim="A try-mode change is reverted to the exact previous config when its timer ends (B6)")
+def test_try_mode_change_reverts(
+    talos_node: TalosNode, talos_timing: Timing, talos_evidence: dict[str, Any]
+) -> None:
+    result = assert_try_reverts(
+        talos_node, _label_patch(_label("tried")), try_timeout=TRY_WINDOW,
+        timeout=talos_timing.real(TRY_WINDOW * 2) + talos_node.client.timeout)
+    talos_evidence.update(result.evidence)
+
+
+@pytest.mark.talos_mutating
+@pytest.mark.talos_check(
+    "config.apply-cancels-try-revert", severity="medium",
+    claim="A regular apply during the try window cancels the pending revert (B6)")
+def test_apply_during_try_window_cancels_revert(
+    talos_node: TalosNode, talos_timing: Timing, talos_evidence: dict[str, Any]
+) -> None:
+    tried, kept = _label("tried"), _label("kept")
+    talos_node.apply_patch(_label_patch(tried), mode="try", try_timeout=TRY_WINDOW)
+    talos_node.apply_patch(_label_patch(kept), mode="no-reboot")
+    current = talos_node.machine_config
+    talos_evidence["after both applies"] = config_summary(current.raw, current.version)
+    try:
+        changed = wait_for_config(
+            talos_node, lambda raw: raw != current.raw,
+            timeout=talos_timing.real(TRY_WINDOW * 1.5) + 0.5,
+            description="a revert (there should be none)")
+    except WaitTimeout:
+        return  # nothing moved through the whole try window and beyond: the revert was cancelled
+    raise ConformanceFailure(
+        "config.apply-cancels-try-revert", "the try-mode revert still happened",
+        node=talos_node.name, expected="the config stays as last applied",
+        observed=f"reverted: {config_summary(changed)}; try label present: "
+                 f"{_has_label(changed, tried)}, later label present: {_has_label(changed, kept)}")
+
+
+@pytest.mark.talos_mutating
+@pytest.mark.talos_check(
+    "config.dry-run-changes-nothing", severity="high",
+    claim="A dry run shows the change as a diff and leaves the config untouched (B7)")
+def test_dry_run_shows_diff_and_changes_nothing(
+    talos_node: TalosNode, talos_evidence: dict[str, Any]
+) -> None:
+    key = _label("dry-run")
+    before = talos_node.machine_config
+    reply = talos_node.apply_patch(_label_patch(key), mode="no-reboot", dry_run=True)
+    after = talos_node.machine_config
+    talos_evidence.update(reply=reply.mode_details.splitlines()[:3], before=before.version,
+                          after=after.version)
+    problems = []
+    if "Dry run summary" not in reply.mode_details or key not in reply.mode_details:
+        problems.append("the reply has no dry-run diff naming the label")
+    if after.version != before.version or after.raw != before.raw:
+        problems.append(f"the config changed: {config_summary(before.raw, before.version)} -> "
+                        f"{config_summary(after.raw, after.version)}")
+    if problems:
+        raise ConformanceFailure(
+            "config.dry-run-changes-nothing", "; ".join(problems), node=talos_node.name,
+            expected="a 'Dry run summary' with the diff, config unchanged")

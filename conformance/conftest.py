@@ -1,0 +1,422 @@
+"""pytest glue of the conformance suite: its options, the ``talos_check`` marker, suite
+profiles, waivers, the severity gate and the reports.
+
+The generic parts (targets, ``talos_node``/``talos_cluster``, safety markers, the config
+guard) come from the pytest-talos plugin; this file adds only what the suite itself needs.
+Check logic lives in the area folders; helpers in ``conformance/_support``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance._support.catalogue import AREAS, SUITES, CheckSpec, check_spec_from_marker
+from conformance._support.context import ReaderAccess, Timing
+from conformance._support.observe import Observation, observe_nodes
+from conformance._support.results import (
+    PROP_CHECK,
+    PROP_CLAIM,
+    PROP_EVIDENCE,
+    PROP_MESSAGE,
+    PROP_NODE,
+    PROP_SEVERITY,
+    PROP_TARGETS,
+    PROP_WAIVER,
+    ResultCollector,
+    targets_property,
+)
+from conformance._support.settings import SuiteSettings, add_options, read_settings
+from pytest_talos.client import TalosClient
+from pytest_talos.cluster import KubernetesAccess, TalosCluster
+from pytest_talos.errors import ConfigError, ConformanceFailure, PermissionDenied, TalosError
+from pytest_talos.reporting import (
+    RunInfo,
+    TargetInfo,
+    apply_gate,
+    check_waivers_known,
+    find_waiver,
+    redact,
+    write_reports,
+)
+
+SUITE_ROOT = Path(__file__).parent
+_SETTINGS = pytest.StashKey[SuiteSettings]()
+_COLLECTOR = pytest.StashKey[ResultCollector]()
+_STARTED = pytest.StashKey[dt.datetime]()
+_TARGETS_SENT = pytest.StashKey[bool]()
+_SPEC = pytest.StashKey[CheckSpec]()
+_GATE = pytest.StashKey[str]()
+_REPORTS = pytest.StashKey[str]()
+_EVIDENCE = pytest.StashKey[dict[str, Any]]()
+_UNREACHABLE_PARAMS = ("<unreachable>",)
+ADMIN = "os:admin"
+
+_MARKERS = (
+    "talos_check(id, severity, claim): a conformance check: its id (area.claim), severity "
+    "(critical, high, medium, low) and the claim it proves",
+    *(f"{area}: conformance checks of the {area} area" for area in AREAS),
+    *(f"{p.marker}: checks of the {p.name} suite profile ({p.description})"
+      for p in SUITES.values() if p.name != "full"),
+)
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in _MARKERS:
+        config.addinivalue_line("markers", line)
+    config.stash[_SETTINGS] = read_settings(config)
+    collector = ResultCollector()
+    config.stash[_COLLECTOR] = collector
+    # Registered as a plugin so that it sees every report, also those xdist workers send.
+    config.pluginmanager.register(collector, "talos-conformance-results")
+    config.stash[_STARTED] = dt.datetime.now(dt.UTC)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return config.stash[_SETTINGS].describe()
+
+
+def suite_settings(config: pytest.Config) -> SuiteSettings:
+    return config.stash[_SETTINGS]
+
+
+# --------------------------------------------------------------------------- collection
+
+
+def _changes(item: pytest.Item) -> str | None:
+    if item.get_closest_marker("talos_disruptive"):
+        return "disruptive"
+    return "mutating" if item.get_closest_marker("talos_mutating") else None
+
+
+def _node_param(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    value = callspec.params.get("talos_node") if callspec is not None else None
+    return None if value is None or value in _UNREACHABLE_PARAMS else str(value)
+
+
+def _spec_of(item: pytest.Item) -> CheckSpec:
+    marks = list(item.iter_markers("talos_check"))
+    if len(marks) != 1:
+        raise pytest.UsageError(
+            f"{item.nodeid}: every conformance test needs exactly one @pytest.mark.talos_check("
+            f"id, severity=..., claim=...) marker (found {len(marks)})")
+    try:
+        spec = check_spec_from_marker(marks[0].args, marks[0].kwargs)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
+    folder = item.path.relative_to(SUITE_ROOT).parts[0]
+    if folder != spec.area:
+        raise pytest.UsageError(f"{item.nodeid}: check {spec.id} belongs in conformance/"
+                                f"{spec.area}/, not conformance/{folder}/")
+    return spec
+
+
+def _register(item: pytest.Item, spec: CheckSpec) -> None:
+    item.stash[_SPEC] = spec
+    item.add_marker(spec.area)
+    for profile in SUITES.values():
+        if profile.name != "full" and profile.selects(spec.area, _changes(item)):
+            item.add_marker(profile.marker)
+    item.user_properties.extend([
+        (PROP_CHECK, spec.id), (PROP_SEVERITY, spec.severity), (PROP_CLAIM, spec.claim),
+        (PROP_NODE, _node_param(item)),
+    ])
+
+
+def _check_unique(owners: dict[str, str], spec: CheckSpec, item: pytest.Item) -> None:
+    function = item.nodeid.split("[", 1)[0]
+    owner = owners.setdefault(spec.id, function)
+    if owner != function:
+        raise pytest.UsageError(f"check id {spec.id} is used by both {owner} and {function}")
+
+
+def _selected(item: pytest.Item, settings: SuiteSettings) -> bool:
+    spec = item.stash[_SPEC]
+    if settings.suite is None or settings.suite.selects(spec.area, _changes(item)):
+        return True
+    # Saving a snapshot is asked for explicitly: run it whatever the profile.
+    return spec.id == "upgrade.snapshot-recorded" and settings.snapshot_mode == "save"
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    settings = config.stash[_SETTINGS]
+    owners: dict[str, str] = {}
+    ours = [item for item in items if SUITE_ROOT in item.path.parents]
+    for item in ours:
+        spec = _spec_of(item)
+        _check_unique(owners, spec, item)
+        _register(item, spec)
+    if ours and settings.waivers:
+        try:
+            check_waivers_known(settings.waivers, owners)
+        except ConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    keep = [i for i in items if _SPEC not in i.stash or _selected(i, settings)]
+    dropped = [i for i in items if _SPEC in i.stash and not _selected(i, settings)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+def talos_evidence(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """A dict a check fills with what it observed; it goes to results.json and report.md."""
+    evidence: dict[str, Any] = request.node.stash.setdefault(_EVIDENCE, {})
+    return evidence
+
+
+@pytest.fixture(scope="session")
+def talos_suite(request: pytest.FixtureRequest) -> SuiteSettings:
+    """The conformance options of this run."""
+    return request.config.stash[_SETTINGS]
+
+
+def _emulator(request: pytest.FixtureRequest) -> Any:
+    """The emulated cluster of this run, or None against real nodes."""
+    try:
+        return request.getfixturevalue("talos_emulator")
+    except pytest.FixtureLookupError:
+        pass
+    from pytest_talos import plugin  # until the plugin offers a talos_emulator fixture
+
+    session_of = getattr(plugin, "session_of", None)
+    return getattr(session_of(request.config), "emulator", None) if session_of else None
+
+
+@pytest.fixture(scope="session")
+def talos_timing(request: pytest.FixtureRequest, talos_cluster: TalosCluster) -> Timing:
+    """Timing of this run: real nodes run at 1x, the emulator at its time scale."""
+    emulator = _emulator(request)
+    clock = getattr(emulator, "clock", None)
+    return Timing(float(getattr(clock, "time_scale", 1.0) or 1.0))
+
+
+@pytest.fixture(scope="session")
+def talos_observations(
+    talos_cluster: TalosCluster, talos_suite: SuiteSettings, talos_timing: Timing
+) -> dict[str, Observation]:
+    """Service state events of every node: recent history plus a watch of all nodes at once."""
+    return observe_nodes(
+        talos_cluster.reachable,
+        history=talos_suite.restart_window,
+        duration=talos_timing.real(talos_suite.observe),
+    )
+
+
+@pytest.fixture(scope="session")
+def talos_kubernetes(talos_cluster: TalosCluster) -> KubernetesAccess:
+    """The cluster's Kubernetes API (kubeconfig through the Talos API); an error if missing."""
+    roles = talos_cluster.client.roles
+    if ADMIN not in roles:
+        pytest.skip(f"needs {ADMIN} to fetch the kubeconfig; this talosconfig has "
+                    f"{', '.join(roles) or 'no role'}")
+    try:
+        return talos_cluster.kubernetes
+    except TalosError as exc:
+        pytest.fail(f"cannot reach Kubernetes: no usable kubeconfig from the Talos API ({exc})",
+                    pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def talos_reader(talos_cluster: TalosCluster) -> Iterator[ReaderAccess]:
+    """A reader-role client from GenerateClientConfiguration (skips when unavailable)."""
+    try:
+        issuer = talos_cluster.controlplane()
+        creds = issuer.client.generate_client_configuration(["os:reader"], 3600)
+    except TalosError as exc:
+        yield ReaderAccess(None, "no os:reader certificate: GenerateClientConfiguration on a "
+                           f"control plane failed ({exc}); needs an os:admin talosconfig")
+        return
+    client = TalosClient(talos_cluster.client.endpoint, creds.ca_pem, creds.crt_pem,
+                         creds.key_pem, timeout=talos_cluster.client.timeout)
+    try:
+        yield ReaderAccess(client)
+    finally:
+        client.close()
+
+
+def _target_info(cluster: TalosCluster) -> list[TargetInfo]:
+    targets = []
+    for node in cluster.reachable:
+        try:
+            version = node.version
+            tag, platform = version.tag, version.platform
+        except TalosError:
+            tag, platform = "unknown", ""
+        targets.append(TargetInfo(node.name, node.role, tag, platform, node.address))
+    return targets
+
+
+@pytest.fixture(scope="session")
+def _conformance_targets(
+    talos_cluster: TalosCluster, record_testsuite_property: Any
+) -> list[TargetInfo]:
+    targets = _target_info(talos_cluster)
+    for target in targets:
+        record_testsuite_property(f"talos_node_{target.name}",
+                                  f"{target.role} {target.talos_version} {target.platform}")
+    return targets
+
+
+@pytest.fixture(autouse=True)
+def _conformance_item(request: pytest.FixtureRequest) -> None:
+    """Send the run's targets along with the first check of this process (for reports)."""
+    config = request.config
+    if _SPEC not in request.node.stash or config.stash.get(_TARGETS_SENT, False):
+        return
+    targets: list[TargetInfo] = request.getfixturevalue("_conformance_targets")
+    config.stash[_TARGETS_SENT] = True
+    request.node.user_properties.append((PROP_TARGETS, targets_property(targets)))
+
+
+# --------------------------------------------------------------------------- outcomes
+
+def _client_roles(item: pytest.Item) -> tuple[str, ...] | None:
+    funcargs = getattr(item, "funcargs", {})
+    for name in ("talos_node", "talos_cluster"):
+        target = funcargs.get(name)
+        client = getattr(target, "client", None)
+        if client is not None:
+            return tuple(client.roles)
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """A check refused for lack of rights skips when the talosconfig is not os:admin (a
+    reader talosconfig is a fine way to run the read-only profiles); with os:admin, a
+    refusal is the node's fault and the check fails as usual."""
+    try:
+        return (yield)
+    except PermissionDenied as exc:
+        roles = _client_roles(item)
+        if _SPEC in item.stash and roles is not None and ADMIN not in roles:
+            pytest.skip(f"needs {ADMIN}; this talosconfig has {', '.join(roles) or 'no role'} "
+                        f"({exc.details})")
+        raise
+
+
+
+def _evidence(item: pytest.Item, exc: BaseException | None) -> dict[str, Any]:
+    recorded: dict[str, Any] | None = item.stash.get(_EVIDENCE, None)
+    evidence: dict[str, Any] = dict(recorded or {})
+    if isinstance(exc, ConformanceFailure):
+        if exc.expected is not None:
+            evidence.setdefault("expected", exc.expected)
+        if exc.observed is not None:
+            evidence.setdefault("observed", exc.observed)
+        evidence.update(exc.evidence)
+    redacted: dict[str, Any] = redact(evidence)
+    return redacted
+
+
+def _apply_waiver(item: pytest.Item, report: pytest.TestReport, spec: CheckSpec) -> None:
+    settings = item.config.stash[_SETTINGS]
+    match = find_waiver(settings.waivers, spec.id, _node_param(item), dt.date.today())
+    if match.waives and match.active is not None:
+        waiver = match.active
+        report.outcome = "skipped"
+        report.wasxfail = f"waived until {waiver.expires.isoformat()}: {waiver.reason}"
+        report.user_properties.append((PROP_WAIVER, {
+            "check": waiver.check, "reason": waiver.reason,
+            "expires": waiver.expires.isoformat(), "node": waiver.node}))
+    elif match.expired is not None:
+        report.sections.append(("talos waiver", match.expired_note()))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    spec = item.stash.get(_SPEC, None)
+    if spec is None or report.when != "call":
+        return report
+    exc = call.excinfo.value if call.excinfo is not None else None
+    report.user_properties.append((PROP_EVIDENCE, _evidence(item, exc)))
+    if report.failed:
+        message = report.longreprtext
+        if isinstance(exc, ConformanceFailure):
+            message = str(exc).splitlines()[0]  # the rest is in the evidence
+        elif exc is not None:
+            message = str(exc)
+        report.user_properties.append((PROP_MESSAGE, redact(message)))
+        _apply_waiver(item, report, spec)
+    return report
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _run_info(config: pytest.Config, collector: ResultCollector) -> RunInfo:
+    settings = config.stash[_SETTINGS]
+    notes = []
+    if settings.vendor_profile:
+        notes.append(f"vendor profile: {settings.vendor_profile.name}")
+    if settings.snapshot_mode:
+        notes.append(f"snapshot {settings.snapshot_mode}: {settings.snapshot_path}")
+    return RunInfo(
+        started=config.stash[_STARTED],
+        finished=dt.datetime.now(dt.UTC),
+        suite=settings.suite.name if settings.suite else "",
+        targets=collector.target_list(),
+        settings={
+            "talos_allow": config.getoption("talos_allow", None) or "none",
+            "fail_under": settings.fail_under,
+            "waivers": str(settings.waivers_path or ""),
+        },
+        threshold=settings.fail_under,
+        notes=notes,
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    collector = config.stash.get(_COLLECTOR, None)
+    if collector is None or _is_worker(config):
+        return
+    records = collector.records()
+    settings = config.stash[_SETTINGS]
+    gate = apply_gate(records, settings.fail_under)
+    config.stash[_GATE] = gate.summary()
+    if (records and gate.passed and collector.other_failures == 0
+            and session.exitstatus == pytest.ExitCode.TESTS_FAILED):
+        session.exitstatus = pytest.ExitCode.OK
+    if settings.report_dir and records:
+        try:
+            written = write_reports(settings.report_dir, records, _run_info(config, collector))
+        except ConfigError as exc:
+            config.stash[_REPORTS] = f"conformance: cannot write the report: {exc}"
+        else:
+            config.stash[_REPORTS] = "conformance: report written: " + ", ".join(
+                str(path) for path in written.values())
+
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if _is_worker(config) or _GATE not in config.stash:
+        return
+    settings = config.stash[_SETTINGS]
+    if settings.fail_under != "low" or "blocking" in config.stash[_GATE]:
+        terminalreporter.write_line(f"conformance: {config.stash[_GATE]}")
+    if _REPORTS in config.stash:
+        terminalreporter.write_line(config.stash[_REPORTS])

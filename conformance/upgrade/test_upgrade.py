@@ -1,0 +1,239 @@
+"""After an upgrade (profile ``post-upgrade``): the expected versions run everywhere, no node
+is stuck outside the running stage, and what the upgrade must not touch — the machine config,
+the system extensions, the node labels — matches the snapshot taken before it.
+
+Before the upgrade::
+
+    pytest conformance --talos-suite post-upgrade --talos-snapshot save pre-upgrade.json
+
+After it::
+
+    pytest conformance --talos-suite post-upgrade --talos-snapshot compare pre-upgrade.json \\
+        --talos-expect-version v1.13.9 --talos-expect-kubernetes-version v1.36.0
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conformance._support.context import Timing
+from conformance._support.settings import SuiteSettings
+from conformance._support.snapshot import (
+    NodeSnapshot,
+    Snapshot,
+    config_digest,
+    diff_labels,
+    load_snapshot,
+    save_snapshot,
+)
+from conformance._support.vendor_profile import version_matches
+from pytest_talos import models
+from pytest_talos.cluster import KubernetesAccess, TalosCluster
+from pytest_talos.errors import ConfigError, ConformanceFailure, TalosError, WaitTimeout
+from pytest_talos.node import TalosNode
+from pytest_talos.wait import wait_until
+
+EXTENSIONS = ("ExtensionStatuses.runtime.talos.dev", "runtime")
+MACHINE_STATUS = ("MachineStatuses.runtime.talos.dev", "machine", "runtime")
+STAGE_SETTLE = 30.0  # node seconds a node may still need to finish booting
+
+
+def installed_extensions(node: TalosNode) -> dict[str, str]:
+    """``{name: version}`` of the node's system extensions (talosctl get extensions)."""
+    found = {}
+    for item in node.resources(*EXTENSIONS):
+        meta = (item.spec or {}).get("metadata") or {}
+        name = str(meta.get("name") or (item.spec or {}).get("image") or item.id)
+        found[name] = str(meta.get("version", ""))
+    return found
+
+
+def kubernetes_labels(kube: KubernetesAccess | None, hostname: str) -> dict[str, str] | None:
+    if kube is None:
+        return None
+    return dict(kube.node(hostname).metadata.labels or {})
+
+
+def take_snapshot(node: TalosNode, kube: KubernetesAccess | None) -> NodeSnapshot:
+    config = node.machine_config
+    return NodeSnapshot(
+        talos_version=node.version.tag,
+        config_digest=config_digest(config.raw),
+        config_version=config.version,
+        extensions=installed_extensions(node),
+        node_labels=kubernetes_labels(kube, node.hostname),
+    )
+
+
+def _kube_or_none(cluster: TalosCluster) -> KubernetesAccess | None:
+    try:
+        return cluster.kubernetes
+    except TalosError:
+        return None
+
+
+@pytest.fixture(scope="session")
+def snapshot_before(talos_suite: SuiteSettings) -> Snapshot:
+    if talos_suite.snapshot_mode != "compare" or talos_suite.snapshot_path is None:
+        pytest.skip("no snapshot to compare with: take one before the upgrade with "
+                    "--talos-snapshot save PATH, then pass --talos-snapshot compare PATH")
+    try:
+        return load_snapshot(talos_suite.snapshot_path)
+    except ConfigError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+def _node_snapshot(snapshot: Snapshot, node: TalosNode) -> NodeSnapshot:
+    before = snapshot.node(node.name)
+    if before is None:
+        raise ConformanceFailure(
+            "upgrade.snapshot", f"the snapshot ({snapshot.source}) has no node {node.name}",
+            node=node.name, observed=", ".join(sorted(snapshot.nodes)))
+    return before
+
+
+@pytest.mark.talos_check(
+    "upgrade.talos-version", severity="critical",
+    claim="Every node runs the Talos version the upgrade was meant to install")
+def test_node_runs_expected_talos_version(
+    talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
+) -> None:
+    wanted = talos_suite.expect_version
+    if not wanted:
+        pytest.skip("no expected version: pass --talos-expect-version v1.13.x")
+    tag = talos_node.version.tag
+    talos_evidence.update(expected=wanted, running=tag)
+    if not version_matches(wanted, tag):
+        raise ConformanceFailure("upgrade.talos-version", "the node runs another Talos version",
+                                 node=talos_node.name, expected=wanted, observed=tag)
+
+
+@pytest.mark.talos_check(
+    "upgrade.kubernetes-version", severity="high",
+    claim="Every node's kubelet runs the expected Kubernetes version")
+def test_node_runs_expected_kubernetes_version(
+    talos_node: TalosNode, talos_suite: SuiteSettings, request: pytest.FixtureRequest,
+    talos_evidence: dict[str, Any]
+) -> None:
+    wanted = talos_suite.expect_kubernetes_version
+    if not wanted:
+        pytest.skip("no expected Kubernetes version: pass --talos-expect-kubernetes-version")
+    kube: KubernetesAccess = request.getfixturevalue("talos_kubernetes")
+    kubelet = str(kube.node(talos_node.hostname).status.node_info.kubelet_version)
+    talos_evidence.update(expected=wanted, kubelet=kubelet)
+    if not version_matches(wanted, kubelet):
+        raise ConformanceFailure("upgrade.kubernetes-version",
+                                 "the kubelet runs another Kubernetes version",
+                                 node=talos_node.name, expected=wanted, observed=kubelet)
+
+
+def _stage(node: TalosNode) -> tuple[str, bool, str]:
+    status = node.resource(*MACHINE_STATUS)
+    spec = status.typed_spec
+    if isinstance(spec, models.MachineStatusSpec):
+        unmet = "; ".join(f"{c.name}: {c.reason}" for c in spec.unmet_conditions)
+        return spec.stage, spec.ready, unmet
+    data = status.spec or {}
+    ready = bool((data.get("status") or {}).get("ready"))
+    return str(data.get("stage", "?")), ready, ""
+
+
+@pytest.mark.talos_check(
+    "upgrade.nodes-running", severity="critical",
+    claim="No node is stuck outside the running stage: every machine reports running and ready")
+def test_node_finished_booting_and_is_ready(
+    talos_node: TalosNode, talos_timing: Timing, talos_evidence: dict[str, Any]
+) -> None:
+    try:
+        stage, ready, _ = wait_until(
+            lambda: _stage(talos_node), lambda s: s[0] == "running" and s[1],
+            timeout=talos_timing.real(STAGE_SETTLE), node=talos_node.name,
+            description="the machine to be running and ready")
+    except WaitTimeout as exc:
+        seen = exc.last_observation
+        stage, ready, unmet = seen if isinstance(seen, tuple) else (str(seen), False, "")
+        raise ConformanceFailure(
+            "upgrade.nodes-running", "the machine is not running and ready",
+            node=talos_node.name, expected="stage running, ready",
+            observed=f"stage {stage}, ready {ready}",
+            evidence={"unmet conditions": unmet} if unmet else None) from None
+    talos_evidence.update(stage=stage, ready=ready)
+
+
+@pytest.mark.talos_check(
+    "upgrade.config-unchanged", severity="critical",
+    claim="The machine config is byte for byte the one recorded before the upgrade")
+def test_machine_config_unchanged_since_snapshot(
+    talos_node: TalosNode, snapshot_before: Snapshot, talos_evidence: dict[str, Any]
+) -> None:
+    before = _node_snapshot(snapshot_before, talos_node)
+    config = talos_node.machine_config
+    digest = config_digest(config.raw)
+    talos_evidence.update(before=before.config_digest, now=digest,
+                          version_before=before.config_version, version_now=config.version)
+    if digest != before.config_digest:
+        raise ConformanceFailure(
+            "upgrade.config-unchanged", "the machine config changed since the snapshot",
+            node=talos_node.name, expected=before.config_digest, observed=digest)
+
+
+@pytest.mark.talos_check(
+    "upgrade.extensions-unchanged", severity="high",
+    claim="The same system extensions are installed as before the upgrade")
+def test_extensions_unchanged_since_snapshot(
+    talos_node: TalosNode, snapshot_before: Snapshot, talos_evidence: dict[str, Any]
+) -> None:
+    before = _node_snapshot(snapshot_before, talos_node)
+    now = installed_extensions(talos_node)
+    missing = sorted(set(before.extensions) - set(now))
+    added = sorted(set(now) - set(before.extensions))
+    updated = {n: f"{before.extensions[n]} -> {now[n]}" for n in sorted(set(now) & set(
+        before.extensions)) if now[n] != before.extensions[n]}
+    talos_evidence.update(before=dict(before.extensions), now=now, updated=updated)
+    if missing or added:
+        raise ConformanceFailure(
+            "upgrade.extensions-unchanged", "the installed extensions changed",
+            node=talos_node.name, expected=", ".join(sorted(before.extensions)) or "none",
+            observed=f"missing: {', '.join(missing) or 'none'}; new: {', '.join(added) or 'none'}")
+
+
+@pytest.mark.talos_check(
+    "upgrade.node-labels-unchanged", severity="medium",
+    claim="The Kubernetes node labels recorded before the upgrade are all still there")
+def test_node_labels_unchanged_since_snapshot(
+    talos_node: TalosNode, snapshot_before: Snapshot, request: pytest.FixtureRequest,
+    talos_evidence: dict[str, Any]
+) -> None:
+    before = _node_snapshot(snapshot_before, talos_node)
+    if before.node_labels is None:
+        pytest.skip("the snapshot has no node labels (Kubernetes was not reachable then)")
+    kube: KubernetesAccess = request.getfixturevalue("talos_kubernetes")
+    now = kubernetes_labels(kube, talos_node.hostname) or {}
+    missing, changed, added = diff_labels(before.node_labels, now)
+    talos_evidence.update(missing=missing, changed={k: f"{a} -> {b}" for k, (a, b) in
+                                                      changed.items()}, added=added)
+    if missing or changed:
+        raise ConformanceFailure(
+            "upgrade.node-labels-unchanged", "node labels were lost or changed",
+            node=talos_node.name, expected="every label of the snapshot, same value",
+            observed="; ".join([*(f"{k} missing" for k in missing),
+                                *(f"{k}: {a} -> {b}" for k, (a, b) in changed.items())]))
+
+
+@pytest.mark.talos_check(
+    "upgrade.snapshot-recorded", severity="low",
+    claim="The pre-upgrade snapshot of every node was recorded (--talos-snapshot save)")
+def test_snapshot_is_recorded_before_upgrade(
+    talos_cluster: TalosCluster, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
+) -> None:
+    if talos_suite.snapshot_mode != "save" or talos_suite.snapshot_path is None:
+        pytest.skip("not recording a snapshot (pass --talos-snapshot save PATH before upgrading)")
+    kube = _kube_or_none(talos_cluster)
+    nodes = {node.name: take_snapshot(node, kube) for node in talos_cluster.reachable}
+    try:
+        path = save_snapshot(talos_suite.snapshot_path, nodes)
+    except ConfigError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    talos_evidence.update(path=str(path), nodes=sorted(nodes))

@@ -1,0 +1,1 @@
+"""Tests of the conformance suite itself: the fault matrix, options, reports, profiles."""

@@ -1,0 +1,123 @@
+"""Which conformance checks each emulator fault must break — and only those.
+
+For every fault profile of the emulator (``python -m pytest_talos.emulator --list-faults``)
+the suite runs once against ``--talos-emulator --talos-emulator-fault <fault> --talos-allow
+disruptive``; the checks that do not pass must be exactly the ones listed here, with the
+outcome listed (``failed``: the check caught the defect; ``error``: the check could not be
+measured because of it). A healthy emulator must pass every check.
+
+A check that no fault breaks is listed in ``PROVED_ELSEWHERE`` (with the test that proves
+it can fail) or in ``NO_FAULT_YET`` (a gap to close with a new emulator fault).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["FAULT_MATRIX", "NO_FAULT_YET", "PROVED_ELSEWHERE", "FaultCase"]
+
+Outcome = Literal["failed", "error"]
+
+
+@dataclass(frozen=True)
+class FaultCase:
+    """The faults to turn on (the profile, plus any it needs to show) and what must break."""
+
+    faults: tuple[str, ...]
+    broken: Mapping[str, Outcome]
+    why: str = ""
+    extra_args: tuple[str, ...] = field(default=())
+
+
+def _failed(*checks: str) -> dict[str, Outcome]:
+    return dict.fromkeys(checks, "failed")
+
+
+_SERVICE_DOWN = _failed(
+    "services.expected-running-healthy", "services.no-recent-restarts", "upgrade.nodes-running")
+
+FAULT_MATRIX: Mapping[str, FaultCase] = {
+    "cidr-overlap": FaultCase(("cidr-overlap",), _failed("kubernetes.cidrs-clear-of-nodes")),
+    "cosi-writable": FaultCase(("cosi-writable",), _failed("api.resource-writes-refused")),
+    "etcd-member-missing": FaultCase(
+        ("etcd-member-missing",),
+        _failed("cluster.etcd-members-are-control-planes", "cluster.health-check-passes"),
+    ),
+    "events-no-hello": FaultCase(("events-no-hello",), {}, why="client-level fault: our client "
+                                 "does not depend on the hello event; no node claim breaks"),
+    "extra-port": FaultCase(("extra-port",), _failed("immutability.only-expected-ports")),
+    "flapping-service": FaultCase(("flapping-service",), _failed("services.no-recent-restarts")),
+    "kubelet-crashloop": FaultCase(
+        ("kubelet-crashloop",),
+        _failed("services.expected-running-healthy", "services.no-recent-restarts",
+                "config.kubelet-flag-failure-detected", "cluster.health-check-passes",
+                "upgrade.nodes-running", "kubernetes.node-ready"),
+        why="a kubelet silent for the node-monitor grace period (40 s) turns its Node "
+        "NotReady; the suite reaches the Kubernetes checks well after that",
+    ),
+    "lenient-validation": FaultCase(("lenient-validation",),
+                                    _failed("config.invalid-patch-rejected")),
+    "no-kubeconfig": FaultCase(
+        ("no-kubeconfig",),
+        {"kubernetes.kubeconfig-obtainable": "failed", "kubernetes.node-ready": "error",
+         "config.label-applies-without-reboot": "error"},
+        why="without a kubeconfig the Kubernetes-side checks cannot be measured (errors)",
+    ),
+    "no-mtls": FaultCase(("no-mtls",), _failed("api.mtls-required")),
+    "node-not-ready": FaultCase(("node-not-ready",),
+                                _failed("kubernetes.node-ready", "cluster.health-check-passes")),
+    "pid1-not-machined": FaultCase(("pid1-not-machined",),
+                                   _failed("immutability.pid1-is-machined")),
+    "reader-can-apply": FaultCase(("reader-can-apply",), _failed("api.reader-cannot-apply")),
+    "rw-rootfs": FaultCase(("rw-rootfs",), _failed("immutability.rootfs-read-only")),
+    "service-down": FaultCase(("service-down",), _SERVICE_DOWN),
+    "services-resource-stale": FaultCase(
+        ("services-resource-stale", "service-down"),
+        {**_SERVICE_DOWN, **_failed("services.resources-match-service-list")},
+        why="a resource can only go stale when a service stops: service-down stops udevd",
+    ),
+    "shell-present": FaultCase(("shell-present",), _failed("immutability.no-shell-or-ssh")),
+    "ssh-open": FaultCase(("ssh-open",), _failed("immutability.no-shell-or-ssh",
+                                                 "immutability.only-expected-ports")),
+    "try-no-revert": FaultCase(("try-no-revert",), _failed("config.try-mode-reverts")),
+    "version-bump-on-reject": FaultCase(("version-bump-on-reject",),
+                                        _failed("config.invalid-patch-rejected")),
+    "wrong-version": FaultCase(("wrong-version",), _failed("api.version-consistent",
+                                                           "api.version-matches-resource")),
+}
+
+# Checks no emulator fault breaks, and the test in tests/conformance that shows them failing.
+PROVED_ELSEWHERE: Mapping[str, str] = {
+    "upgrade.talos-version": "test_conformance_upgrade.py (wrong --talos-expect-version)",
+    "upgrade.kubernetes-version": "test_conformance_upgrade.py (wrong expected version)",
+    "upgrade.config-unchanged": "test_conformance_upgrade.py (config changed after save)",
+    "upgrade.extensions-unchanged": "test_conformance_upgrade.py (edited snapshot)",
+    "upgrade.node-labels-unchanged": "test_conformance_upgrade.py (label removed after save)",
+    "upgrade.snapshot-recorded": "test_conformance_upgrade.py (unwritable snapshot path)",
+    "vendor.talos-version": "test_conformance_vendor.py (mismatching profile)",
+    "vendor.kubernetes-version": "test_conformance_vendor.py (mismatching profile)",
+    "vendor.kernel-version": "test_conformance_vendor.py (metal emulator, mismatching profile)",
+    "vendor.kernel-args": "test_conformance_vendor.py (metal emulator, mismatching profile)",
+    "vendor.platform": "test_conformance_vendor.py (mismatching profile)",
+    "vendor.required-extensions": "test_conformance_vendor.py (mismatching profile)",
+    "vendor.forbidden-extensions": "test_conformance_vendor.py (extension-carrying emulator)",
+    "vendor.expected-ports": "test_conformance_vendor.py (mismatching profile)",
+    "vendor.forbidden-ports": "test_conformance_vendor.py (mismatching profile)",
+    "vendor.image-verification": "test_conformance_vendor.py (verification required)",
+}
+
+# Checks that pass on a healthy emulator but that no emulator fault can break yet.
+NO_FAULT_YET: Mapping[str, str] = {
+    "immutability.no-package-manager": "wanted: a fault installing e.g. /usr/bin/apk",
+    "api.version-answers": "wanted: a fault answering Version without rbac (maintenance)",
+    "api.foreign-ca-refused": "wanted: a fault trusting any client CA",
+    "api.reader-cannot-read-secrets": "wanted: a fault letting os:reader Get MachineConfigs",
+    "api.resources-readable": "wanted: a fault failing COSI List of a core type",
+    "services.logs-readable": "wanted: a fault failing Logs for a listed service",
+    "cluster.members-consistent": "wanted: a fault hiding a member from one node's discovery",
+    "config.label-applies-without-reboot": "wanted: a fault not syncing nodeLabels to the Node",
+    "config.apply-cancels-try-revert": "wanted: a fault whose non-try apply keeps the timer",
+    "config.dry-run-changes-nothing": "wanted: a fault that applies dry runs",
+}

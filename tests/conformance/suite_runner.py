@@ -1,0 +1,122 @@
+"""Run the conformance suite in a subprocess, as a user would, and read its results.json.
+
+Every run gets ``-p no:cacheprovider`` (no .pytest_cache in the checkout), a report
+directory, and a deadline. The plugin is loaded through its entry point when pytest-talos
+is installed, else with ``-p pytest_talos.plugin``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "MATRIX_ARGS",
+    "REPO",
+    "SUITE",
+    "TIME_SCALE",
+    "SuiteRun",
+    "plugin_args",
+    "run_suite",
+    "subprocess_env",
+    "target_args",
+]
+
+REPO = Path(__file__).resolve().parents[2]
+SUITE = REPO / "conformance"
+TIME_SCALE = "20"  # the emulator's clock runs 20x: try windows and crash loops in a blink
+# (added to every run that starts the emulator: --talos-emulator-time-scale)
+# Make every run deterministic: the whole life of the emulator is "recent history", and the
+# watch lasts longer than the slowest periodic fault (a 30 s flap, plus its 5 s restart).
+MATRIX_ARGS = ("--talos-restart-window", "100000", "--talos-observe", "40")
+RUN_TIMEOUT = 240.0
+
+
+@cache
+def plugin_args() -> tuple[str, ...]:
+    installed = any(ep.value.startswith("pytest_talos.plugin")
+                    for ep in metadata.entry_points(group="pytest11"))
+    return () if installed else ("-p", "pytest_talos.plugin")
+
+
+def subprocess_env(extra: Mapping[str, str] | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TALOS", "PYTEST_ADDOPTS", "PYTEST_XDIST"))}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class SuiteRun:
+    args: tuple[str, ...]
+    returncode: int
+    output: str
+    results: dict[str, Any] | None
+
+    @property
+    def checks(self) -> list[dict[str, Any]]:
+        return list(self.results["checks"]) if self.results else []
+
+    def outcomes(self) -> dict[str, set[str]]:
+        """``{check id: {outcomes on the nodes it ran on}}``."""
+        found: dict[str, set[str]] = {}
+        for check in self.checks:
+            found.setdefault(check["id"], set()).add(check["outcome"])
+        return found
+
+    def broken(self) -> dict[str, str]:
+        """Checks that did not pass or skip: ``{id: "failed" | "error"}`` (error wins)."""
+        found: dict[str, str] = {}
+        for check in self.checks:
+            if check["outcome"] in ("failed", "error") and found.get(check["id"]) != "error":
+                found[check["id"]] = check["outcome"]
+        return found
+
+    def describe(self) -> str:
+        tail = "\n".join(self.output.splitlines()[-40:])
+        return f"pytest {' '.join(self.args)} -> exit {self.returncode}\n{tail}"
+
+
+def run_suite(
+    args: Sequence[str],
+    report_dir: Path,
+    *,
+    paths: Sequence[str] = (str(SUITE),),
+    env: Mapping[str, str] | None = None,
+    timeout: float = RUN_TIMEOUT,
+    cwd: Path | None = None,
+) -> SuiteRun:
+    """``python -m pytest <suite> <args> --talos-report <report_dir>``; never raises on
+    failing checks (read ``returncode`` and ``results``)."""
+    uses_emulator = any(a == "--talos-emulator" or a.startswith("--talos-emulator=")
+                        for a in args)
+    scale = ("--talos-emulator-time-scale", TIME_SCALE) if uses_emulator else ()
+    argv = (*plugin_args(), *paths, "-p", "no:cacheprovider", "-q", "-rfEsx",
+            "--talos-report", str(report_dir), *scale, *args)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", *argv], cwd=cwd or report_dir.parent,
+            env=subprocess_env(env), capture_output=True, text=True, timeout=timeout,
+            check=False)
+    except subprocess.TimeoutExpired as exc:
+        output = (exc.stdout or "") if isinstance(exc.stdout, str) else ""
+        return SuiteRun(tuple(argv), -1, f"timed out after {timeout:g}s\n{output}", None)
+    results_file = report_dir / "results.json"
+    results = json.loads(results_file.read_text()) if results_file.exists() else None
+    return SuiteRun(tuple(argv), done.returncode, done.stdout + done.stderr, results)
+
+
+def target_args(emulator: Any) -> list[str]:
+    """Options that point the suite at an emulator started in this process, as if it were a
+    real cluster (talosconfig + endpoint; no ``--talos-emulator``)."""
+    return ["--talosconfig", str(emulator.talosconfig_path), "--talos-endpoint",
+            emulator.endpoint]

@@ -1,0 +1,88 @@
+"""The fault matrix: the suite is green on a healthy emulator, and each emulator fault breaks
+exactly the checks ``fault_matrix.FAULT_MATRIX`` names — so a check that cannot fail, or one
+that fails for the wrong reason, is caught.
+
+All runs start at once in a module fixture (one subprocess each, two per CPU: a run mostly
+waits on the emulator's timers); the tests below only compare.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from pytest_talos.emulator.faults import fault_names
+from tests.conformance.fault_matrix import (
+    FAULT_MATRIX,
+    NO_FAULT_YET,
+    PROVED_ELSEWHERE,
+    FaultCase,
+)
+from tests.conformance.suite_runner import MATRIX_ARGS, SuiteRun, run_suite
+
+HEALTHY = "healthy"
+ALLOWED_SKIPS = (
+    "no vendor acceptance profile",
+    "no expected version",
+    "no expected Kubernetes version",
+    "no snapshot to compare with",
+    "not recording a snapshot",
+)
+
+
+def _args(case: FaultCase | None) -> list[str]:
+    args = ["--talos-emulator", "--talos-allow", "disruptive", *MATRIX_ARGS]
+    for fault in case.faults if case else ():
+        args += ["--talos-emulator-fault", fault]
+    return args + list(case.extra_args if case else ())
+
+
+@pytest.fixture(scope="module")
+def matrix_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, SuiteRun]]:
+    cases: dict[str, FaultCase | None] = {HEALTHY: None, **FAULT_MATRIX}
+    workers = min(6, 2 * (os.cpu_count() or 1))
+
+    # Directories first, in this thread: tmp_path_factory is not thread-safe.
+    reports = {name: tmp_path_factory.mktemp(f"matrix-{name}") / "report" for name in cases}
+
+    def run(name: str) -> SuiteRun:
+        return run_suite(_args(cases[name]), reports[name])
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        yield dict(zip(cases, pool.map(run, cases), strict=True))
+
+
+def test_every_emulator_fault_has_a_row() -> None:
+    assert sorted(FAULT_MATRIX) == fault_names()
+
+
+def test_every_check_can_be_shown_to_fail_or_is_a_known_gap(matrix_runs: dict[str, SuiteRun]
+                                                            ) -> None:
+    every = {check["id"] for check in matrix_runs[HEALTHY].checks}
+    broken_by_faults = {check for case in FAULT_MATRIX.values()
+                        for check, outcome in case.broken.items() if outcome == "failed"}
+    accounted = broken_by_faults | set(PROVED_ELSEWHERE) | set(NO_FAULT_YET)
+    assert every - accounted == set(), "checks no fault breaks and no test proves failing"
+    assert accounted - every == set(), "the matrix names checks the suite does not have"
+    assert broken_by_faults & set(NO_FAULT_YET) == set(), "a gap is closed: update NO_FAULT_YET"
+
+
+def test_healthy_emulator_passes_every_check(matrix_runs: dict[str, SuiteRun]) -> None:
+    run = matrix_runs[HEALTHY]
+    assert run.results is not None, run.describe()
+    assert run.broken() == {}, run.describe()
+    assert run.returncode == 0, run.describe()
+    odd_skips = [f"{c['id']} on {c['node']}: {c['message']}" for c in run.checks
+                 if c["outcome"] == "skipped" and not c["message"].startswith(ALLOWED_SKIPS)]
+    assert odd_skips == [], "checks skipped for a reason the healthy emulator should not give"
+
+
+@pytest.mark.parametrize("fault", sorted(FAULT_MATRIX))
+def test_fault_breaks_exactly_its_checks(fault: str, matrix_runs: dict[str, SuiteRun]) -> None:
+    run = matrix_runs[fault]
+    assert run.results is not None, run.describe()
+    assert run.broken() == dict(FAULT_MATRIX[fault].broken), run.describe()
+    assert run.returncode == (1 if FAULT_MATRIX[fault].broken else 0), run.describe()

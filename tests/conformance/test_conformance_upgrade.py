@@ -1,0 +1,150 @@
+"""Post-upgrade verification end to end: snapshot before, upgrade the emulated nodes through
+the API, compare after — and each comparison check failing when its fact changed.
+
+The emulated cluster runs in this process (metal platform, so it can upgrade); the suite
+runs in a subprocess against it like against a real cluster.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_talos.client import TalosClient
+from pytest_talos.emulator.cluster import EmulatedCluster
+from pytest_talos.wait import wait_until
+from tests.conformance.suite_runner import SUITE, SuiteRun, run_suite, target_args
+
+UPGRADE = str(SUITE / "upgrade")
+NEW_VERSION = "v1.13.10"
+LABEL = "conformance.pytest-talos.dev/snapshot-probe"
+
+
+@pytest.fixture
+def cluster() -> Iterator[EmulatedCluster]:
+    with EmulatedCluster(1, 1, platform="metal", time_scale=20) as emulated:
+        yield emulated
+
+
+@pytest.fixture
+def client(cluster: EmulatedCluster) -> Iterator[TalosClient]:
+    with TalosClient.from_talosconfig(cluster.talosconfig_path, env={}) as talos:
+        yield talos
+
+
+def suite(cluster: EmulatedCluster, tmp_path: Path, name: str, *args: str) -> SuiteRun:
+    return run_suite([*target_args(cluster), *args], tmp_path / name, paths=[UPGRADE])
+
+
+def save(cluster: EmulatedCluster, tmp_path: Path) -> Path:
+    snapshot = tmp_path / "pre-upgrade.json"
+    result = suite(cluster, tmp_path, "save", "--talos-snapshot", "save", str(snapshot))
+    assert result.outcomes()["upgrade.snapshot-recorded"] == {"passed"}, result.describe()
+    return snapshot
+
+
+def compare(cluster: EmulatedCluster, tmp_path: Path, snapshot: Path, *args: str) -> SuiteRun:
+    return suite(cluster, tmp_path, "compare", "--talos-snapshot", "compare", str(snapshot),
+                 *args)
+
+
+def patch_label(client: TalosClient, node: str, value: str | None) -> None:
+    from pytest_talos.patches import apply_patches
+
+    target = client.with_node(node)
+    current = target.machine_config().raw
+    label = {LABEL: value} if value is not None else {LABEL: {"$patch": "delete"}}
+    target.apply_configuration(apply_patches(current, [{"machine": {"nodeLabels": label}}]))
+
+
+def talos_tag(target: TalosClient) -> str:
+    return target.version().tag
+
+
+def test_snapshot_holds_digests_and_labels_but_no_secrets(
+    cluster: EmulatedCluster, tmp_path: Path
+) -> None:
+    data = json.loads(save(cluster, tmp_path).read_text())
+    assert data["format"] == "pytest-talos-snapshot/1"
+    worker = data["nodes"]["talos-default-worker-1"]
+    assert worker["talos_version"] == "v1.13.9"
+    assert worker["config_digest"].startswith("sha256:")
+    assert worker["node_labels"]["kubernetes.io/hostname"] == "talos-default-worker-1"
+    assert "PRIVATE KEY" not in json.dumps(data)
+
+
+def test_upgrade_through_the_api_then_compare_passes_with_the_new_version(
+    cluster: EmulatedCluster, client: TalosClient, tmp_path: Path
+) -> None:
+    snapshot = save(cluster, tmp_path)
+    # The endpoint (the first control plane) last: it reboots right after it answers.
+    for node in reversed(cluster.nodes):
+        client.with_node(node.address).upgrade(f"ghcr.io/siderolabs/installer:{NEW_VERSION}")
+    for node in cluster.nodes:
+        wait_until(functools.partial(talos_tag, client.with_node(node.address)),
+                   lambda tag: tag == NEW_VERSION, timeout=30,
+                   description=f"{node.hostname} to run {NEW_VERSION}")
+    result = compare(cluster, tmp_path, snapshot, "--talos-expect-version", "v1.13.x",
+                     "--talos-expect-kubernetes-version", "v1.36.0")
+    assert result.returncode == 0, result.describe()
+    outcomes = result.outcomes()
+    assert outcomes.pop("upgrade.snapshot-recorded") == {"skipped"}  # compare mode
+    assert {o for found in outcomes.values() for o in found} == {"passed"}
+    stale = compare(cluster, tmp_path, snapshot, "--talos-expect-version", "v1.13.9")
+    assert stale.broken() == {"upgrade.talos-version": "failed"}, stale.describe()
+
+
+def test_wrong_expected_kubernetes_version_fails(cluster: EmulatedCluster, tmp_path: Path
+                                                 ) -> None:
+    result = suite(cluster, tmp_path, "k8s", "--talos-expect-kubernetes-version", "v1.35")
+    assert result.broken() == {"upgrade.kubernetes-version": "failed"}, result.describe()
+    assert "v1.36.0" in result.output
+
+
+def test_config_and_label_changes_after_the_snapshot_fail_their_checks(
+    cluster: EmulatedCluster, client: TalosClient, tmp_path: Path
+) -> None:
+    worker = cluster.nodes[1]
+    patch_label(client, worker.address, "before")
+    snapshot = save(cluster, tmp_path)
+    patch_label(client, worker.address, None)
+    result = compare(cluster, tmp_path, snapshot)
+    assert result.broken() == {"upgrade.config-unchanged": "failed",
+                               "upgrade.node-labels-unchanged": "failed"}, result.describe()
+    failing = {(c["id"], c["node"]) for c in result.checks if c["outcome"] == "failed"}
+    assert failing == {("upgrade.config-unchanged", worker.hostname),
+                       ("upgrade.node-labels-unchanged", worker.hostname)}
+    assert f"{LABEL} missing" in result.output
+
+
+def test_extension_missing_since_the_snapshot_fails(cluster: EmulatedCluster, tmp_path: Path
+                                                    ) -> None:
+    snapshot = save(cluster, tmp_path)
+    data = json.loads(snapshot.read_text())
+    data["nodes"]["talos-default-worker-1"]["extensions"] = {"iscsi-tools": "v0.2.0"}
+    snapshot.write_text(json.dumps(data))
+    result = compare(cluster, tmp_path, snapshot)
+    assert result.broken() == {"upgrade.extensions-unchanged": "failed"}, result.describe()
+    assert "missing: iscsi-tools" in result.output
+
+
+def test_unwritable_snapshot_path_fails_the_recording(cluster: EmulatedCluster, tmp_path: Path
+                                                      ) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    result = suite(cluster, tmp_path, "save", "--talos-snapshot", "save",
+                   str(blocker / "snap.json"))
+    assert result.broken() == {"upgrade.snapshot-recorded": "failed"}, result.describe()
+    assert "cannot write the snapshot" in result.output
+
+
+def test_compare_with_a_missing_snapshot_file_is_an_error_naming_the_fix(
+    cluster: EmulatedCluster, tmp_path: Path
+) -> None:
+    result = compare(cluster, tmp_path, tmp_path / "nowhere.json")
+    assert set(result.broken().values()) == {"error"}, result.describe()
+    assert "take one before the upgrade with --talos-snapshot save PATH" in result.output

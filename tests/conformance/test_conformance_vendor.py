@@ -1,0 +1,175 @@
+"""Vendor image acceptance: the profile parser, the example profile passing against the
+emulator, and every vendor check failing when the node differs from the profile."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conformance._support.vendor_profile import (
+    load_vendor_profile,
+    parse_vendor_profile,
+    version_matches,
+)
+from pytest_talos.emulator.cluster import EmulatedCluster
+from pytest_talos.emulator.state import NodeState
+from pytest_talos.emulator.system import FileEntry
+from pytest_talos.errors import ConfigError
+from tests.conformance.suite_runner import REPO, SUITE, SuiteRun, run_suite, target_args
+
+VENDOR = str(SUITE / "vendor")
+EXAMPLE = REPO / "conformance" / "profiles" / "example-vendor.yaml"
+KERNEL = "Linux version 6.18.24-talos (root@buildkitsandbox) (gcc 14.2.0) #1 SMP\n"
+CMDLINE = "talos.platform=metal console=ttyS0 init_on_alloc=1 slab_nomerge pti=on\n"
+
+
+# ----------------------------------------------------------------- the profile format
+
+
+@pytest.mark.parametrize(
+    ("expected", "actual", "matches"),
+    [
+        ("v1.13.9", "v1.13.9", True),
+        ("v1.13.9", "v1.13.10", False),
+        ("v1.13", "v1.13.10", True),
+        ("v1.13.x", "v1.13.0", True),
+        ("1.13.*", "v1.13.4", True),
+        ("v1.13", "v1.14.0", False),
+        ("v1.1", "v1.13.0", False),
+        ("6.18", "6.18.24-talos", True),
+        ("6.18.24", "6.18.24-talos", True),
+    ],
+)
+def test_version_matching_accepts_prefixes_on_component_boundaries(
+    expected: str, actual: str, matches: bool
+) -> None:
+    assert version_matches(expected, actual) is matches
+
+
+def test_example_profile_documents_every_section() -> None:
+    profile = load_vendor_profile(EXAMPLE)
+    assert profile.name == "example-edge-appliance"
+    assert profile.talos_version == "v1.13.x"
+    assert profile.kernel_version == "6.18"
+    assert "init_on_alloc=0" in profile.kernel_args_absent
+    assert profile.ports.expected_for("worker") == {50000, 10250}
+    assert 22 in profile.ports.forbidden
+    assert profile.image_verification_required is False
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"talos": {"verison": "v1"}}, r"talos: unknown keys \['verison'\]; allowed: version"),
+        ({"ports": {"forbidden": [22, 70000]}}, r"ports.forbidden: must be a list of TCP port"),
+        ({"ports": {"expected": {"master": [1]}}}, r"ports.expected: unknown keys \['master'\]"),
+        ({"extensions": {"required": "iscsi"}, "platform": 3}, r"platform: must be a list"),
+        ({"image_verification": {"required": "yes"}}, r"must be true or false"),
+        ({"version": 2}, r"only profile format version 1"),
+        (["not", "a", "mapping"], r"must be a YAML mapping"),
+    ],
+)
+def test_invalid_profiles_are_refused_naming_the_key(data: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_vendor_profile(data, "vendor.yaml")
+
+
+def test_one_port_list_applies_to_every_role_and_numbers_read_as_text() -> None:
+    profile = parse_vendor_profile({"ports": {"expected": [50000]}, "kernel": {"version": 6.18}},
+                                   "p.yaml")
+    assert profile.ports.expected_for("controlplane") == {50000}
+    assert profile.kernel_version == "6.18"
+
+
+# ----------------------------------------------------------------- against emulated nodes
+
+
+def write_profile(tmp_path: Path, data: dict[str, Any]) -> str:
+    path = tmp_path / "vendor.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_example_profile_passes_against_the_emulator(tmp_path: Path) -> None:
+    result = run_suite(["--talos-emulator", "--talos-profile", str(EXAMPLE)],
+                       tmp_path / "report", paths=[VENDOR])
+    assert result.returncode == 0, result.describe()
+    skipped = {c["id"]: c["message"] for c in result.checks if c["outcome"] == "skipped"}
+    assert skipped["vendor.kernel-version"].startswith("container platform: the node runs the "
+                                                       "host's kernel")
+    assert "sets no extensions.required" in skipped["vendor.required-extensions"]
+    assert "matches no ImageVerificationConfig rule" in result.output
+
+
+def test_every_vendor_check_fails_against_a_mismatching_profile(tmp_path: Path) -> None:
+    profile = write_profile(tmp_path, {
+        "talos": {"version": "v1.12"},
+        "kubernetes": {"version": "v1.30"},
+        "platform": "metal",
+        "extensions": {"required": ["iscsi-tools"]},
+        "ports": {"expected": {"worker": [9999]}, "forbidden": [50000]},
+        "image_verification": {"required": True},
+    })
+    result = run_suite(["--talos-emulator", "--talos-profile", profile], tmp_path / "report",
+                       paths=[VENDOR])
+    assert result.broken() == dict.fromkeys(
+        ["vendor.talos-version", "vendor.kubernetes-version", "vendor.platform",
+         "vendor.required-extensions", "vendor.expected-ports", "vendor.forbidden-ports",
+         "vendor.image-verification"], "failed"), result.describe()
+    assert "not open: 9999" in result.output
+    assert "open: 50000" in result.output
+
+
+def _with_kernel_facts(state: NodeState) -> None:
+    state.rootfs["/proc/version"] = FileEntry("/proc/version", "file", 0o444, KERNEL.encode())
+    state.rootfs["/proc/cmdline"] = FileEntry("/proc/cmdline", "file", 0o444, CMDLINE.encode())
+
+
+@pytest.fixture
+def metal_cluster() -> Iterator[EmulatedCluster]:
+    with EmulatedCluster(1, 1, platform="metal", time_scale=20,
+                         extensions=["debug-tools", "iscsi-tools"]) as cluster:
+        for node in cluster.nodes:
+            cluster.node(node.hostname).run(_with_kernel_facts)
+        yield cluster
+
+
+def vendor_run(cluster: EmulatedCluster, tmp_path: Path, name: str, data: dict[str, Any]
+               ) -> SuiteRun:
+    (tmp_path / name).mkdir()
+    profile = write_profile(tmp_path / name, data)
+    return run_suite([*target_args(cluster), "--talos-profile", profile],
+                     tmp_path / name / "report", paths=[VENDOR])
+
+
+def test_kernel_and_extension_checks_pass_on_a_matching_metal_node(
+    metal_cluster: EmulatedCluster, tmp_path: Path
+) -> None:
+    result = vendor_run(metal_cluster, tmp_path, "match", {
+        "platform": ["metal"],
+        "kernel": {"version": "6.18", "args": {"present": ["init_on_alloc=1", "console"],
+                                               "absent": ["selinux", "init_on_alloc=0"]}},
+        "extensions": {"required": ["iscsi-tools"]},
+    })
+    assert result.returncode == 0, result.describe()
+    for check in ("vendor.kernel-version", "vendor.kernel-args", "vendor.platform",
+                  "vendor.required-extensions"):
+        assert result.outcomes()[check] == {"passed"}, check
+
+
+def test_kernel_and_extension_checks_fail_on_a_mismatching_metal_node(
+    metal_cluster: EmulatedCluster, tmp_path: Path
+) -> None:
+    result = vendor_run(metal_cluster, tmp_path, "mismatch", {
+        "kernel": {"version": "6.12", "args": {"present": ["lockdown=confidentiality"],
+                                               "absent": ["pti"]}},
+        "extensions": {"forbidden": ["debug-tools"]},
+    })
+    assert result.broken() == dict.fromkeys(
+        ["vendor.kernel-version", "vendor.kernel-args", "vendor.forbidden-extensions"],
+        "failed"), result.describe()
+    assert "missing: lockdown=confidentiality; forbidden present: pti" in result.output
