@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import builtins
 import posixpath
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from pytest_talos import models, ports
@@ -293,7 +293,7 @@ class TalosNode:
         namespace: str | None = None,
         *,
         timeout: float = DEFAULT_WATCH_TIMEOUT,
-    ) -> Iterator[models.ResourceEvent]:
+    ) -> StreamIterator[models.ResourceEvent]:
         return self.client.watch(kind, ident, namespace, timeout=timeout)
 
     # ------------------------------------------------------------------ changing

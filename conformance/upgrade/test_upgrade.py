@@ -31,13 +31,23 @@ from conformance._support.snapshot import (
 from conformance._support.vendor_profile import version_matches
 from pytest_talos import models
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
-from pytest_talos.errors import ConfigError, ConformanceFailure, TalosError, WaitTimeout
+from pytest_talos.errors import (
+    ConfigError,
+    ConformanceFailure,
+    DeadlineExceeded,
+    TalosError,
+    WaitTimeout,
+)
 from pytest_talos.node import TalosNode
 from pytest_talos.wait import wait_until
 
 EXTENSIONS = ("ExtensionStatuses.runtime.talos.dev", "runtime")
 MACHINE_STATUS = ("MachineStatuses.runtime.talos.dev", "machine", "runtime")
 STAGE_SETTLE = 30.0  # node seconds a node may still need to finish booting
+# Node seconds "running and ready" must then hold: two of kubelet's ~5 s restart periods, so
+# a crash-looping service that is briefly Running between failures cannot pass (field
+# report B4: kubelet restarts about every 5 s).
+READY_STABLE_FOR = 12.0
 
 
 def installed_extensions(node: TalosNode) -> dict[str, str]:
@@ -130,7 +140,10 @@ def test_node_runs_expected_kubernetes_version(
 
 
 def _stage(node: TalosNode) -> tuple[str, bool, str]:
-    status = node.resource(*MACHINE_STATUS)
+    return _stage_of(node.resource(*MACHINE_STATUS))
+
+
+def _stage_of(status: models.Resource) -> tuple[str, bool, str]:
     spec = status.typed_spec
     if isinstance(spec, models.MachineStatusSpec):
         unmet = "; ".join(f"{c.name}: {c.reason}" for c in spec.unmet_conditions)
@@ -138,6 +151,21 @@ def _stage(node: TalosNode) -> tuple[str, bool, str]:
     data = status.spec or {}
     ready = bool((data.get("status") or {}).get("ready"))
     return str(data.get("stage", "?")), ready, ""
+
+
+def _first_lapse(node: TalosNode, window: float) -> tuple[str, bool, str] | None:
+    """The first machine status that is not "running and ready" within ``window`` real
+    seconds, watched (not polled) so a short dip is seen; None when it held throughout."""
+    try:
+        with node.watch(MACHINE_STATUS[0], MACHINE_STATUS[1], MACHINE_STATUS[2],
+                        timeout=window) as events:
+            for event in events:
+                seen = _stage_of(event.resource) if event.resource else ("gone", False, "")
+                if not (seen[0] == "running" and seen[1]):
+                    return seen
+    except DeadlineExceeded:
+        return None  # the window ended with the machine running and ready throughout
+    return None
 
 
 @pytest.mark.talos_check(
@@ -159,7 +187,15 @@ def test_node_finished_booting_and_is_ready(
             node=talos_node.name, expected="stage running, ready",
             observed=f"stage {stage}, ready {ready}",
             evidence={"unmet conditions": unmet} if unmet else None) from None
-    talos_evidence.update(stage=stage, ready=ready)
+    lapse = _first_lapse(talos_node, talos_timing.real(READY_STABLE_FOR))
+    if lapse is not None:
+        stage, ready, unmet = lapse
+        raise ConformanceFailure(
+            "upgrade.nodes-running", "the machine did not stay running and ready",
+            node=talos_node.name, expected=f"stage running, ready for {READY_STABLE_FOR:g}s",
+            observed=f"stage {stage}, ready {ready}",
+            evidence={"unmet conditions": unmet} if unmet else None)
+    talos_evidence.update(stage=stage, ready=ready, stable_for=READY_STABLE_FOR)
 
 
 @pytest.mark.talos_check(
