@@ -188,24 +188,10 @@ def talos_suite(request: pytest.FixtureRequest) -> SuiteSettings:
     return request.config.stash[_SETTINGS]
 
 
-def _emulator(request: pytest.FixtureRequest) -> Any:
-    """The emulated cluster of this run, or None against real nodes."""
-    try:
-        return request.getfixturevalue("talos_emulator")
-    except pytest.FixtureLookupError:
-        pass
-    from pytest_talos import plugin  # until the plugin offers a talos_emulator fixture
-
-    session_of = getattr(plugin, "session_of", None)
-    return getattr(session_of(request.config), "emulator", None) if session_of else None
-
-
 @pytest.fixture(scope="session")
-def talos_timing(request: pytest.FixtureRequest, talos_cluster: TalosCluster) -> Timing:
+def talos_timing(talos_emulator: Any) -> Timing:
     """Timing of this run: real nodes run at 1x, the emulator at its time scale."""
-    emulator = _emulator(request)
-    clock = getattr(emulator, "clock", None)
-    return Timing(float(getattr(clock, "time_scale", 1.0) or 1.0))
+    return Timing(talos_emulator.clock.time_scale if talos_emulator is not None else 1.0)
 
 
 @pytest.fixture(scope="session")

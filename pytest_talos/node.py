@@ -272,12 +272,21 @@ class TalosNode:
         *,
         tail_events: int = 0,
         tail_id: str | None = None,
+        tail_seconds: int = 0,
         actor_id: str | None = None,
         timeout: float = DEFAULT_WATCH_TIMEOUT,
     ) -> StreamIterator[models.Event]:
-        """Runtime events as they happen; the stream ends (DeadlineExceeded) after ``timeout``."""
+        """Runtime events as they happen; the stream ends (DeadlineExceeded) after ``timeout``.
+
+        At most one of ``tail_events``, ``tail_id`` and ``tail_seconds`` may be set, as in
+        the Talos API (0 = only new events, N = the last N, negative = all buffered).
+        """
         return self.client.events(
-            tail_events=tail_events, tail_id=tail_id, actor_id=actor_id, timeout=timeout
+            tail_events=tail_events,
+            tail_id=tail_id,
+            tail_seconds=tail_seconds,
+            actor_id=actor_id,
+            timeout=timeout,
         )
 
     def resource(self, kind: str, ident: str, namespace: str | None = None) -> models.Resource:

@@ -61,7 +61,7 @@ class Observation:
 def _observe(node: TalosNode, history: float, duration: float) -> Observation:
     observation = Observation(node.name)
     try:
-        stream = node.client.events(tail_seconds=max(1, int(history)), timeout=duration)
+        stream = node.events(tail_seconds=max(1, int(history)), timeout=duration)
     except TalosError as exc:
         observation.error = str(exc)
         return observation

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Generator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -31,6 +31,10 @@ from pytest_talos.cluster import TalosCluster, UnreachableNode
 from pytest_talos.errors import FailedPrecondition, TalosError
 from pytest_talos.node import ReadOnlyGuard, TalosNode
 from pytest_talos.plugin.session import SESSION_KEY, TalosSession, header_lines, session_of
+
+if TYPE_CHECKING:
+    from pytest_talos.emulator import EmulatedCluster  # imported lazily, only when asked for
+
 from pytest_talos.plugin.settings import (
     ALLOW_LEVELS,
     DEFAULT_TIMEOUT,
@@ -171,6 +175,18 @@ def talos_cluster(request: pytest.FixtureRequest) -> TalosCluster:
     except TalosError as exc:
         message = session.unreachable_message(exc)
     pytest.fail(message, pytrace=False)  # outside except: no "during handling" chain
+
+
+@pytest.fixture(scope="session")
+def talos_emulator(
+    request: pytest.FixtureRequest, talos_cluster: TalosCluster
+) -> EmulatedCluster | None:
+    """The emulated cluster of this run (``--talos-emulator``), or None against real nodes.
+
+    Tests use it to reach what only an emulator has: its clock (``.clock.time_scale``), its
+    call log, or extra client identities (``.issue_client(["os:reader"])``).
+    """
+    return session_of(request.config).emulator  # started with talos_cluster
 
 
 @pytest.fixture

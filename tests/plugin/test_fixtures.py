@@ -56,6 +56,32 @@ def test_talos_cluster_fixture(emulator_run: Run, pytester: pytest.Pytester) -> 
     emulator_run().assert_outcomes(passed=2)
 
 
+def test_talos_emulator_fixture_is_the_running_cluster(
+    emulator_run: Run, pytester: pytest.Pytester
+) -> None:
+    pytester.makepyfile("""
+        def test_emulator(talos_emulator, talos_cluster):
+            assert talos_emulator.clock.time_scale == 5.0
+            assert {n.hostname for n in talos_emulator.nodes} == set(talos_cluster.roles)
+            assert talos_emulator.call_log  # the cluster fixture already talked to it
+    """)
+    emulator_run("--talos-emulator-time-scale=5").assert_outcomes(passed=1)
+
+
+def test_talos_emulator_fixture_is_none_against_real_nodes(
+    run: Run, pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from pytest_talos.emulator import EmulatedCluster
+
+    with EmulatedCluster() as cluster:
+        pytester.makepyfile("""
+            def test_emulator(talos_emulator):
+                assert talos_emulator is None
+        """)
+        result = run("--no-header", f"--talosconfig={cluster.talosconfig_path}")
+    result.assert_outcomes(passed=1)
+
+
 def test_ids_are_sorted_hostnames(run: Run, pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_node(talos_node):\n    pass\n")
     result = run("--talos-emulator=2:2", "--collect-only", "-q", "--no-header")
