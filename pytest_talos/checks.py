@@ -268,6 +268,7 @@ def assert_no_shell(
     ``docker exec <container> sh`` to exit 127; that part is skipped (see ``notes``) when
     the ``docker`` command is absent.
     """
+    __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     check = "no-shell"
     findings: dict[str, str] = {}
     result = CheckResult(check, node.name)
@@ -356,6 +357,7 @@ def assert_only_expected_ports(
     50000 and 10250; control plane also 50001, 6443, 2379, 2380. The failure lists each
     unexpected port with the process the node's Netstat says listens on it.
     """
+    __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     allow = _allowlist(node, allowed)
     return _check_ports("only-expected-ports", node, allow, port_spec, timeout, concurrency)
 
@@ -368,6 +370,7 @@ def assert_only_api_port(
     concurrency: int = ports.DEFAULT_CONCURRENCY,
 ) -> CheckResult:
     """Only the Talos API (50000) answers: the strict form for nodes without Kubernetes."""
+    __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     return _check_ports(
         "only-api-port", node, frozenset({50000}), port_spec, timeout, concurrency
     )
@@ -447,6 +450,7 @@ def assert_config_unchanged_after_rejection(
     node accepts the patch, the original config is restored and the check fails with the
     node's reply.
     """
+    __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     check = "config-unchanged-after-rejection"
     with _guarding(node, guard) as chosen:
         before = node.machine_config
@@ -514,6 +518,7 @@ def assert_service_healthy_after_patch(
     stable for a whole window within ``timeout`` (default: ``stable_for`` + 60 s); the
     failure shows the state changes seen, the service's last events and its log tail.
     """
+    __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     check = "service-healthy-after-patch"
     with _guarding(node, guard) as chosen:
         reply = node.apply_patch(patch, mode=mode, guard=chosen)
@@ -598,6 +603,7 @@ def assert_try_reverts(
     ``try_timeout`` is sent to the node (its revert timer); ``timeout`` bounds the wait for
     the revert on this side (default: ``try_timeout`` + 30 s).
     """
+    __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     check = "try-reverts"
     with _guarding(node, guard) as chosen:
         before = node.machine_config
@@ -643,6 +649,7 @@ def assert_node_ready(
 
     With ``timeout`` > 0, waits up to that long for it (polling the API server).
     """
+    __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     check = "node-ready"
     kube = cluster.kubernetes
 
