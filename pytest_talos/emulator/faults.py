@@ -39,6 +39,10 @@ class FaultProfile:
 _PROFILES = (
     FaultProfile("ssh-open", "every node runs sshd and answers on TCP port 22"),
     FaultProfile("shell-present", "/bin/sh and /bin/bash exist in every node's root filesystem"),
+    FaultProfile(
+        "package-manager-present",
+        "/usr/bin/apk and /sbin/apk exist in every node's root filesystem",
+    ),
     FaultProfile("extra-port", "every node also listens on TCP port 8080, which Talos never opens"),
     FaultProfile(
         "lenient-validation",
@@ -57,6 +61,10 @@ _PROFILES = (
     ),
     FaultProfile("try-no-revert", "try-mode changes are never reverted when the timer fires"),
     FaultProfile(
+        "try-not-cancelled", "a non-try ApplyConfiguration leaves a pending try revert armed"
+    ),
+    FaultProfile("dry-run-applies", "a dry-run ApplyConfiguration applies the config as well"),
+    FaultProfile(
         "no-kubeconfig", "Kubeconfig returns an archive without the kubeconfig file in it"
     ),
     FaultProfile(
@@ -67,6 +75,19 @@ _PROFILES = (
     FaultProfile(
         "wrong-version",
         "the last node's Version API reports v1.12.6 (its Versions resource does not)",
+        scope="last-node",
+    ),
+    FaultProfile(
+        "labels-not-synced", "machine.nodeLabels never reach the Kubernetes Node objects"
+    ),
+    FaultProfile(
+        "member-hidden",
+        "the last node's discovery (Members resources) does not list the first node",
+        scope="last-node",
+    ),
+    FaultProfile(
+        "maintenance-version",
+        "the last node's Version answers without features (rbac), as in maintenance mode",
         scope="last-node",
     ),
     FaultProfile("no-mtls", "apid accepts clients without a certificate and gives them os:admin"),
@@ -81,8 +102,15 @@ _PROFILES = (
     FaultProfile(
         "cidr-overlap", "the pod subnet overlaps the node addresses (127.0.0.0/8 pod CIDR)"
     ),
+    FaultProfile(
+        "resources-unlistable", "COSI List of HostnameStatuses fails with an Internal error"
+    ),
+    FaultProfile("logs-broken", "Logs of the listed udevd service fails: log not registered"),
     FaultProfile("cosi-writable", "COSI Create/Update/Destroy are accepted instead of refused"),
     FaultProfile("reader-can-apply", "ApplyConfiguration accepts os:reader clients"),
+    FaultProfile(
+        "reader-reads-secrets", "os:reader clients may Get/List sensitive resources (MachineConfig)"
+    ),
     FaultProfile("events-no-hello", "the Events stream does not send the empty hello event first"),
     FaultProfile(
         "services-resource-stale",

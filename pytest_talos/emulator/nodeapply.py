@@ -118,14 +118,17 @@ class ConfigMixin:
             self._applying = False
 
     def _apply(self, request: ApplyRequest) -> ApplyResult:
-        if request.mode != "TRY":
-            self.cancel_try()  # facts §9 step 4: even if the request fails later
+        # facts §9 step 4: even if the request fails later (fault try-not-cancelled skips it)
+        if request.mode != "TRY" and not self._fault("try-not-cancelled"):
+            self.cancel_try()
         warnings = self._validate(request.data)
         old, new = self.active_config, request.data
         mode, reason = self._resolve_mode(request.mode, old, new)
-        if request.dry_run:  # facts §9 step 10: no warnings in a dry run, nothing changes
-            return ApplyResult(mode, mc.dry_run_details(mode, old, new, reason))
         timeout = request.try_timeout if request.try_timeout else DEFAULT_TRY_TIMEOUT
+        if request.dry_run:  # facts §9 step 10: no warnings in a dry run, nothing changes
+            if self._fault("dry-run-applies"):  # fault dry-run-applies
+                self._execute(mode, new, timeout)
+            return ApplyResult(mode, mc.dry_run_details(mode, old, new, reason))
         self._execute(mode, new, timeout)
         try_text = go_duration(timeout) if mode == "TRY" else ""
         details = mc.apply_mode_details(mode, reason=reason, try_timeout=try_text)

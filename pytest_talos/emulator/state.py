@@ -203,6 +203,7 @@ class NodeState(ConfigMixin):
             controlplane=identity.controlplane,
             shell=self._fault("shell-present"),
             sshd=self._fault("ssh-open"),
+            package_manager=self._fault("package-manager-present"),
         )
 
     # ---- small helpers ---------------------------------------------------------------
@@ -329,7 +330,10 @@ class NodeState(ConfigMixin):
 
     def publish_members(self) -> None:
         """Members.cluster.talos.dev: one per node of the cluster (discovery)."""
-        for peer in self.peers():
+        peers = self.peers()
+        if self._fault("member-hidden"):  # fault member-hidden: discovery misses the first node
+            peers = [peer for peer in peers if peer.hostname != peers[0].hostname]
+        for peer in peers:
             spec: dict[str, object] = {
                 "nodeId": peer.node_id or _node_id(peer.hostname, peer.cluster_name),
                 "addresses": [peer.address],
@@ -517,7 +521,8 @@ class NodeState(ConfigMixin):
 
     def service_log(self, service_id: str) -> list[str]:
         service = self.services.services.get(service_id)
-        if service is None:
+        # fault logs-broken: udevd is listed but its log is not registered
+        if service is None or (service_id == "udevd" and self._fault("logs-broken")):
             raise NodeFailure("UNKNOWN", f'log "{service_id}" was not registered')  # facts §3
         return list(service.log)
 
@@ -570,7 +575,8 @@ class NodeState(ConfigMixin):
         }
         if ident.controlplane:
             labels["node-role.kubernetes.io/control-plane"] = ""
-        labels.update(mc.node_labels(self.active_config))  # issue #3: labels from the config
+        if not self._fault("labels-not-synced"):  # fault labels-not-synced
+            labels.update(mc.node_labels(self.active_config))  # issue #3: labels from the config
         pods = mc.pod_subnets(self.active_config)
         unknown = self.powered and self._kube_status_unknown_since is not None
         return KubeNodeInfo(

@@ -116,6 +116,7 @@ def build_rootfs(
     controlplane: bool,
     shell: bool,
     sshd: bool,
+    package_manager: bool = False,
     extra_files: Mapping[str, bytes] | None = None,
 ) -> dict[str, FileEntry]:
     """The node's read-only root filesystem as ``{path: entry}``."""
@@ -141,6 +142,8 @@ def build_rootfs(
     if sshd:  # fault ssh-open
         files["/usr/sbin/sshd"] = _ELF_STUB
         entries["/usr/sbin"] = FileEntry("/usr/sbin", "dir", 0o755)
+    if package_manager:  # fault package-manager-present
+        files["/usr/bin/apk"] = files["/sbin/apk"] = _ELF_STUB
     files.update(extra_files or {})
     for path, content in files.items():
         perm = 0o755 if content.startswith(b"\x7fELF") else 0o644

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 import yaml
-from google.protobuf import empty_pb2
+from google.protobuf import duration_pb2, empty_pb2
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
@@ -19,7 +19,9 @@ from pytest_talos._proto.machine import machine_pb2 as m
 from pytest_talos._proto.v1alpha1 import state_pb2 as s
 from pytest_talos.emulator import FAULTS, EmulatedCluster, describe_faults
 from pytest_talos.emulator.faults import resolve_faults
+from pytest_talos.emulator.resources import T
 from pytest_talos.errors import ConfigError
+from pytest_talos.patches import apply_patches
 
 from .conftest import RawClient, tls_from_talosconfig, wait_for
 
@@ -210,3 +212,108 @@ def test_events_no_hello(setup: Setup) -> None:
         address, M + "Events", m.EventsRequest(tail_events=3), until=lambda got: len(got) >= 3
     )
     assert all(event.data.type_url for event in events)
+
+
+def _active_config(cluster: EmulatedCluster, address: str) -> bytes:
+    return cluster.node(address).run(lambda st: st.active_config)
+
+
+def _apply(
+    client: RawClient,
+    address: str,
+    data: bytes,
+    mode: m.ApplyConfigurationRequest.Mode,
+    *,
+    dry_run: bool = False,
+    try_seconds: int = 0,
+) -> m.ApplyConfiguration:
+    request = m.ApplyConfigurationRequest(data=data, mode=mode, dry_run=dry_run)
+    if try_seconds:
+        request.try_mode_timeout.CopyFrom(duration_pb2.Duration(seconds=try_seconds))
+    reply: m.ApplyConfigurationResponse = client.call(address, M + "ApplyConfiguration", request)
+    return reply.messages[0]
+
+
+_LABEL_PATCH = "machine:\n  nodeLabels:\n    example.com/fault: 'yes'\n"
+
+
+def test_package_manager_present(setup: Setup) -> None:
+    _, client, address = setup("package-manager-present")
+    for path in ("/usr/bin/apk", "/sbin/apk"):
+        data = client.call(address, M + "Read", m.ReadRequest(path=path))
+        assert data[0].bytes.startswith(b"\x7fELF")
+
+
+def test_labels_not_synced(setup: Setup) -> None:
+    cluster, client, address = setup("labels-not-synced")
+    patched = apply_patches(_active_config(cluster, address), [_LABEL_PATCH])
+    _apply(client, address, patched, m.ApplyConfigurationRequest.NO_REBOOT)
+    assert b"example.com/fault" in _active_config(cluster, address)
+    labels = cluster.node(address).run(lambda st: st.kube_node().labels)
+    assert "example.com/fault" not in labels
+
+
+def test_dry_run_applies(setup: Setup) -> None:
+    cluster, client, address = setup("dry-run-applies")
+    patched = apply_patches(_active_config(cluster, address), [_LABEL_PATCH])
+    reply = _apply(client, address, patched, m.ApplyConfigurationRequest.NO_REBOOT, dry_run=True)
+    assert "Dry run summary" in reply.mode_details
+    assert _active_config(cluster, address) == patched
+
+
+def test_try_not_cancelled(setup: Setup) -> None:
+    cluster, client, address = setup("try-not-cancelled")
+    original = _active_config(cluster, address)
+    tried = apply_patches(original, [_LABEL_PATCH])
+    _apply(client, address, tried, m.ApplyConfigurationRequest.TRY, try_seconds=60)
+    _apply(client, address, original, m.ApplyConfigurationRequest.NO_REBOOT)
+    assert cluster.node(address).run(lambda st: st.try_pending)
+
+
+def test_reader_reads_secrets(setup: Setup) -> None:
+    cluster, _, address = setup("reader-reads-secrets")
+    reader = RawClient(tls_from_talosconfig(cluster.issue_client(["os:reader"]).talosconfig))
+    try:
+        request = s.GetRequest(namespace="config", type=T.MACHINE_CONFIGS, id="v1alpha1")
+        reply = reader.call(address, "/cosi.resource.State/Get", request)
+        assert reply.resource.metadata.id == "v1alpha1"
+    finally:
+        reader.close()
+
+
+def test_logs_broken(setup: Setup) -> None:
+    _, client, address = setup("logs-broken")
+    assert "udevd" in _services(client, address)
+    request = m.LogsRequest(namespace="system", id="udevd", tail_lines=5)
+    with pytest.raises(GRPCError) as caught:
+        client.call(address, M + "Logs", request)
+    assert caught.value.message == 'log "udevd" was not registered'
+
+
+def test_resources_unlistable(setup: Setup) -> None:
+    _, client, address = setup("resources-unlistable")
+    request = s.ListRequest(namespace="network", type="HostnameStatuses.net.talos.dev")
+    with pytest.raises(GRPCError) as caught:
+        client.call(address, "/cosi.resource.State/List", request)
+    assert caught.value.status == Status.INTERNAL
+
+
+def _member_names(client: RawClient, address: str) -> set[str]:
+    request = s.ListRequest(namespace="cluster", type="Members.cluster.talos.dev")
+    return {reply.resource.metadata.id for reply in client.call(
+        address, "/cosi.resource.State/List", request)}
+
+
+def test_member_hidden_only_on_the_last_node(setup: Setup) -> None:
+    cluster, client, last = setup("member-hidden", workers=1)
+    first = cluster.nodes[0]
+    assert first.hostname in _member_names(client, first.address)
+    assert first.hostname not in _member_names(client, last)
+    assert cluster.nodes[-1].hostname in _member_names(client, last)
+
+
+def test_maintenance_version_only_on_the_last_node(setup: Setup) -> None:
+    cluster, client, last = setup("maintenance-version", workers=1)
+    first = cluster.nodes[0].address
+    assert client.call(first, M + "Version", EMPTY).messages[0].features.rbac
+    assert not client.call(last, M + "Version", EMPTY).messages[0].HasField("features")

@@ -87,6 +87,9 @@ def _matches(resource: Resource, queries: Iterable[r.LabelQuery], id_regexp: str
     return matches_label_query(queries, resource.labels)
 
 
+UNLISTABLE_TYPE = "HostnameStatuses.net.talos.dev"  # fault resources-unlistable
+
+
 def _not_found(namespace: str, type_: str, id_: str) -> RPCFailure:
     # INFERRED wording of cosi's not-found error.
     return RPCFailure("NOT_FOUND", f"resource {type_}({namespace}/{id_}@undefined) doesn't exist")
@@ -103,7 +106,9 @@ class StateServicer:
             raise RPCFailure("PERMISSION_DENIED", f'resource type "{type_}" is not supported')
         if namespace not in NAMESPACES:
             raise RPCFailure("PERMISSION_DENIED", f'namespace "{namespace}" is not supported')
-        if definition.sensitive and not call.admin:
+        state = call.state  # fault reader-reads-secrets lets readers see sensitive types
+        leaky = state.faults.on("reader-reads-secrets", state.hostname)
+        if definition.sensitive and not call.admin and not leaky:
             raise RPCFailure("PERMISSION_DENIED", "not authorized")
         return definition
 
@@ -122,6 +127,10 @@ class StateServicer:
 
     async def List(self, request: s.ListRequest, call: Call) -> AsyncIterator[s.ListResponse]:
         self._check_access(call, request.namespace, request.type)
+        state = call.state  # fault resources-unlistable
+        broken = state.faults.on("resources-unlistable", state.hostname)
+        if broken and request.type == UNLISTABLE_TYPE:
+            raise RPCFailure("INTERNAL", f"failed to list {request.type}: controller not running")
         options = request.options
         for resource in call.state.store.list(request.namespace, request.type):
             if _matches(resource, options.label_query, options.id_query.regexp):

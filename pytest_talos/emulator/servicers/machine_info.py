@@ -88,6 +88,8 @@ class MachineInfoMixin:
             platform=m.PlatformInfo(name=platform, mode=platform),
             features=m.FeaturesInfo(rbac=True),  # a config is loaded: rbac on
         )
+        if state.faults.on("maintenance-version", state.hostname):
+            version.ClearField("features")  # fault maintenance-version: answers like maintenance
         return m.VersionResponse(messages=[version])
 
     async def Hostname(self, request: empty_pb2.Empty, call: Call) -> m.HostnameResponse:
