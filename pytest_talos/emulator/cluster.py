@@ -172,6 +172,7 @@ class EmulatedNode(NodeHooks):
             cert_pem=server_cert.cert_pem,
             key_pem=server_cert.key_pem,
             require_client_cert=not no_mtls,
+            verify_client_cert=not cluster.fault_set.on("client-certs-unverified", ident.hostname),
         )
         forward_tls = None
         if ident.controlplane:  # facts §5: control-plane apid gets an os:impersonator cert

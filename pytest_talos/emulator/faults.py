@@ -91,6 +91,10 @@ _PROFILES = (
         scope="last-node",
     ),
     FaultProfile("no-mtls", "apid accepts clients without a certificate and gives them os:admin"),
+    FaultProfile(
+        "client-certs-unverified",
+        "apid never asks for a client certificate, so any CA's (or none) is accepted as os:admin",
+    ),
     FaultProfile("rw-rootfs", "the root filesystem is mounted read-write (/proc/mounts)"),
     FaultProfile("pid1-not-machined", "PID 1 is systemd instead of machined"),
     FaultProfile("service-down", "udevd has failed and is not restarted on every node"),

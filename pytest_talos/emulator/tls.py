@@ -42,13 +42,25 @@ def load_cert_chain(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) ->
 
 
 def server_tls_context(
-    *, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, require_client_cert: bool = True
+    *,
+    ca_pem: bytes,
+    cert_pem: bytes,
+    key_pem: bytes,
+    require_client_cert: bool = True,
+    verify_client_cert: bool = True,
 ) -> ssl.SSLContext:
-    """apid's TLS (facts §5): min TLS 1.2, ALPN h2, no tickets, client certs from the CA."""
+    """apid's TLS (facts §5): min TLS 1.2, ALPN h2, no tickets, client certs from the CA.
+
+    The two flags exist for faults: ``no-mtls`` makes the certificate optional, and
+    ``client-certs-unverified`` stops asking for one, so no CA is ever checked.
+    """
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.options |= ssl.OP_NO_TICKET
-    context.verify_mode = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL
+    if not verify_client_cert:
+        context.verify_mode = ssl.CERT_NONE
+    else:
+        context.verify_mode = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL
     context.load_verify_locations(cadata=ca_pem.decode("ascii"))
     load_cert_chain(context, cert_pem, key_pem)
     context.set_alpn_protocols(["h2"])

@@ -40,6 +40,13 @@ _SERVICE_DOWN = _failed(
 
 FAULT_MATRIX: Mapping[str, FaultCase] = {
     "cidr-overlap": FaultCase(("cidr-overlap",), _failed("kubernetes.cidrs-clear-of-nodes")),
+    "client-certs-unverified": FaultCase(
+        ("client-certs-unverified",),
+        _failed("api.mtls-required", "api.foreign-ca-refused", "api.reader-cannot-apply",
+                "api.reader-cannot-read-secrets"),
+        why="apid that never asks for a client certificate cannot tell a foreign CA's, nor a "
+        "reader's, from none; Python's ssl cannot ask for one and then accept any CA",
+    ),
     "cosi-writable": FaultCase(("cosi-writable",), _failed("api.resource-writes-refused")),
     "dry-run-applies": FaultCase(("dry-run-applies",), _failed("config.dry-run-changes-nothing")),
     "etcd-member-missing": FaultCase(
@@ -123,8 +130,4 @@ PROVED_ELSEWHERE: Mapping[str, str] = {
 }
 
 # Checks that pass on a healthy emulator but that no emulator fault can break yet.
-NO_FAULT_YET: Mapping[str, str] = {
-    "api.foreign-ca-refused": "wanted: a fault trusting any client CA (Python's ssl cannot "
-                              "request a client certificate without verifying it: needs a "
-                              "verify callback the stdlib does not expose)",
-}
+NO_FAULT_YET: Mapping[str, str] = {}

@@ -101,3 +101,16 @@ def test_config_checks_are_all_opt_in(catalogue: list[dict[str, Any]]) -> None:
     assert all({"talos_mutating", "talos_disruptive"} & set(e["markers"]) for e in config)
     disruptive = {e["id"] for e in config if "talos_disruptive" in e["markers"]}
     assert disruptive == {"config.kubelet-flag-failure-detected"}
+
+
+def test_docs_fault_table_lists_every_fault_and_the_checks_it_breaks() -> None:
+    from tests.conformance.fault_matrix import FAULT_MATRIX
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "conformance.md").read_text()
+    rows = {line.split("|")[1].strip().split()[0].strip("`"): line
+            for line in doc.splitlines() if line.startswith("| `")}
+    for fault, case in FAULT_MATRIX.items():
+        assert fault in rows, f"docs/conformance.md has no row for fault {fault}"
+        for check, outcome in case.broken.items():
+            if outcome == "failed":
+                assert f"`{check}`" in rows[fault], f"{fault}: {check} missing from the docs row"

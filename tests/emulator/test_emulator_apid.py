@@ -93,6 +93,22 @@ def test_no_mtls_fault_accepts_clients_without_certificate(
         client.close()
 
 
+def test_client_certs_unverified_fault_accepts_a_foreign_ca(
+    make_cluster: Callable[..., EmulatedCluster],
+) -> None:
+    cluster = make_cluster(faults=["client-certs-unverified"], workers=0)
+    foreign = pki.CertificateAuthority.generate(organization="talos")
+    cert = pki.issue_client_cert(foreign, roles=["os:reader"])
+    client = RawClient(tls_context(cluster.ca.cert_pem, cert.cert_pem, cert.key_pem))
+    try:
+        reply = client.call(cluster.nodes[0].address, VERSION, EMPTY)
+        assert reply.messages[0].version.tag == "v1.13.9"
+        # never asked for, the reader certificate is not seen: the caller counts as os:admin
+        assert cluster.call_log[-1].roles == ("os:admin",)
+    finally:
+        client.close()
+
+
 # ---- roles -------------------------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 """Fault profiles: each one shows the defect it names, and they compose.
 
-Profiles whose effect belongs to a bigger area are tested there: no-mtls (apid),
+Profiles whose effect belongs to a bigger area are tested there: no-mtls and
+client-certs-unverified (apid),
 lenient-validation, version-bump-on-reject, try-no-revert (apply), cosi-writable (cosi),
 no-kubeconfig, node-not-ready, etcd-member-missing, ssh-open, extra-port (cluster).
 """
