@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from pytest_talos.emulator.faults import describe_faults, fault_names
+from pytest_talos.emulator.variants import describe_variants, variant_names
 from pytest_talos.errors import TalosError
 
 __all__ = ["main"]
@@ -41,12 +42,26 @@ def _parser() -> argparse.ArgumentParser:
         metavar="X",
         help="run timers (try window, crash loop) X times faster",
     )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME",
+        choices=variant_names(),
+        help="run as a healthy variant (repeatable; see --list-variants)",
+    )
+    parser.add_argument(
+        "--domain", default="", metavar="NAME", help="give every node this DNS domain"
+    )
     parser.add_argument("--platform", choices=("container", "metal"), default="container")
     parser.add_argument(
         "--subnet", metavar="CIDR", help="the /24 for node addresses (default: a free 127.A.B.0/24)"
     )
     parser.add_argument(
         "--list-faults", action="store_true", help="print the fault profiles and exit"
+    )
+    parser.add_argument(
+        "--list-variants", action="store_true", help="print the healthy variants and exit"
     )
     return parser
 
@@ -58,6 +73,8 @@ async def _serve(args: argparse.Namespace) -> None:
         controlplanes=args.controlplanes,
         workers=args.workers,
         faults=args.fault,
+        variants=args.variant,
+        domain=args.domain,
         time_scale=args.time_scale,
         platform=args.platform,
         subnet=args.subnet,
@@ -80,6 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.list_faults:
         print(describe_faults())
+        return 0
+    if args.list_variants:
+        print(describe_variants())
         return 0
     if not args.talosconfig:
         print(

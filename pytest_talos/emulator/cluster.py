@@ -42,7 +42,9 @@ from pytest_talos.emulator.server import NodeServer
 from pytest_talos.emulator.servicers import ClientConfiguration
 from pytest_talos.emulator.state import NodeHooks, NodeIdentity, NodeState
 from pytest_talos.emulator.tls import client_tls_context, server_tls_context
+from pytest_talos.emulator.variants import DEFAULT_EXTENSIONS, Variant, VariantSet
 from pytest_talos.errors import ConfigError
+from pytest_talos.patches import apply_patches
 
 __all__ = ["ClientIdentity", "EmulatedCluster", "EmulatedNode", "EmulatorError", "NodeInfo"]
 
@@ -85,6 +87,7 @@ class EmulatedNode(NodeHooks):
             identity,
             clock=cluster.clock,
             faults=cluster.fault_set,
+            variants=cluster.variant_set,
             config=config,
             talos_version=cluster.talos_version,
             peers=cluster._identities,
@@ -240,8 +243,15 @@ class EmulatedCluster:
         talosconfig_path: str | os.PathLike[str] | None = None,
         extensions: Sequence[str] = (),
         extension_services: Sequence[str] = (),
+        variants: Iterable[str | Variant] = (),
+        domain: str = "",
     ) -> None:
         _check_arguments(controlplanes, workers, time_scale, platform)
+        self.variant_set = VariantSet.of(variants, domain)
+        if self.variant_set.on(Variant.METAL):
+            platform = "metal"
+        if self.variant_set.on(Variant.EXTENSIONS) and not extensions:
+            extensions = DEFAULT_EXTENSIONS
         self.name = name
         self.controlplanes, self.workers = controlplanes, workers
         self.platform: Platform = platform
@@ -440,6 +450,7 @@ class EmulatedCluster:
                     kubernetes_version=self.kubernetes_version,
                     extensions=self.extensions,
                     extension_services=self.extension_services,
+                    domain=self.variant_set.domain,
                 )
             )
         last_cp = [i.hostname for i in identities if i.role == "controlplane"][-1]
@@ -475,6 +486,7 @@ class EmulatedCluster:
                 ca_crt_pem=self.ca.cert_pem,
                 kubernetes_ca_crt_pem=self.kube_ca.cert_pem,
             )
+            template = _with_variant_patches(template, self.variant_set)
             self._config_templates[key] = template
         return template.replace(_HOSTNAME_PLACEHOLDER.encode(), ident.hostname.encode())
 
@@ -549,6 +561,16 @@ class EmulatedCluster:
             None, context=context, endpoints=[], ca_pem=self.ca.cert_pem, client=cert
         )
         return ClientConfiguration(self.ca.cert_pem, cert.cert_pem, cert.key_pem_talos, talosconfig)
+
+
+def _with_variant_patches(config: bytes, variants: VariantSet) -> bytes:
+    """The config as an operator patches it for the variants that live in the machine config."""
+    patches: list[str] = []
+    if variants.on(Variant.KUBE_PROXY_DISABLED):
+        patches.append("cluster:\n  proxy:\n    disabled: true\n")
+    if variants.on(Variant.DISCOVERY_DISABLED):
+        patches.append("cluster:\n  discovery:\n    enabled: false\n")
+    return apply_patches(config, patches) if patches else config
 
 
 def _check_arguments(controlplanes: int, workers: int, time_scale: float, platform: str) -> None:

@@ -44,6 +44,7 @@ from pytest_talos.emulator.nodeapply import (
 )
 from pytest_talos.emulator.resources import DEFINITIONS, NAMESPACES, ResourceStore, T
 from pytest_talos.emulator.services import Service, ServiceManager, ServiceRefused, services_for
+from pytest_talos.emulator.variants import Variant, VariantSet
 
 __all__ = [
     "DEFAULT_TRY_TIMEOUT",
@@ -85,6 +86,12 @@ class NodeIdentity:
     kubernetes_version: str = "1.36.0"
     extensions: tuple[str, ...] = ()  # system extension names (ExtensionStatuses)
     extension_services: tuple[str, ...] = ()  # ext-<name> services
+    domain: str = ""  # DNS domain (DHCP, cloud metadata); "" for none
+
+    @property
+    def fqdn(self) -> str:
+        """``host.domain`` when the node has a domain, else the short hostname."""
+        return f"{self.hostname}.{self.domain}" if self.domain else self.hostname
 
     @property
     def controlplane(self) -> bool:
@@ -154,12 +161,14 @@ class NodeState(ConfigMixin):
         talos_version: str,
         peers: Callable[[], Sequence[NodeIdentity]],
         hooks: NodeHooks | None = None,
+        variants: VariantSet | None = None,
     ) -> None:
         if not identity.node_id:
             identity = _with_node_id(identity)
         self.identity = identity
         self.clock = clock
         self.faults = faults
+        self.variants = variants or VariantSet()
         self.talos_version = talos_version
         self.previous_version = talos_version
         self._next_version: str | None = None  # booted by the next power-on (upgrade, rollback)
@@ -218,6 +227,10 @@ class NodeState(ConfigMixin):
 
     def _fault(self, name: str) -> bool:
         return self.faults.on(name, self.hostname, controlplane=self.identity.controlplane)
+
+    def variant(self, variant: Variant) -> bool:
+        """Whether the cluster runs as the healthy variant ``variant``."""
+        return self.variants.on(variant)
 
     def emit(self, payload: Payload, actor_id: str = "") -> RuntimeEvent:
         now = self.clock.time()

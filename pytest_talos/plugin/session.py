@@ -71,6 +71,7 @@ class TalosSession:
             controlplanes,
             workers,
             faults=self.settings.faults.value,
+            variants=self.settings.variants.value,
             time_scale=self.settings.time_scale.value,
         )
         self.emulator = emulator.__enter__()
@@ -95,9 +96,10 @@ class TalosSession:
         if s.emulator.value is not None:
             cp, workers = s.emulator.value
             faults = ", ".join(s.faults.value) or "none"
+            variants = f"; variants: {', '.join(s.variants.value)}" if s.variants.value else ""
             return (
                 f"the emulated cluster ({_count(cp, 'control plane')}, "
-                f"{_count(workers, 'worker')}; faults: {faults})"
+                f"{_count(workers, 'worker')}; faults: {faults}{variants})"
             )
         endpoints = ", ".join(s.endpoints.value) or "the talosconfig's endpoints"
         return f"{endpoints} (talosconfig: {s.talosconfig.value or 'talosctl lookup'})"

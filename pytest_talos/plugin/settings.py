@@ -72,6 +72,9 @@ _OPTIONS = {
                 "and workers (default 1:1); excludes --talos-endpoint"),
         _Option("talos_emulator_faults", "--talos-emulator-fault", "talos_emulator_faults",
                 "TALOS_EMULATOR_FAULTS", "turn on an emulator fault profile; repeatable"),
+        _Option("talos_emulator_variants", "--talos-emulator-variant", "talos_emulator_variants",
+                "TALOS_EMULATOR_VARIANTS", "run the emulated cluster as a healthy variant "
+                "(domain, metal, discovery-disabled, ...); repeatable"),
         _Option("talos_emulator_time_scale", "--talos-emulator-time-scale",
                 "talos_emulator_time_scale", "TALOS_EMULATOR_TIME_SCALE",
                 "run the emulated cluster's clock this many times faster (try windows, crash "
@@ -93,6 +96,7 @@ class TalosSettings:
     nodes: Setting[tuple[str, ...]]
     emulator: Setting[tuple[int, int] | None]
     faults: Setting[tuple[str, ...]]
+    variants: Setting[tuple[str, ...]]
     time_scale: Setting[float]
     allow: Setting[str]
     timeout: Setting[float]
@@ -104,7 +108,7 @@ class TalosSettings:
         return any(
             getattr(self, name).given
             for name in ("talosconfig", "context", "endpoints", "nodes", "emulator", "faults",
-                         "time_scale", "allow", "timeout")
+                         "variants", "time_scale", "allow", "timeout")
         )
 
     @property
@@ -221,6 +225,7 @@ def resolve_settings(config: pytest.Config) -> TalosSettings:
         nodes=_list_setting(config, "talos_nodes"),
         emulator=_emulator_setting(config),
         faults=_list_setting(config, "talos_emulator_faults"),
+        variants=_list_setting(config, "talos_emulator_variants"),
         time_scale=_time_scale_setting(config),
         allow=_allow_setting(config),
         timeout=_timeout_setting(config),
@@ -230,7 +235,8 @@ def resolve_settings(config: pytest.Config) -> TalosSettings:
 
 def _check_combination(settings: TalosSettings) -> TalosSettings:
     if settings.emulator.value is None:
-        for source in (settings.faults.source, settings.time_scale.source):
+        for source in (settings.faults.source, settings.variants.source,
+                       settings.time_scale.source):
             if source != "default":
                 raise pytest.UsageError(
                     f"{source} needs the emulated cluster: add --talos-emulator"
@@ -250,6 +256,7 @@ def _check_combination(settings: TalosSettings) -> TalosSettings:
                 f"emulated cluster brings its own {what.split(' ', 1)[1]}; drop one of the two"
             )
     _check_faults(settings.faults)
+    _check_variants(settings.variants)
     return TalosSettings(**{**settings.__dict__, "ignored": tuple(ignored)})
 
 
@@ -266,6 +273,19 @@ def _check_faults(faults: Setting[tuple[str, ...]]) -> None:
         )
 
 
+def _check_variants(variants: Setting[tuple[str, ...]]) -> None:
+    if not variants.value:
+        return
+    from pytest_talos.emulator.variants import variant_names  # only when the emulator is wanted
+
+    unknown = [name for name in variants.value if name not in variant_names()]
+    if unknown:
+        raise pytest.UsageError(
+            f"{variants.source}: unknown emulator variant {', '.join(map(repr, unknown))}; "
+            f"choose from {', '.join(variant_names())}"
+        )
+
+
 def add_options(parser: pytest.Parser) -> None:
     """The ``talos`` option group and the ini keys."""
     group = parser.getgroup("talos", "Talos Linux nodes (pytest-talos)")
@@ -273,8 +293,10 @@ def add_options(parser: pytest.Parser) -> None:
         env_help = f" [ini {option.ini}; env ${option.env}]"
         kwargs: dict[str, Any] = {"dest": option.dest, "default": None,
                                   "help": option.help + env_help}
-        if option.dest in ("talos_endpoints", "talos_nodes", "talos_emulator_faults"):
-            kwargs.update(action="append", metavar="NAME" if "fault" in option.dest else "HOST")
+        if option.dest in ("talos_endpoints", "talos_nodes", "talos_emulator_faults",
+                           "talos_emulator_variants"):
+            kwargs.update(action="append",
+                          metavar="NAME" if "emulator" in option.dest else "HOST")
         elif option.dest == "talos_emulator":
             kwargs.update(nargs="?", const="1:1", metavar="CP:W")
         elif option.dest == "talos_allow":

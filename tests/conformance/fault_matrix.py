@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["FAULT_MATRIX", "NO_FAULT_YET", "PROVED_ELSEWHERE", "FaultCase"]
+__all__ = ["FAULT_MATRIX", "HEALTHY_VARIANTS", "NO_FAULT_YET", "PROVED_ELSEWHERE", "FaultCase"]
 
 Outcome = Literal["failed", "error"]
 
@@ -136,3 +136,18 @@ PROVED_ELSEWHERE: Mapping[str, str] = {
 
 # Checks that pass on a healthy emulator but that no emulator fault can break yet.
 NO_FAULT_YET: Mapping[str, str] = {}
+
+
+# Healthy shapes a real cluster can have (``python -m pytest_talos.emulator --list-variants``):
+# the suite must pass on each with zero failures, or a check would fail a healthy real node.
+# Several variants at once are a shape too (a domain on metal with discovery off).
+HEALTHY_VARIANTS: Mapping[str, tuple[str, ...]] = {
+    "domain": ("domain",),
+    "discovery-disabled": ("discovery-disabled",),
+    "discovery-unreachable": ("discovery-unreachable",),
+    "pod-shell": ("pod-shell",),
+    "kube-proxy-disabled": ("kube-proxy-disabled",),
+    "metal": ("metal",),
+    "extensions": ("extensions",),
+    "metal+domain+discovery-disabled": ("metal", "domain", "discovery-disabled"),
+}

@@ -15,8 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from pytest_talos.emulator.faults import fault_names
+from pytest_talos.emulator.variants import variant_names
 from tests.conformance.fault_matrix import (
     FAULT_MATRIX,
+    HEALTHY_VARIANTS,
     NO_FAULT_YET,
     PROVED_ELSEWHERE,
     FaultCase,
@@ -33,8 +35,15 @@ ALLOWED_SKIPS = (
 )
 
 
-def _args(case: FaultCase | None) -> list[str]:
+VARIANT = "variant:"
+
+
+def _args(case: FaultCase | tuple[str, ...] | None) -> list[str]:
     args = ["--talos-emulator", "--talos-allow", "disruptive", *MATRIX_ARGS]
+    if isinstance(case, tuple):  # a healthy variant
+        for variant in case:
+            args += ["--talos-emulator-variant", variant]
+        return args
     for fault in case.faults if case else ():
         args += ["--talos-emulator-fault", fault]
     return args + list(case.extra_args if case else ())
@@ -42,11 +51,16 @@ def _args(case: FaultCase | None) -> list[str]:
 
 @pytest.fixture(scope="module")
 def matrix_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, SuiteRun]]:
-    cases: dict[str, FaultCase | None] = {HEALTHY: None, **FAULT_MATRIX}
+    cases: dict[str, FaultCase | tuple[str, ...] | None] = {
+        HEALTHY: None,
+        **FAULT_MATRIX,
+        **{VARIANT + name: variants for name, variants in HEALTHY_VARIANTS.items()},
+    }
     workers = min(6, 2 * (os.cpu_count() or 1))
 
     # Directories first, in this thread: tmp_path_factory is not thread-safe.
-    reports = {name: tmp_path_factory.mktemp(f"matrix-{name}") / "report" for name in cases}
+    reports = {name: tmp_path_factory.mktemp("matrix-" + name.replace(":", "-").replace("+", "-"))
+               / "report" for name in cases}
 
     def run(name: str) -> SuiteRun:
         return run_suite(_args(cases[name]), reports[name])
@@ -70,8 +84,15 @@ def test_every_check_can_be_shown_to_fail_or_is_a_known_gap(matrix_runs: dict[st
     assert broken_by_faults & set(NO_FAULT_YET) == set(), "a gap is closed: update NO_FAULT_YET"
 
 
-def test_healthy_emulator_passes_every_check(matrix_runs: dict[str, SuiteRun]) -> None:
-    run = matrix_runs[HEALTHY]
+def test_every_healthy_variant_is_in_the_matrix() -> None:
+    covered = {variant for variants in HEALTHY_VARIANTS.values() for variant in variants}
+    assert sorted(covered) == variant_names()
+
+
+@pytest.mark.parametrize("variant", [HEALTHY, *(VARIANT + name for name in HEALTHY_VARIANTS)])
+def test_healthy_emulator_passes_every_check(variant: str, matrix_runs: dict[str, SuiteRun]
+                                             ) -> None:
+    run = matrix_runs[variant]
     assert run.results is not None, run.describe()
     assert run.broken() == {}, run.describe()
     assert run.returncode == 0, run.describe()

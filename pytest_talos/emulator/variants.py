@@ -1,0 +1,126 @@
+"""Healthy variants: shapes a real, healthy Talos v1.13.9 cluster can have.
+
+A variant is not a fault. Every conformance check must pass on every variant, because each one
+is something a correct node does on some real cluster: a node with a DNS domain (cloud, DHCP),
+discovery switched off or unreachable, a pod whose entrypoint is a shell, kube-proxy disabled
+(a CNI that replaces it), bare metal instead of a container, system extensions installed.
+The fault matrix runs the suite against each variant and requires zero failures, which is how a
+check that would fail a healthy real node is caught before a user sees it.
+
+A variant changes the emulated node the way the real cluster differs, at one of three seams:
+the generated machine config (``kube-proxy-disabled``, ``discovery-disabled``), the node's
+identity (``domain``, ``metal``, ``extensions``) or its runtime state (``discovery-unreachable``,
+``pod-shell``). Behaviour that follows from a variant is modelled where the healthy behaviour
+is, guarded by ``variants.on(Variant.X)``; where it follows from the machine config (proxy,
+discovery), the node reads its config, so a user's own config gets the same behaviour.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from pytest_talos.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_DOMAIN",
+    "DEFAULT_EXTENSIONS",
+    "VARIANTS",
+    "Variant",
+    "VariantSet",
+    "describe_variants",
+    "resolve_variants",
+    "variant_names",
+]
+
+
+class Variant(enum.StrEnum):
+    DOMAIN = "domain"
+    DISCOVERY_DISABLED = "discovery-disabled"
+    DISCOVERY_UNREACHABLE = "discovery-unreachable"
+    POD_SHELL = "pod-shell"
+    KUBE_PROXY_DISABLED = "kube-proxy-disabled"
+    METAL = "metal"
+    EXTENSIONS = "extensions"
+
+
+# The domain a node gets from DHCP or a cloud's metadata when the variant asks for one.
+DEFAULT_DOMAIN = "cluster.example"
+# System extensions the `extensions` variant installs (names of real official extensions).
+DEFAULT_EXTENSIONS = ("iscsi-tools", "qemu-guest-agent")
+
+VARIANTS: Mapping[Variant, str] = {
+    Variant.DOMAIN: (
+        f"every node has the DNS domain {DEFAULT_DOMAIN!r} (as from DHCP or a cloud): "
+        "Members carry the FQDN, the Hostname API and etcd the short name"
+    ),
+    Variant.DISCOVERY_DISABLED: (
+        "cluster.discovery.enabled is false in the machine config: there are no Members"
+    ),
+    Variant.DISCOVERY_UNREACHABLE: (
+        "the discovery service cannot be reached: each node's Members list only itself"
+    ),
+    Variant.POD_SHELL: (
+        "a pod whose entrypoint is /bin/sh runs on every node (under a containerd shim)"
+    ),
+    Variant.KUBE_PROXY_DISABLED: (
+        "cluster.proxy.disabled is true in the machine config: no kube-proxy, no port 10256"
+    ),
+    Variant.METAL: (
+        "the nodes run on bare metal (platform metal): SquashFS root, udevd, auditd, syslogd"
+    ),
+    Variant.EXTENSIONS: (
+        "system extensions are installed (" + ", ".join(DEFAULT_EXTENSIONS) + "): the root "
+        "is an overlay of SquashFS layers"
+    ),
+}
+
+
+def variant_names() -> list[str]:
+    return sorted(str(variant) for variant in VARIANTS)
+
+
+def describe_variants() -> str:
+    """One line per variant: ``name  description`` (what ``--list-variants`` prints)."""
+    width = max(len(name) for name in variant_names())
+    return "\n".join(f"{name:<{width}}  {VARIANTS[Variant(name)]}" for name in variant_names())
+
+
+def resolve_variants(names: Iterable[str | Variant]) -> frozenset[Variant]:
+    """Validate variant names; an unknown one raises one clear :class:`ConfigError`."""
+    resolved: set[Variant] = set()
+    for item in names:
+        try:
+            resolved.add(Variant(str(item)))
+        except ValueError:
+            raise ConfigError(
+                f"unknown emulator variant {str(item)!r}; choose from: "
+                f"{', '.join(variant_names())} (python -m pytest_talos.emulator "
+                "--list-variants describes them)"
+            ) from None
+    return frozenset(resolved)
+
+
+@dataclass(frozen=True)
+class VariantSet:
+    """The healthy variants a cluster runs as, and the domain its nodes have ('' for none)."""
+
+    variants: frozenset[Variant] = frozenset()
+    domain: str = ""
+
+    @classmethod
+    def of(cls, names: Iterable[str | Variant], domain: str = "") -> VariantSet:
+        variants = resolve_variants(names)
+        if Variant.DOMAIN in variants and not domain:
+            domain = DEFAULT_DOMAIN
+        if domain:
+            variants |= {Variant.DOMAIN}
+        return cls(variants, domain)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(str(variant) for variant in self.variants))
+
+    def on(self, variant: Variant) -> bool:
+        return variant in self.variants
