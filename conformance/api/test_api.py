@@ -1,5 +1,6 @@
 """The Talos API: answers everywhere with one version, enforces mTLS and RBAC, and its
-resource API is readable but never writable (facts §5-§7, §11 version.go / resources.go)."""
+resource API is readable but never writable (as Talos's own integration tests check it:
+``internal/integration/api/version.go``, ``apid.go``, ``resources.go``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from pytest_talos.errors import (
 )
 from pytest_talos.node import TalosNode
 
-# Resources every configured node has (facts §8); each must list without error.
+# Resources every configured node has (registered in
+# internal/app/machined/pkg/runtime/v1alpha2/v1alpha2_state.go); each must list without error.
 CORE_RESOURCES = (
     ("Versions.runtime.talos.dev", "runtime"),
     ("MachineStatuses.runtime.talos.dev", "runtime"),
@@ -139,8 +141,8 @@ def test_reader_cannot_apply_configuration(
     reader = talos_reader.for_node(talos_node.address)
     current = talos_node.machine_config.raw
     try:
-        # A dry run: authorization comes first (facts §9 step 3), and even a node that
-        # wrongly lets the reader through changes nothing.
+        # A dry run: authorization comes first (v1alpha1_server.go ApplyConfiguration), and even
+        # a node that wrongly lets the reader through changes nothing.
         reply = reader.apply_configuration(current, "no-reboot", dry_run=True)
     except PermissionDenied as exc:
         talos_evidence["reply"] = f"{exc.code}: {exc.details}"

@@ -2,7 +2,7 @@
 check needs ``--talos-allow disruptive``). Every change goes through the plugin's
 ``talos_config_guard``: the node's exact original config is restored afterwards.
 
-B3-B7 of talos-facts §13: validation rejects malformed documents without touching the
+As measured on Talos v1.13 nodes: validation rejects malformed documents without touching the
 config, but cannot know kubelet's flags (B4) — so the kit must see kubelet fail and say why;
 ``$patch: delete`` heals it (B5); try mode reverts unless another apply cancels it (B6);
 a dry run shows a diff and changes nothing (B7).

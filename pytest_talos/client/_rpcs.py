@@ -1,6 +1,7 @@
 """The gRPC methods the client calls: wire paths, message types and allowed roles.
 
-Roles follow the machined authorizer table (talos-facts §2); they only feed the hint of a
+Roles follow the machined authorizer table
+(``internal/app/machined/pkg/system/services/machined.go``); they only feed the hint of a
 PermissionDenied error, the server decides.
 """
 

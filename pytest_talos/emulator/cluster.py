@@ -178,7 +178,7 @@ class EmulatedNode(NodeHooks):
             verify_client_cert=not cluster.fault_set.on("client-certs-unverified", ident.hostname),
         )
         forward_tls = None
-        if ident.controlplane:  # facts §5: control-plane apid gets an os:impersonator cert
+        if ident.controlplane:  # secrets/api.go: control-plane apid gets an os:impersonator cert
             impersonator = pki.issue_client_cert(cluster.ca, roles=["os:impersonator"])
             forward_tls = client_tls_context(
                 ca_pem=cluster.ca.cert_pem,
@@ -415,10 +415,11 @@ class EmulatedCluster:
     # ---- building ------------------------------------------------------------------------------
 
     def _prepare_pki(self) -> None:
-        self.ca = pki.CertificateAuthority.generate(organization="talos")  # facts §5: Ed25519
+        # pkg/machinery/config/generate/secrets/ca.go NewTalosCA: Ed25519
+        self.ca = pki.CertificateAuthority.generate(organization="talos")
         admin = pki.issue_client_cert(self.ca, roles=["os:admin"])
         self._admin_cert = admin
-        # facts §5: the Kubernetes CA is ECDSA P-256.
+        # pkg/machinery/config/generate/secrets: the Kubernetes CA is ECDSA P-256.
         self.kube_ca = pki.CertificateAuthority.generate(
             organization="kubernetes", key_type="ecdsa"
         )
@@ -555,7 +556,8 @@ class EmulatedCluster:
 
     def _client_configuration(self, roles: Sequence[str], ttl: float) -> ClientConfiguration:
         cert = pki.issue_client_cert(self.ca, roles=list(roles), validity=dt.timedelta(seconds=ttl))
-        # facts §3: context `<role without os:>@<cluster>` for one role; no endpoints.
+        # v1alpha1_server.go GenerateClientConfiguration: context `<role without os:>@<cluster>`
+        # for one role; no endpoints.
         context = f"{roles[0].removeprefix('os:')}@{self.name}" if len(roles) == 1 else self.name
         talosconfig = pki.write_talosconfig(
             None, context=context, endpoints=[], ca_pem=self.ca.cert_pem, client=cert

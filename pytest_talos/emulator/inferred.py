@@ -29,7 +29,8 @@ INFERRED: tuple[str, ...] = (
     "without a client deadline get 30 s. A worker given `nodes` that all name itself serves "
     "them locally with the per-node metadata filled in.",
     "`ApplyConfiguration` is allowed to `os:reader` by the role table so that the handler's "
-    "own admin check (facts §9 step 3) is the one that answers (same status and text).",
+    "own admin check (v1alpha1_server.go ApplyConfiguration) is the one that answers (same "
+    "status and text).",
     # services, logs, events
     "Services per node: apid, auditd, containerd, cri, kubelet, machined, syslogd, udevd; "
     "control planes add etcd and trustd; metal nodes add dashboard. Health checks exist for "
@@ -86,7 +87,7 @@ INFERRED: tuple[str, ...] = (
     "descriptions, owners (`cluster.MemberController`, `runtime.MachineStatusController`), "
     "EtcdMember spec `memberID` (field 1) and Nodename spec (`nodename` 1, `hostname` 2), "
     "Version spec name `Talos`, MachineStatus unmet condition `services` with reason "
-    "`unhealthy services: <ids>`. Namespaces registered: those of facts §8; types: the "
+    "`unhealthy services: <ids>`. Namespaces registered: those of v1alpha2_state.go; types: the "
     "ones listed in docs/emulator.md.",
     "ExtensionStatuses resources (ids `0`, `1`, …) have a YAML spec `image`, `metadata` "
     "(name, version, author, description) and no proto_spec (not restated in our protos).",
@@ -111,7 +112,7 @@ INFERRED: tuple[str, ...] = (
     "when the problem changes, re-checks every second (emulated) and ends with "
     "DeadlineExceeded `<condition>: <problem>` after `wait_timeout` (default 20 min). Disk "
     "sizes, memory sizes, kube-proxy and CoreDNS always pass; `kubelet to be healthy` looks "
-    "at control planes (facts §11).",
+    "at control planes (pkg/cluster/check/default.go).",
     "The Kubernetes Node is Ready unless the node is powered off or fault `node-not-ready` "
     "is on. Kubernetes behaviour, not a Talos fact: a kubelet posts node status only while "
     "it runs healthy; once it has not for longer than kube-controller-manager's default "

@@ -1,6 +1,8 @@
 """apid of an emulated node: one grpclib server on ``<address>:50000`` behind mutual TLS.
 
-What happens to a call, in order (facts §5, §6, §2):
+What happens to a call, in order (``internal/app/apid/service.go``,
+``internal/app/apid/pkg/director/director.go``,
+``internal/app/machined/pkg/system/services/machined.go``):
 
 1. TLS: a client certificate signed by the Talos CA is required (fault ``no-mtls`` makes it
    optional); right after the handshake the leaf certificate's ExtKeyUsage must be exactly
@@ -64,7 +66,7 @@ DEADLINE_GRACE = 1.0
 DEADLINE_TEXT = "context deadline exceeded"  # grpc-go's context.DeadlineExceeded
 # The connection to the target broke (it went down): grpclib, h2 and stream-level errors.
 _CONNECTION_LOST = StreamTerminatedError | ProtocolError | h2.exceptions.ProtocolError | EOFError
-# facts §6: one-to-many proxying is allowed only for these services.
+# internal/app/apid/pkg/director/director.go: one-to-many proxying only for these services.
 ONE_TO_MANY_PREFIXES = (
     "/machine.MachineService/",
     "/cluster.ClusterService/",
@@ -148,7 +150,7 @@ def _as_grpc_error(exc: Exception) -> GRPCError:
     if isinstance(exc, RPCFailure | NodeFailure | ConfigRejected):
         return GRPCError(Status[exc.code], str(exc.message))
     if isinstance(exc, ServiceRefused):
-        return GRPCError(Status.UNKNOWN, str(exc))  # facts §3: plain errors, code Unknown
+        return GRPCError(Status.UNKNOWN, str(exc))  # v1alpha1_server.go: plain errors, code Unknown
     return GRPCError(Status.INTERNAL, f"emulator error: {type(exc).__name__}: {exc}")
 
 
@@ -308,7 +310,7 @@ class NodeServer:
         if identity is None:  # not filed (cannot happen with our protocol): read it now
             identity = _certificate_identity(stream.peer.cert())
         if IMPERSONATOR in identity.roles and md.get("talos-role"):
-            # facts §6: roles re-sent by a forwarding control plane.
+            # pkg/grpc/middleware/authz/injector.go: roles re-sent by a forwarding control plane.
             return Identity(frozenset(md["talos-role"]), identity.serial, "proxyfrom" in md)
         return identity
 
@@ -346,7 +348,7 @@ class NodeServer:
             )
         )
 
-    # ---- routing (facts §6) ------------------------------------------------------------------
+    # ---- routing (internal/app/apid/pkg/director/director.go) --------------------------------
 
     def _is_self(self, target: str) -> bool:
         host = _host_of(target)
@@ -356,7 +358,7 @@ class NodeServer:
         self, path: str, md: Mapping[str, list[str]], identity: Identity
     ) -> tuple[str, list[str]] | None:
         if identity.forwarded:
-            return None  # facts §6: forwarded calls are never forwarded again
+            return None  # director.go: a call with proxyfrom is never re-forwarded
         node, nodes = md.get("node", []), md.get("nodes", [])
         if node:
             if len(node) > 1:
@@ -377,7 +379,7 @@ class NodeServer:
         return None
 
     def _require_forwarding(self) -> None:
-        if not self.can_forward:  # facts §6: workers have no client certificate
+        if not self.can_forward:  # backend/apid.go: workers have no client certificate
             raise GRPCError(Status.PERMISSION_DENIED, "no request forwarding")
 
     # ---- local ------------------------------------------------------------------------------
@@ -386,7 +388,7 @@ class NodeServer:
         self, path: str, request: Any, roles: frozenset[str], md: Mapping[str, list[str]]
     ) -> AsyncIterator[Any]:
         if not roles & allowed_roles(path):
-            raise GRPCError(Status.PERMISSION_DENIED, "not authorized")  # facts §6 RBAC
+            raise GRPCError(Status.PERMISSION_DENIED, "not authorized")  # pkg/grpc/middleware/authz
         spec, method = self._table[path]
         call = Call(path, roles, self.context, md)
         try:
@@ -495,7 +497,7 @@ class NodeServer:
         md: Mapping[str, list[str]],
         stream: Stream[Any, Any],
     ) -> AsyncIterator[Any]:
-        # facts §6: the backend's reply is relayed verbatim (metadata not filled).
+        # siderolabs/grpc-proxy one-to-one mode: the backend's reply is relayed verbatim.
         spec, _ = self._table[path]
         timeout = self._timeout(stream, spec.cardinality.server_streaming)
         async for reply in self._remote(path, target, request, identity, md, timeout):
@@ -551,7 +553,8 @@ class NodeServer:
                     reply.metadata.hostname = target
                     await queue.put(reply)
             except Exception as exc:
-                # facts §6: a failing node sends one frame with metadata.error/status.
+                # backend/apid.go BuildError: a failing node sends one frame with
+                # metadata.error and metadata.status.
                 frame = spec.reply_type()
                 _error_metadata(frame.metadata, target, _as_grpc_error(exc))
                 await queue.put(frame)

@@ -1,4 +1,7 @@
-"""TLS for the emulated apid (facts §5): contexts from in-memory PEM, and apid's EKU rule."""
+"""TLS for the emulated apid: contexts from in-memory PEM, and apid's EKU rule.
+
+Upstream: ``internal/app/apid/service.go`` and siderolabs/crypto ``tls/tls.go``.
+"""
 
 from __future__ import annotations
 
@@ -49,7 +52,7 @@ def server_tls_context(
     require_client_cert: bool = True,
     verify_client_cert: bool = True,
 ) -> ssl.SSLContext:
-    """apid's TLS (facts §5): min TLS 1.2, ALPN h2, no tickets, client certs from the CA.
+    """apid's TLS (siderolabs/crypto ``tls/tls.go``): TLS >= 1.2, ALPN h2, no tickets.
 
     The two flags exist for faults: ``no-mtls`` makes the certificate optional, and
     ``client-certs-unverified`` stops asking for one, so no CA is ever checked.
@@ -77,7 +80,7 @@ def client_tls_context(*, ca_pem: bytes, cert_pem: bytes, key_pem: bytes) -> ssl
 
 
 def ext_key_usage_acceptable(der: bytes | None) -> bool:
-    """apid's ``verifyExtKeyUsage`` (facts §5): a leaf's EKU must be exactly ``[ClientAuth]``."""
+    """apid's ``verifyExtKeyUsage`` (internal/app/apid/service.go): EKU is ``[ClientAuth]``."""
     if der is None:
         return True  # no certificate at all: TLS already decided (fault no-mtls)
     cert = x509.load_der_x509_certificate(der)

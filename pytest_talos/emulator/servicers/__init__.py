@@ -36,7 +36,8 @@ _AO = frozenset({ADMIN, OPERATOR})
 _A = frozenset({ADMIN})
 
 _M = "/machine.MachineService/"
-# facts §2: the authorizer rule table (allowed roles per method); unlisted = admin only.
+# internal/app/machined/pkg/system/services/machined.go: the authorizer rule table (allowed
+# roles per method); unlisted = admin only.
 ROLE_RULES: Mapping[str, frozenset[str]] = {
     **{
         _M + name: _AOR
@@ -56,7 +57,8 @@ ROLE_RULES: Mapping[str, frozenset[str]] = {
         )
     },
     _M + "EtcdMemberList": _AOR | {ETCD_BACKUP},
-    # facts §2/§9: A (+R in maintenance); the handler itself refuses non-admins (step 3).
+    # machined.go: A (+R in maintenance); the v1alpha1_server.go handler itself refuses
+    # non-admins outside maintenance.
     _M + "ApplyConfiguration": frozenset({ADMIN, READER}),
     **{
         _M + name: _A
@@ -111,7 +113,8 @@ MUTATING_METHODS = frozenset(
 )
 
 
-# facts §2: handlers only control planes serve, and the API name in their Unimplemented text
+# internal/app/internal/machinehelper: handlers only control planes serve, and the API name in
+# their Unimplemented text
 # (`<api> is only available on control plane nodes`). INFERRED: the names for
 # GenerateClientConfiguration and HealthCheck.
 CONTROL_PLANE_ONLY: Mapping[str, str] = {

@@ -1,4 +1,5 @@
-"""cluster.ClusterService/HealthCheck: the server-side ``talosctl health`` (facts §11).
+"""cluster.ClusterService/HealthCheck: the server-side ``talosctl health``
+(``pkg/cluster/check/default.go``, served by machined's ``v1alpha1`` server).
 
 The conditions and their texts are those of ``pkg/cluster/check/default.go``; each is
 checked against the emulated nodes' state and reported as ``waiting for <condition>: ...``
