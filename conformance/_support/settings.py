@@ -17,7 +17,7 @@ from pytest_talos.reporting import SEVERITIES, Severity, Waiver, load_waivers, p
 __all__ = ["DEFAULT_OBSERVE", "DEFAULT_RESTART_WINDOW", "SuiteSettings", "add_options",
            "read_settings"]
 
-DEFAULT_OBSERVE = 10.0  # node seconds: two kubelet crash-loop periods (B4: ~5 s)
+DEFAULT_OBSERVE = 10.0  # node seconds: two kubelet crash-loop periods (~5 s each)
 DEFAULT_RESTART_WINDOW = 300.0  # node seconds of event history searched for restarts
 
 
