@@ -8,8 +8,8 @@ Usage:
 Blocks sit between ``<!-- BEGIN <NAME> -->`` and ``<!-- END <NAME> -->`` markers:
 ``RPCS`` (every served RPC with its stream kind, roles, control-plane-only flag and whether
 it mutates, from the servicers and their rule tables), ``FAULTS`` (the fault profiles),
-``RESOURCES`` (the COSI resource types) and ``INFERRED`` (every guess, from the emulator,
-machineconfig and the Kubernetes API module).
+``VARIANTS`` (the healthy variants), ``RESOURCES`` (the COSI resource types) and ``INFERRED``
+(every guess, from the emulator, machineconfig and the Kubernetes API module).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from pytest_talos.emulator.servicers import (  # noqa: E402
     MUTATING_METHODS,
     allowed_roles,
 )
+from pytest_talos.emulator.variants import VARIANTS, Variant, variant_names  # noqa: E402
 
 _ROLE_ABBREVIATIONS = {
     "os:admin": "A",
@@ -69,6 +70,13 @@ def render_faults() -> str:
     return "\n".join(lines)
 
 
+def render_variants() -> str:
+    lines = ["| Variant | What a healthy real cluster of this shape does |", "| --- | --- |"]
+    for name in variant_names():
+        lines.append(f"| `{name}` | {VARIANTS[Variant(name)]} |")
+    return "\n".join(lines)
+
+
 def render_resources() -> str:
     lines = [
         "| Type | Namespace | Aliases (all) | Sensitive |",
@@ -100,6 +108,7 @@ def render_inferred() -> str:
 BLOCKS = {
     "RPCS": render_rpcs,
     "FAULTS": render_faults,
+    "VARIANTS": render_variants,
     "RESOURCES": render_resources,
     "INFERRED": render_inferred,
 }
