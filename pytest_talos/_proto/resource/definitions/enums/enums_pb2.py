@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&resource/definitions/enums/enums.proto\x12 talos.resource.definitions.enums*W\n\x0bMachineType\x12\x10\n\x0cTYPE_UNKNOWN\x10\x00\x12\r\n\tTYPE_INIT\x10\x01\x12\x16\n\x12TYPE_CONTROL_PLANE\x10\x02\x12\x0f\n\x0bTYPE_WORKER\x10\x03*\x9b\x02\n\x13RuntimeMachineStage\x12\x19\n\x15MACHINE_STAGE_UNKNOWN\x10\x00\x12\x19\n\x15MACHINE_STAGE_BOOTING\x10\x01\x12\x1c\n\x18MACHINE_STAGE_INSTALLING\x10\x02\x12\x1d\n\x19MACHINE_STAGE_MAINTENANCE\x10\x03\x12\x19\n\x15MACHINE_STAGE_RUNNING\x10\x04\x12\x1b\n\x17MACHINE_STAGE_REBOOTING\x10\x05\x12\x1f\n\x1bMACHINE_STAGE_SHUTTING_DOWN\x10\x06\x12\x1b\n\x17MACHINE_STAGE_RESETTING\x10\x07\x12\x1b\n\x17MACHINE_STAGE_UPGRADING\x10\x08*^\n\x1eNethelpersAddressSortAlgorithm\x12\x1d\n\x19\x41\x44\x44RESS_SORT_ALGORITHM_V1\x10\x00\x12\x1d\n\x19\x41\x44\x44RESS_SORT_ALGORITHM_V2\x10\x01\x42t\n(dev.talos.api.resource.definitions.enumsZHgithub.com/siderolabs/talos/pkg/machinery/api/resource/definitions/enumsb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&resource/definitions/enums/enums.proto\x12 talos.resource.definitions.enums*W\n\x0bMachineType\x12\x10\n\x0cTYPE_UNKNOWN\x10\x00\x12\r\n\tTYPE_INIT\x10\x01\x12\x16\n\x12TYPE_CONTROL_PLANE\x10\x02\x12\x0f\n\x0bTYPE_WORKER\x10\x03*\x9b\x02\n\x13RuntimeMachineStage\x12\x19\n\x15MACHINE_STAGE_UNKNOWN\x10\x00\x12\x19\n\x15MACHINE_STAGE_BOOTING\x10\x01\x12\x1c\n\x18MACHINE_STAGE_INSTALLING\x10\x02\x12\x1d\n\x19MACHINE_STAGE_MAINTENANCE\x10\x03\x12\x19\n\x15MACHINE_STAGE_RUNNING\x10\x04\x12\x1b\n\x17MACHINE_STAGE_REBOOTING\x10\x05\x12\x1f\n\x1bMACHINE_STAGE_SHUTTING_DOWN\x10\x06\x12\x1b\n\x17MACHINE_STAGE_RESETTING\x10\x07\x12\x1b\n\x17MACHINE_STAGE_UPGRADING\x10\x08*^\n\x1eNethelpersAddressSortAlgorithm\x12\x1d\n\x19\x41\x44\x44RESS_SORT_ALGORITHM_V1\x10\x00\x12\x1d\n\x19\x41\x44\x44RESS_SORT_ALGORITHM_V2\x10\x01*Y\n\x10NethelpersFamily\x12!\n\x1dNETHELPERS_FAMILY_UNSPECIFIED\x10\x00\x12\x10\n\x0c\x46\x41MILY_INET4\x10\x02\x12\x10\n\x0c\x46\x41MILY_INET6\x10\n*j\n\x0fNethelpersScope\x12\x10\n\x0cSCOPE_GLOBAL\x10\x00\x12\x0f\n\nSCOPE_SITE\x10\xc8\x01\x12\x0f\n\nSCOPE_LINK\x10\xfd\x01\x12\x0f\n\nSCOPE_HOST\x10\xfe\x01\x12\x12\n\rSCOPE_NOWHERE\x10\xff\x01*Y\n\x12NethelpersLinkType\x12\x0f\n\x0bLINK_NETROM\x10\x00\x12\x0e\n\nLINK_ETHER\x10\x01\x12\x11\n\x0cLINK_LOOPBCK\x10\x84\x06\x12\x0f\n\tLINK_NONE\x10\xfe\xff\x03*\xc9\x01\n\x1aNethelpersOperationalState\x12\x16\n\x12OPER_STATE_UNKNOWN\x10\x00\x12\x1a\n\x16OPER_STATE_NOT_PRESENT\x10\x01\x12\x13\n\x0fOPER_STATE_DOWN\x10\x02\x12\x1f\n\x1bOPER_STATE_LOWER_LAYER_DOWN\x10\x03\x12\x16\n\x12OPER_STATE_TESTING\x10\x04\x12\x16\n\x12OPER_STATE_DORMANT\x10\x05\x12\x11\n\rOPER_STATE_UP\x10\x06*r\n\x0eNethelpersPort\x12\x10\n\x0cTWISTED_PAIR\x10\x00\x12\x07\n\x03\x41UI\x10\x01\x12\x07\n\x03MII\x10\x02\x12\t\n\x05\x46IBRE\x10\x03\x12\x07\n\x03\x42NC\x10\x04\x12\x11\n\rDIRECT_ATTACH\x10\x05\x12\t\n\x04NONE\x10\xef\x01\x12\n\n\x05OTHER\x10\xff\x01*4\n\x10NethelpersDuplex\x12\x08\n\x04HALF\x10\x00\x12\x08\n\x04\x46ULL\x10\x01\x12\x0c\n\x07UNKNOWN\x10\xff\x01\x42t\n(dev.talos.api.resource.definitions.enumsZHgithub.com/siderolabs/talos/pkg/machinery/api/resource/definitions/enumsb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,4 +39,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RUNTIMEMACHINESTAGE']._serialized_end=449
   _globals['_NETHELPERSADDRESSSORTALGORITHM']._serialized_start=451
   _globals['_NETHELPERSADDRESSSORTALGORITHM']._serialized_end=545
+  _globals['_NETHELPERSFAMILY']._serialized_start=547
+  _globals['_NETHELPERSFAMILY']._serialized_end=636
+  _globals['_NETHELPERSSCOPE']._serialized_start=638
+  _globals['_NETHELPERSSCOPE']._serialized_end=744
+  _globals['_NETHELPERSLINKTYPE']._serialized_start=746
+  _globals['_NETHELPERSLINKTYPE']._serialized_end=835
+  _globals['_NETHELPERSOPERATIONALSTATE']._serialized_start=838
+  _globals['_NETHELPERSOPERATIONALSTATE']._serialized_end=1039
+  _globals['_NETHELPERSPORT']._serialized_start=1041
+  _globals['_NETHELPERSPORT']._serialized_end=1155
+  _globals['_NETHELPERSDUPLEX']._serialized_start=1157
+  _globals['_NETHELPERSDUPLEX']._serialized_end=1209
 # @@protoc_insertion_point(module_scope)

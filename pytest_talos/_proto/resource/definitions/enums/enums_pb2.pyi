@@ -28,6 +28,54 @@ class NethelpersAddressSortAlgorithm(int, metaclass=_enum_type_wrapper.EnumTypeW
     __slots__ = ()
     ADDRESS_SORT_ALGORITHM_V1: _ClassVar[NethelpersAddressSortAlgorithm]
     ADDRESS_SORT_ALGORITHM_V2: _ClassVar[NethelpersAddressSortAlgorithm]
+
+class NethelpersFamily(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NETHELPERS_FAMILY_UNSPECIFIED: _ClassVar[NethelpersFamily]
+    FAMILY_INET4: _ClassVar[NethelpersFamily]
+    FAMILY_INET6: _ClassVar[NethelpersFamily]
+
+class NethelpersScope(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SCOPE_GLOBAL: _ClassVar[NethelpersScope]
+    SCOPE_SITE: _ClassVar[NethelpersScope]
+    SCOPE_LINK: _ClassVar[NethelpersScope]
+    SCOPE_HOST: _ClassVar[NethelpersScope]
+    SCOPE_NOWHERE: _ClassVar[NethelpersScope]
+
+class NethelpersLinkType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LINK_NETROM: _ClassVar[NethelpersLinkType]
+    LINK_ETHER: _ClassVar[NethelpersLinkType]
+    LINK_LOOPBCK: _ClassVar[NethelpersLinkType]
+    LINK_NONE: _ClassVar[NethelpersLinkType]
+
+class NethelpersOperationalState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OPER_STATE_UNKNOWN: _ClassVar[NethelpersOperationalState]
+    OPER_STATE_NOT_PRESENT: _ClassVar[NethelpersOperationalState]
+    OPER_STATE_DOWN: _ClassVar[NethelpersOperationalState]
+    OPER_STATE_LOWER_LAYER_DOWN: _ClassVar[NethelpersOperationalState]
+    OPER_STATE_TESTING: _ClassVar[NethelpersOperationalState]
+    OPER_STATE_DORMANT: _ClassVar[NethelpersOperationalState]
+    OPER_STATE_UP: _ClassVar[NethelpersOperationalState]
+
+class NethelpersPort(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TWISTED_PAIR: _ClassVar[NethelpersPort]
+    AUI: _ClassVar[NethelpersPort]
+    MII: _ClassVar[NethelpersPort]
+    FIBRE: _ClassVar[NethelpersPort]
+    BNC: _ClassVar[NethelpersPort]
+    DIRECT_ATTACH: _ClassVar[NethelpersPort]
+    NONE: _ClassVar[NethelpersPort]
+    OTHER: _ClassVar[NethelpersPort]
+
+class NethelpersDuplex(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HALF: _ClassVar[NethelpersDuplex]
+    FULL: _ClassVar[NethelpersDuplex]
+    UNKNOWN: _ClassVar[NethelpersDuplex]
 TYPE_UNKNOWN: MachineType
 TYPE_INIT: MachineType
 TYPE_CONTROL_PLANE: MachineType
@@ -43,3 +91,33 @@ MACHINE_STAGE_RESETTING: RuntimeMachineStage
 MACHINE_STAGE_UPGRADING: RuntimeMachineStage
 ADDRESS_SORT_ALGORITHM_V1: NethelpersAddressSortAlgorithm
 ADDRESS_SORT_ALGORITHM_V2: NethelpersAddressSortAlgorithm
+NETHELPERS_FAMILY_UNSPECIFIED: NethelpersFamily
+FAMILY_INET4: NethelpersFamily
+FAMILY_INET6: NethelpersFamily
+SCOPE_GLOBAL: NethelpersScope
+SCOPE_SITE: NethelpersScope
+SCOPE_LINK: NethelpersScope
+SCOPE_HOST: NethelpersScope
+SCOPE_NOWHERE: NethelpersScope
+LINK_NETROM: NethelpersLinkType
+LINK_ETHER: NethelpersLinkType
+LINK_LOOPBCK: NethelpersLinkType
+LINK_NONE: NethelpersLinkType
+OPER_STATE_UNKNOWN: NethelpersOperationalState
+OPER_STATE_NOT_PRESENT: NethelpersOperationalState
+OPER_STATE_DOWN: NethelpersOperationalState
+OPER_STATE_LOWER_LAYER_DOWN: NethelpersOperationalState
+OPER_STATE_TESTING: NethelpersOperationalState
+OPER_STATE_DORMANT: NethelpersOperationalState
+OPER_STATE_UP: NethelpersOperationalState
+TWISTED_PAIR: NethelpersPort
+AUI: NethelpersPort
+MII: NethelpersPort
+FIBRE: NethelpersPort
+BNC: NethelpersPort
+DIRECT_ATTACH: NethelpersPort
+NONE: NethelpersPort
+OTHER: NethelpersPort
+HALF: NethelpersDuplex
+FULL: NethelpersDuplex
+UNKNOWN: NethelpersDuplex

@@ -24,3 +24,89 @@ class HostnameStatusSpec(_message.Message):
     hostname: str
     domainname: str
     def __init__(self, hostname: _Optional[str] = ..., domainname: _Optional[str] = ...) -> None: ...
+
+class AddressStatusSpec(_message.Message):
+    __slots__ = ("address", "local", "broadcast", "anycast", "multicast", "link_index", "link_name", "family", "scope", "flags", "priority")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_FIELD_NUMBER: _ClassVar[int]
+    BROADCAST_FIELD_NUMBER: _ClassVar[int]
+    ANYCAST_FIELD_NUMBER: _ClassVar[int]
+    MULTICAST_FIELD_NUMBER: _ClassVar[int]
+    LINK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LINK_NAME_FIELD_NUMBER: _ClassVar[int]
+    FAMILY_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    FLAGS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    address: _common_pb2.NetIPPrefix
+    local: _common_pb2.NetIP
+    broadcast: _common_pb2.NetIP
+    anycast: _common_pb2.NetIP
+    multicast: _common_pb2.NetIP
+    link_index: int
+    link_name: str
+    family: _enums_pb2.NethelpersFamily
+    scope: _enums_pb2.NethelpersScope
+    flags: int
+    priority: int
+    def __init__(self, address: _Optional[_Union[_common_pb2.NetIPPrefix, _Mapping]] = ..., local: _Optional[_Union[_common_pb2.NetIP, _Mapping]] = ..., broadcast: _Optional[_Union[_common_pb2.NetIP, _Mapping]] = ..., anycast: _Optional[_Union[_common_pb2.NetIP, _Mapping]] = ..., multicast: _Optional[_Union[_common_pb2.NetIP, _Mapping]] = ..., link_index: _Optional[int] = ..., link_name: _Optional[str] = ..., family: _Optional[_Union[_enums_pb2.NethelpersFamily, str]] = ..., scope: _Optional[_Union[_enums_pb2.NethelpersScope, str]] = ..., flags: _Optional[int] = ..., priority: _Optional[int] = ...) -> None: ...
+
+class LinkStatusSpec(_message.Message):
+    __slots__ = ("index", "type", "link_index", "flags", "hardware_addr", "broadcast_addr", "mtu", "queue_disc", "master_index", "operational_state", "kind", "slave_kind", "bus_path", "pciid", "driver", "driver_version", "firmware_version", "product_id", "vendor_id", "product", "vendor", "link_state", "speed_megabits", "port", "duplex", "permanent_addr", "alias", "alt_names")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    LINK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    FLAGS_FIELD_NUMBER: _ClassVar[int]
+    HARDWARE_ADDR_FIELD_NUMBER: _ClassVar[int]
+    BROADCAST_ADDR_FIELD_NUMBER: _ClassVar[int]
+    MTU_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DISC_FIELD_NUMBER: _ClassVar[int]
+    MASTER_INDEX_FIELD_NUMBER: _ClassVar[int]
+    OPERATIONAL_STATE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SLAVE_KIND_FIELD_NUMBER: _ClassVar[int]
+    BUS_PATH_FIELD_NUMBER: _ClassVar[int]
+    PCIID_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FIRMWARE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PRODUCT_ID_FIELD_NUMBER: _ClassVar[int]
+    VENDOR_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCT_FIELD_NUMBER: _ClassVar[int]
+    VENDOR_FIELD_NUMBER: _ClassVar[int]
+    LINK_STATE_FIELD_NUMBER: _ClassVar[int]
+    SPEED_MEGABITS_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    DUPLEX_FIELD_NUMBER: _ClassVar[int]
+    PERMANENT_ADDR_FIELD_NUMBER: _ClassVar[int]
+    ALIAS_FIELD_NUMBER: _ClassVar[int]
+    ALT_NAMES_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    type: _enums_pb2.NethelpersLinkType
+    link_index: int
+    flags: int
+    hardware_addr: bytes
+    broadcast_addr: bytes
+    mtu: int
+    queue_disc: str
+    master_index: int
+    operational_state: _enums_pb2.NethelpersOperationalState
+    kind: str
+    slave_kind: str
+    bus_path: str
+    pciid: str
+    driver: str
+    driver_version: str
+    firmware_version: str
+    product_id: str
+    vendor_id: str
+    product: str
+    vendor: str
+    link_state: bool
+    speed_megabits: int
+    port: _enums_pb2.NethelpersPort
+    duplex: _enums_pb2.NethelpersDuplex
+    permanent_addr: bytes
+    alias: str
+    alt_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, index: _Optional[int] = ..., type: _Optional[_Union[_enums_pb2.NethelpersLinkType, str]] = ..., link_index: _Optional[int] = ..., flags: _Optional[int] = ..., hardware_addr: _Optional[bytes] = ..., broadcast_addr: _Optional[bytes] = ..., mtu: _Optional[int] = ..., queue_disc: _Optional[str] = ..., master_index: _Optional[int] = ..., operational_state: _Optional[_Union[_enums_pb2.NethelpersOperationalState, str]] = ..., kind: _Optional[str] = ..., slave_kind: _Optional[str] = ..., bus_path: _Optional[str] = ..., pciid: _Optional[str] = ..., driver: _Optional[str] = ..., driver_version: _Optional[str] = ..., firmware_version: _Optional[str] = ..., product_id: _Optional[str] = ..., vendor_id: _Optional[str] = ..., product: _Optional[str] = ..., vendor: _Optional[str] = ..., link_state: _Optional[bool] = ..., speed_megabits: _Optional[int] = ..., port: _Optional[_Union[_enums_pb2.NethelpersPort, str]] = ..., duplex: _Optional[_Union[_enums_pb2.NethelpersDuplex, str]] = ..., permanent_addr: _Optional[bytes] = ..., alias: _Optional[str] = ..., alt_names: _Optional[_Iterable[str]] = ...) -> None: ...
