@@ -5,9 +5,10 @@ node conforms, and raises :class:`~pytest_talos.errors.ConformanceFailure` (an
 ``AssertionError``) with the evidence when it does not. Problems reaching the node are
 :class:`~pytest_talos.errors.TalosError` s, not failures.
 
-Helpers that change a node go through a :class:`ConfigGuard`: the one passed in, else the
-node's own guard (under pytest, the ``talos_config_guard`` fixture's), else a private guard
-that restores the node before the helper returns::
+Helpers that change a node go through a :class:`ConfigGuard` (:mod:`pytest_talos.guard`,
+re-exported here): the one passed in, else the node's own guard (under pytest, the
+``talos_config_guard`` fixture's), else a private guard that restores the node before the
+helper returns::
 
     with ConfigGuard() as guard:            # restores every touched node on exit
         assert_service_healthy_after_patch(node, patch, guard=guard)
@@ -15,13 +16,10 @@ that restores the node before the helper returns::
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import subprocess
-import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from pytest_talos import models, ports
@@ -30,16 +28,15 @@ from pytest_talos.errors import (
     APIError,
     ConfigRestoreError,
     ConformanceFailure,
-    FailedPrecondition,
     InvalidArgument,
     NotFound,
     TalosError,
     WaitTimeout,
 )
+from pytest_talos.guard import ConfigGuard, _guarding
 from pytest_talos.node import TalosNode, default_expected_ports
 from pytest_talos.patches import PatchInput
 from pytest_talos.wait import (
-    MACHINE_CONFIG_RESOURCE,
     StabilityReport,
     config_summary,
     wait_for_config,
@@ -75,7 +72,6 @@ SHELL_PROCESSES = SHELL_NAMES | {"sshd", "dropbear", "telnetd", "getty", "agetty
 SSH_PORT = 22
 _EVENT_LINES = 8
 _LOG_LINES = 30
-_RESTORE_ATTEMPTS = 3
 
 
 @dataclass
@@ -89,167 +85,7 @@ class CheckResult:
 
 
 # --------------------------------------------------------------------------- ConfigGuard
-
-
-@dataclass
-class _Snapshot:
-    node: TalosNode
-    raw: bytes = field(repr=False)  # the active config; holds secrets: never printed
-    version: int
-    persistent: bytes | None = field(default=None, repr=False)  # None: none kept (container)
-
-
-def _persistent_config(node: TalosNode) -> bytes | None:
-    """The config staged for the next boot (``persistent``); None where the node keeps none."""
-    kind, _, namespace = MACHINE_CONFIG_RESOURCE
-    try:
-        found = node.client.get(kind, "persistent", namespace)
-    except NotFound:
-        return None
-    spec = found.typed_spec
-    return spec.yaml if isinstance(spec, models.MachineConfigSpec) else None
-
-
-class ConfigGuard:
-    """Snapshots each node's exact machine config before its first change; restores it.
-
-    :meth:`restore` re-applies the original bytes with ``no-reboot`` wherever the active
-    config differs, then reads the config back and requires the bytes to be equal. Anything
-    else raises :class:`ConfigRestoreError` naming the node and what to do. Nodes whose config
-    is already the original (a try-mode change that reverted, a rejected patch) are left
-    alone. Config bytes are never written anywhere: they hold the cluster's secrets.
-    """
-
-    def __init__(self, *, settle_timeout: float = 30.0) -> None:
-        self.settle_timeout = settle_timeout
-        self._snapshots: dict[str, _Snapshot] = {}
-
-    def __repr__(self) -> str:
-        return f"ConfigGuard(protecting={self.protected!r})"
-
-    @property
-    def protected(self) -> list[str]:
-        """Names of the nodes with a snapshot not yet restored."""
-        return [snapshot.node.name for snapshot in self._snapshots.values()]
-
-    def protect(self, node: TalosNode) -> None:
-        """Snapshot ``node``'s active config unless this guard already holds one."""
-        if node.address not in self._snapshots:
-            config = node.client.machine_config()
-            self._snapshots[node.address] = _Snapshot(
-                node, config.raw, config.version, _persistent_config(node)
-            )
-
-    def original(self, node: TalosNode) -> bytes | None:
-        """The snapshotted bytes for ``node`` (``None`` if not protected)."""
-        snapshot = self._snapshots.get(node.address)
-        return snapshot.raw if snapshot else None
-
-    def restore_node(self, node: TalosNode) -> bool:
-        """Restore one node now; True if a change had to be undone."""
-        snapshot = self._snapshots.get(node.address)
-        if snapshot is None:
-            return False
-        changed = _restore(snapshot)
-        del self._snapshots[node.address]
-        return changed
-
-    def restore(self) -> list[str]:
-        """Restore every protected node; the names of those that needed it.
-
-        Every node is attempted even if one fails; then one ConfigRestoreError lists all
-        failures. Nodes that failed stay protected, so a later call retries them.
-        """
-        restored, failures = [], []
-        for address, snapshot in list(self._snapshots.items()):
-            try:
-                if _restore(snapshot):
-                    restored.append(snapshot.node.name)
-            except ConfigRestoreError as exc:
-                failures.append(str(exc))
-                continue
-            del self._snapshots[address]
-        if failures:
-            raise ConfigRestoreError("\n".join(failures))
-        return restored
-
-    def __enter__(self) -> ConfigGuard:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.restore()
-
-
-def _restore(snapshot: _Snapshot) -> bool:
-    """Put back the active config (and the staged one, where kept); True if anything changed."""
-    node = snapshot.node
-    try:
-        if _matches(node, snapshot):
-            return False
-        _apply_original(node, snapshot.raw, "no-reboot")  # sets active and persistent
-        if snapshot.persistent is not None and snapshot.persistent != snapshot.raw:
-            _apply_original(node, snapshot.persistent, "staged")  # a change staged before us
-        after = node.client.machine_config()
-        staged_back = snapshot.persistent is None or _persistent_config(node) == snapshot.persistent
-    except TalosError as exc:
-        raise _restore_failure(snapshot, f"the restore call failed: {exc}") from exc
-    if after.raw != snapshot.raw or not staged_back:
-        raise _restore_failure(
-            snapshot,
-            f"after re-applying it the node runs {config_summary(after.raw, after.version)}, "
-            f"not the original {config_summary(snapshot.raw, snapshot.version)}"
-            + ("" if staged_back else ", and its staged (persistent) config differs"),
-        )
-    return True
-
-
-def _matches(node: TalosNode, snapshot: _Snapshot) -> bool:
-    if node.client.machine_config().raw != snapshot.raw:
-        return False
-    return snapshot.persistent is None or _persistent_config(node) == snapshot.persistent
-
-
-def _apply_original(node: TalosNode, raw: bytes, mode: models.ApplyMode) -> None:
-    """Apply ``raw``, retrying while another apply is still in progress."""
-    for attempt in range(_RESTORE_ATTEMPTS):
-        try:
-            node.client.apply_configuration(raw, mode)
-            return
-        except FailedPrecondition as exc:
-            if "already in progress" not in exc.details or attempt == _RESTORE_ATTEMPTS - 1:
-                raise
-            time.sleep(0.5 * (attempt + 1))
-
-
-def _restore_failure(snapshot: _Snapshot, why: str) -> ConfigRestoreError:
-    node = snapshot.node
-    return ConfigRestoreError(
-        f"could not restore the original machine config of node {node.name} ({node.address}): "
-        f"{why}. The node may still run a changed config. Re-apply your own copy of its "
-        f"config (talosctl -n {node.host} apply-config --mode no-reboot --file <config>); "
-        "the guard never writes config bytes anywhere because they hold the cluster's secrets."
-    )
-
-
-@contextlib.contextmanager
-def _guarding(node: TalosNode, guard: ConfigGuard | None) -> Iterator[ConfigGuard]:
-    """The guard a changing helper uses, restoring at the end only if it is private."""
-    if guard is not None:
-        yield guard
-        return
-    if isinstance(node.guard, ConfigGuard):
-        yield node.guard
-        return
-    private = ConfigGuard()
-    try:
-        yield private
-    finally:
-        private.restore()
+# The guard lives in pytest_talos.guard; imported above and re-exported here.
 
 
 # --------------------------------------------------------------------------- no shell

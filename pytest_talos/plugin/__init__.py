@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_talos import hookspecs
-from pytest_talos.checks import ConfigGuard, ConfigRestoreError
 from pytest_talos.cluster import TalosCluster, UnreachableNode
 from pytest_talos.errors import FailedPrecondition, TalosError
+from pytest_talos.guard import ConfigGuard, ConfigRestoreError
 from pytest_talos.node import ReadOnlyGuard, TalosNode
+from pytest_talos.plugin.safety import RunSafety, recover_command
 from pytest_talos.plugin.session import SESSION_KEY, TalosSession, header_lines, session_of
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ _MARKERS = (
 )
 
 _NODE_KEY = pytest.StashKey[TalosNode]()
+_SAFETY_KEY = pytest.StashKey[RunSafety]()
 _CALLS_KEY = pytest.StashKey[int]()
 
 
@@ -86,16 +88,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    if config.getoption("talos_recover", False):
+        return recover_command(config)
+    return None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for line in _MARKERS:
         config.addinivalue_line("markers", line)
-    config.stash[SESSION_KEY] = TalosSession(config, resolve_settings(config))
+    session = config.stash[SESSION_KEY] = TalosSession(config, resolve_settings(config))
+    safety = config.stash[_SAFETY_KEY] = RunSafety(config, session)
+    safety.install()  # SIGTERM acts like Ctrl-C; restores are shielded
+    config.pluginmanager.register(safety, f"talos-safety-{id(config)}")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
     if session is not None:
         session.close()
+    safety = config.stash.get(_SAFETY_KEY, None)
+    if safety is not None:
+        safety.uninstall()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -192,12 +207,13 @@ def talos_emulator(
 @pytest.fixture
 def talos_config_guard(request: pytest.FixtureRequest) -> Iterator[ConfigGuard]:
     """Snapshots every node a test changes; restores the exact original config afterwards."""
-    guard = ConfigGuard()
     session = session_of(request.config)
+    guard = session.new_guard(label=request.node.nodeid)
     session.guards.append(guard)
     yield guard
-    try:
-        guard.restore()
+    safety = request.config.stash.get(_SAFETY_KEY, None)
+    try:  # a Ctrl-C deferred during the restore stops the run afterwards, unless it is stopping
+        guard.restore(reraise_deferred=not (safety and safety.interrupted))
     except ConfigRestoreError as exc:
         failure = str(exc)  # the guard stays registered: the session fallback retries it
     else:
@@ -277,7 +293,7 @@ def _skip_unless_capable(item: pytest.Item, node: TalosNode) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     emulator = session_of(item.config).emulator
     if emulator is not None:
-        item.stash[_CALLS_KEY] = len(emulator.call_log_store)
+        item.stash[_CALLS_KEY] = emulator.call_log_store.total
 
 
 @pytest.hookimpl(wrapper=True)
@@ -306,7 +322,7 @@ def _check_call_log(item: pytest.Item) -> None:
     level = _changes_level(item)
     if level == "disruptive":
         return
-    calls = emulator.call_log[start:]
+    calls = emulator.call_log_store.since(start)
     hostnames = {node.address: node.hostname for node in emulator.nodes}
     sent = {
         (call.method.rsplit("/", 1)[-1],
@@ -346,6 +362,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if talos is None or not talos.guards:
         return
     failures = talos.restore_leftovers()
+    safety = session.config.stash.get(_SAFETY_KEY, None)
+    if safety is not None:
+        safety.end_shield()  # every node is back (or its failure reported below)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     for failure in failures:
         if reporter is not None:

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_talos.checks import ConfigGuard, ConfigRestoreError
 from pytest_talos.cluster import TalosCluster, UnreachableNode
 from pytest_talos.errors import TalosError
+from pytest_talos.guard import ConfigGuard, ConfigRestoreError, JournalOrigin
 from pytest_talos.node import TalosNode, default_expected_ports
 from pytest_talos.plugin.settings import Setting, TalosSettings
 
@@ -40,6 +40,7 @@ class TalosSession:
             else:
                 # One object for the whole run: it owns the connection and the Kubernetes client.
                 self._cluster = connected.with_nodes(self._select(connected.nodes))
+                self._recover_journals()
         if self._error is not None:
             raise self._error
         assert self._cluster is not None
@@ -116,10 +117,36 @@ class TalosSession:
         failures = []
         for guard in self.guards:
             try:
-                guard.restore()
+                guard.restore(reraise_deferred=False)
             except ConfigRestoreError as exc:
                 failures.append(str(exc))
         return failures
+
+    @property
+    def cached_cluster(self) -> TalosCluster | None:
+        return self._cluster
+
+    def new_guard(self, label: str = "") -> ConfigGuard:
+        """A guard that locks and journals in the run's state directory."""
+        s = self.settings
+        found = self._cluster.talosconfig if self._cluster is not None else None
+        return ConfigGuard(
+            state_dir=s.state_dir.value,
+            lock_timeout=s.lock_timeout.value,
+            journal=self.emulator is None,  # an in-run emulator dies with the run
+            origin=JournalOrigin(str(found.path) if found else s.talosconfig.value,
+                                 found.context_name if found else s.context.value),
+            label=label,
+        )
+
+    def _recover_journals(self) -> None:
+        """Journals killed runs left for these targets: restore them or say how."""
+        from pytest_talos.plugin.safety import recover_targets
+
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        for line in recover_targets(self):
+            if reporter is not None:
+                reporter.write_line(line, yellow=True)
 
     def close(self) -> None:
         if self._cluster is not None:

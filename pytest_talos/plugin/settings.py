@@ -8,6 +8,7 @@ one-line fix.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ T = TypeVar("T")
 
 ALLOW_LEVELS = ("none", "mutating", "disruptive")
 DEFAULT_TIMEOUT = 10.0
+MAX_TIMEOUT = 86400.0  # a day: longer deadlines are typos (inf, 99999999999) and overflow
+DEFAULT_LOCK_TIMEOUT = 600.0
 DEFAULT_EMULATOR = (1, 1)
 
 
@@ -83,7 +86,14 @@ _OPTIONS = {
                 "changes tests may make: none (default), mutating (config changes, undone "
                 "afterwards) or disruptive (also reboots, resets, upgrades)"),
         _Option("talos_timeout", "--talos-timeout", "talos_timeout", "TALOS_TIMEOUT",
-                f"deadline of each Talos API call in seconds (default {DEFAULT_TIMEOUT:g})"),
+                f"deadline of each Talos API call in seconds (default {DEFAULT_TIMEOUT:g}, "
+                f"at most {MAX_TIMEOUT:g})"),
+        _Option("talos_state_dir", "--talos-state-dir", "talos_state_dir", "TALOS_STATE_DIR",
+                "where node locks and the journals of unfinished changes live (they hold "
+                "config secrets; default $XDG_STATE_HOME/pytest-talos)"),
+        _Option("talos_lock_timeout", "--talos-lock-timeout", "talos_lock_timeout",
+                "TALOS_LOCK_TIMEOUT", "seconds a change waits while another worker or run "
+                f"changes the same node (default {DEFAULT_LOCK_TIMEOUT:g})"),
     )
 }
 
@@ -100,6 +110,8 @@ class TalosSettings:
     time_scale: Setting[float]
     allow: Setting[str]
     timeout: Setting[float]
+    state_dir: Setting[str]
+    lock_timeout: Setting[float]
     ignored: tuple[str, ...] = ()  # environment settings the emulator overrides
 
     @property
@@ -192,7 +204,12 @@ def _allow_setting(config: pytest.Config) -> Setting[str]:
 
 
 def _positive_setting(
-    config: pytest.Config, dest: str, default: float, what: str, example: str
+    config: pytest.Config,
+    dest: str,
+    default: float,
+    what: str,
+    example: str,
+    maximum: float | None = None,
 ) -> Setting[float]:
     found = _raw(config, dest)
     if found is None:
@@ -201,14 +218,34 @@ def _positive_setting(
         value = float(found[0])
     except ValueError:
         value = -1.0
-    if not value > 0:
+    if not (value > 0 and math.isfinite(value)):
         raise pytest.UsageError(f"{found[1]}: {found[0]!r} is not {what}; e.g. {example}")
+    if maximum is not None and value > maximum:
+        raise pytest.UsageError(
+            f"{found[1]}: {found[0]!r} is more than the most allowed, {maximum:g}; e.g. {example}"
+        )
     return Setting(value, found[1])
 
 
 def _timeout_setting(config: pytest.Config) -> Setting[float]:
     return _positive_setting(config, "talos_timeout", DEFAULT_TIMEOUT,
-                             "a positive number of seconds", "--talos-timeout 10")
+                             "a positive number of seconds", "--talos-timeout 10", MAX_TIMEOUT)
+
+
+def _lock_timeout_setting(config: pytest.Config) -> Setting[float]:
+    return _positive_setting(config, "talos_lock_timeout", DEFAULT_LOCK_TIMEOUT,
+                             "a positive number of seconds", "--talos-lock-timeout 600")
+
+
+def _state_dir_setting(config: pytest.Config) -> Setting[str]:
+    found = _raw(config, "talos_state_dir")
+    if found is None:
+        from pytest_talos.journal import default_state_dir
+
+        return Setting(str(default_state_dir()), "default")
+    value, source = found
+    base = config.rootpath if source.startswith("ini") else config.invocation_params.dir
+    return Setting(str(base / Path(os.path.expanduser(str(value).strip()))), source)
 
 
 def _time_scale_setting(config: pytest.Config) -> Setting[float]:
@@ -229,6 +266,8 @@ def resolve_settings(config: pytest.Config) -> TalosSettings:
         time_scale=_time_scale_setting(config),
         allow=_allow_setting(config),
         timeout=_timeout_setting(config),
+        state_dir=_state_dir_setting(config),
+        lock_timeout=_lock_timeout_setting(config),
     )
     return _check_combination(settings)
 
@@ -303,3 +342,8 @@ def add_options(parser: pytest.Parser) -> None:
             kwargs.update(choices=ALLOW_LEVELS)
         group.addoption(option.flag, **kwargs)
         parser.addini(option.ini, option.help, default=None)
+    group.addoption(
+        "--talos-recover", action="store_true", dest="talos_recover", default=False,
+        help="restore nodes a killed run left changed (from the journals in the state "
+        "directory), then exit; the same as the talos-recover command",
+    )

@@ -200,13 +200,15 @@ def test_guard_failure_is_loud_and_retried_later(
         with pytest.raises(ConfigRestoreError) as failure:
             guard.restore()
     message = str(failure.value)
+    journal = guard.journal_of(worker)
+    assert journal is not None
+    assert journal.stat().st_mode & 0o777 == 0o600
     assert message == (
         f"could not restore the original machine config of node {worker.name} "
         f"({worker.address}): the restore call failed: [node {worker.address}] UNAVAILABLE: "
-        "apid is restarting. The node may still run a changed config. Re-apply your own copy "
-        f"of its config (talosctl -n {worker.address} apply-config --mode no-reboot --file "
-        "<config>); the guard never writes config bytes anywhere because they hold the "
-        "cluster's secrets."
+        "apid is restarting. The node may still run a changed config. Its original config "
+        f"stays in the journal {journal} (0600; it holds the cluster's secrets): "
+        f"talos-recover --state-dir {guard.state_dir} retries the restore."
     )
     assert guard.protected == [worker.name]  # kept for a retry
     assert guard.restore() == [worker.name]

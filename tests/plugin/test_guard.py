@@ -133,9 +133,9 @@ def test_restore_failure_is_loud_and_the_session_fallback_retries(
         "*ERROR at teardown of test_patch*",
         "talos_config_guard: could not restore the original machine config of node "
         f"{WORKER} (*): the restore call failed: *UNAVAILABLE: apid is restarting. The node "
-        "may still run a changed config. Re-apply your own copy of its config (talosctl -n * "
-        "apply-config --mode no-reboot --file <config>); the guard never writes config bytes "
-        "anywhere because they hold the cluster's secrets.",
+        "may still run a changed config. Its original config stays in the journal "
+        "*/journal/*.json (0600; it holds the cluster's secrets): talos-recover --state-dir * "
+        "retries the restore.",
     ])
     assert "RESTORE FAILED" not in result.stdout.str()  # the fallback succeeded
     assert active_config(emulated, WORKER) == original
