@@ -15,8 +15,8 @@ import yaml
 from google.protobuf.message import DecodeError, Message
 
 from pytest_talos import models
+from pytest_talos._proto.resource.config import config_pb2
 from pytest_talos._proto.resource.definitions.cluster import cluster_pb2
-from pytest_talos._proto.resource.definitions.config import config_pb2
 from pytest_talos._proto.resource.definitions.enums import enums_pb2
 from pytest_talos._proto.resource.definitions.network import network_pb2
 from pytest_talos._proto.resource.definitions.runtime import runtime_pb2
@@ -33,11 +33,20 @@ ACTIVE_MACHINE_CONFIG = "v1alpha1"
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+# machine.Type names (pkg/machinery/config/machine) by enum number: Members use
+# talos.resource.definitions.enums.MachineType, MachineTypes resource.config.MachineType
+# (api/resource/config/config.proto); both number the types alike.
 _MACHINE_TYPES: dict[int, str] = {
     enums_pb2.TYPE_UNKNOWN: "unknown",
     enums_pb2.TYPE_INIT: "init",
     enums_pb2.TYPE_CONTROL_PLANE: "controlplane",
     enums_pb2.TYPE_WORKER: "worker",
+}
+_CONFIG_MACHINE_TYPES: dict[int, str] = {
+    config_pb2.UNKNOWN: "unknown",
+    config_pb2.INIT: "init",
+    config_pb2.CONTROL_PLANE: "controlplane",
+    config_pb2.WORKER: "worker",
 }
 _EVENT_TYPES: dict[int, models.ResourceEventType] = {
     state_pb2.CREATED: "created",
@@ -105,7 +114,8 @@ def _machine_config_spec(spec: config_pb2.MachineConfigSpec) -> models.MachineCo
 
 
 def _machine_type_spec(spec: config_pb2.MachineTypeSpec) -> models.MachineTypeSpec:
-    return models.MachineTypeSpec(machine_type=_machine_type(spec.machine_type))
+    kind = _CONFIG_MACHINE_TYPES.get(spec.machine_type, str(spec.machine_type))
+    return models.MachineTypeSpec(machine_type=kind)
 
 
 def _rd_spec(spec: meta_pb2.ResourceDefinitionSpec) -> models.ResourceDefinitionSpec:

@@ -1,8 +1,9 @@
 """The COSI resource registry of an emulated node: definitions, a versioned store, encoders.
 
 * :data:`DEFINITIONS` — the resource types the emulator serves, each with the
-  ResourceDefinition data talosctl resolves names with (facts §7: ``aliases`` plus the
-  automatic aliases), its default namespace, print columns, sensitivity and a spec encoder
+  ResourceDefinition data talosctl resolves names with (``aliases`` plus the automatic
+  aliases cosi adds, cosi-project/runtime ``pkg/resource/meta/spec/resource_definition.go``),
+  its default namespace, print columns, sensitivity and a spec encoder
   that fills ``proto_spec`` (wire-compatible with ``api/resource/definitions/**``) while
   ``yaml_spec`` is the YAML of the same spec.
 * :class:`ResourceStore` — resources keyed by (namespace, type, id) with cosi's version rules
@@ -22,9 +23,10 @@ from typing import Any, Literal
 
 import yaml
 
+from pytest_talos._proto.resource.config import config_pb2
 from pytest_talos._proto.resource.definitions.cluster import cluster_pb2
-from pytest_talos._proto.resource.definitions.config import config_pb2
 from pytest_talos._proto.resource.definitions.enums import enums_pb2
+from pytest_talos._proto.resource.definitions.k8s import k8s_pb2
 from pytest_talos._proto.resource.definitions.network import network_pb2
 from pytest_talos._proto.resource.definitions.runtime import runtime_pb2
 from pytest_talos._proto.resource.definitions.v1alpha1 import v1alpha1_pb2
@@ -45,7 +47,7 @@ __all__ = [
 
 
 class T:
-    """Resource type names (facts §7/§8)."""
+    """Resource type names (``pkg/machinery/resources/<group>/*.go``)."""
 
     RESOURCE_DEFINITIONS = "ResourceDefinitions.meta.cosi.dev"
     NAMESPACES = "Namespaces.meta.cosi.dev"
@@ -66,10 +68,12 @@ class T:
     NODENAMES = "Nodenames.kubernetes.talos.dev"
 
 
-# facts §8: the namespaces machined registers. Descriptions are ours (INFERRED).
+# The namespaces machined registers, with their descriptions
+# (internal/app/machined/pkg/runtime/v1alpha2/v1alpha2_state.go; `meta` is cosi's own,
+# cosi-project/runtime pkg/state/registry/namespace.go).
 NAMESPACES: Mapping[str, str] = {
     "meta": "Metadata namespace which contains resource and namespace definitions.",
-    "runtime": "Talos runtime resources.",
+    "runtime": "Talos v1alpha1 subsystems glue resources.",
     "cluster": "Cluster configuration and discovery resources.",
     "cluster-raw": "Cluster unmerged raw resources.",
     "config": "Talos node configuration.",
@@ -105,33 +109,54 @@ class ResourceDefinition:
         return self.type.lower()
 
     @property
+    def filled_aliases(self) -> tuple[str, ...]:
+        """``aliases`` as cosi's ``Fill`` leaves them: explicit, singular, initials."""
+        return (*self.aliases, *_automatic_aliases(self))
+
+    @property
     def all_aliases(self) -> tuple[str, ...]:
-        """Explicit aliases plus cosi's automatic ones (facts §7)."""
-        return tuple(dict.fromkeys([*self.aliases, *_automatic_aliases(self)]))
+        """``allAliases``: the plural and its suffix prefixes, then :attr:`filled_aliases`."""
+        return (*_plural_aliases(self), *self.filled_aliases)
 
     def spec(self) -> dict[str, Any]:
-        """The ResourceDefinition resource spec (YAML shape)."""
-        return {
+        """The ResourceDefinition resource spec (YAML shape, in the Go struct's field order).
+
+        cosi-project/runtime ``pkg/resource/meta/spec/resource_definition.go``: the
+        ``sensitivity`` key is ``omitempty`` and a non-sensitive type's value is ``""``
+        (``sensitivity.go``), so only sensitive types carry it.
+        """
+        spec: dict[str, Any] = {
             "type": self.type,
             "displayType": self.display_type,
-            "aliases": list(self.aliases),
-            "allAliases": list(self.all_aliases),
             "defaultNamespace": self.default_namespace,
+            "aliases": list(self.filled_aliases),
+            "allAliases": list(self.all_aliases),
             "printColumns": [{"name": n, "jsonPath": p} for n, p in self.print_columns],
-            "sensitivity": "sensitive" if self.sensitive else "non-sensitive",
         }
+        if self.sensitive:
+            spec["sensitivity"] = "sensitive"
+        return spec
 
 
+# cosi-project/runtime pkg/resource/meta/spec/resource_definition.go (Fill): the singular
+# name and, for a plural name with at least two capitals, its lower-cased initials plus the
+# initials with an "s" (left out when the initials already end in "S") join `aliases`;
+# `allAliases` is the plural, the plural with each prefix of the suffix, then `aliases`.
 def _automatic_aliases(definition: ResourceDefinition) -> list[str]:
-    # facts §7: singular lower-case name, plural lower-case name, plural + each suffix prefix,
-    # and the upper-case initials (+ "s") when the display name has at least two capitals.
-    plural, *suffix = definition.type.split(".")
-    aliases = [definition.display_type.lower(), plural.lower()]
-    aliases += [".".join([plural, *suffix[:n]]).lower() for n in range(1, len(suffix))]
-    initials = "".join(ch for ch in definition.display_type if ch.isupper())
-    if len(initials) >= 2:
-        aliases += [initials.lower(), initials.lower() + "s"]
+    plural = definition.type.split(".", 1)[0]
+    aliases = [definition.display_type.lower()]
+    initials = "".join(ch for ch in plural if ch.isupper())
+    if len(initials) > 1:
+        aliases.append(initials.lower())
+        if not initials.endswith("S"):
+            aliases.append(initials.lower() + "s")
     return aliases
+
+
+def _plural_aliases(definition: ResourceDefinition) -> list[str]:
+    plural, _, suffix = definition.type.partition(".")
+    parts = suffix.split(".")
+    return [plural.lower()] + [".".join([plural.lower(), *parts[:n]]) for n in range(1, len(parts))]
 
 
 # ---- spec encoders (proto_spec) ------------------------------------------------------------
@@ -141,7 +166,7 @@ def _netip(address: str) -> bytes:
     return ipaddress.ip_address(address).packed
 
 
-def _machine_type_enum(name: str) -> enums_pb2.MachineType:
+def _member_machine_type(name: str) -> enums_pb2.MachineType:
     kinds: dict[str, enums_pb2.MachineType] = {
         "init": enums_pb2.TYPE_INIT,
         "controlplane": enums_pb2.TYPE_CONTROL_PLANE,
@@ -159,7 +184,7 @@ def _encode_rd(spec: Mapping[str, Any]) -> bytes:
         all_aliases=spec["allAliases"],
         sensitivity=(
             meta_pb2.ResourceDefinitionSpec.SENSITIVE
-            if spec["sensitivity"] == "sensitive"
+            if spec.get("sensitivity") == "sensitive"
             else meta_pb2.ResourceDefinitionSpec.NON_SENSITIVE
         ),
     )
@@ -173,12 +198,22 @@ def _encode_namespace(spec: Mapping[str, Any]) -> bytes:
 
 
 def _encode_machine_config(spec: bytes) -> bytes:
-    # facts §8: yaml_marshalled = the exact submitted bytes.
+    # pkg/machinery/resources/config/machine_config.go: yaml_marshalled holds the config
+    # bytes as submitted (configloader keeps them), comments included.
     return config_pb2.MachineConfigSpec(yaml_marshalled=spec).SerializeToString()
 
 
-def _encode_machine_type(spec: Mapping[str, Any]) -> bytes:
-    kind = _machine_type_enum(spec["machineType"])
+_CONFIG_MACHINE_TYPES: dict[str, config_pb2.MachineType] = {
+    "init": config_pb2.INIT,
+    "controlplane": config_pb2.CONTROL_PLANE,
+    "worker": config_pb2.WORKER,
+}
+
+
+def _encode_machine_type(spec: str) -> bytes:
+    # pkg/machinery/resources/config/machine_type.go: the spec is machine.Type itself (its
+    # YAML is the bare name, `controlplane`), in proto the resource.config.MachineType enum.
+    kind = _CONFIG_MACHINE_TYPES.get(spec, config_pb2.UNKNOWN)
     return config_pb2.MachineTypeSpec(machine_type=kind).SerializeToString()
 
 
@@ -220,7 +255,7 @@ def _encode_member(spec: Mapping[str, Any]) -> bytes:
     message = cluster_pb2.MemberSpec(
         node_id=spec["nodeId"],
         hostname=spec["hostname"],
-        machine_type=_machine_type_enum(spec["machineType"]),
+        machine_type=_member_machine_type(spec["machineType"]),
         operating_system=spec["operatingSystem"],
     )
     for address in spec["addresses"]:
@@ -277,8 +312,13 @@ def _encode_etcd_member(spec: Mapping[str, Any]) -> bytes:
 
 
 def _encode_nodename(spec: Mapping[str, Any]) -> bytes:
-    # INFERRED: NodenameSpec {nodename = 1; hostname = 2}.
-    return _string_field(1, spec["nodename"]) + _string_field(2, spec["hostname"])
+    # pkg/machinery/resources/k8s/nodename.go: nodename = 1, hostnameVersion = 2 (the version
+    # of the HostnameStatus it was derived from), skipNodeRegistration = 3.
+    return k8s_pb2.NodenameSpec(
+        nodename=spec["nodename"],
+        hostname_version=str(spec.get("hostnameVersion", "")),
+        skip_node_registration=bool(spec.get("skipNodeRegistration", False)),
+    ).SerializeToString()
 
 
 def _empty(spec: Any) -> bytes:
@@ -306,21 +346,29 @@ def _definition(
     )
 
 
+# Each definition restates the type's ResourceDefinition() in siderolabs/talos
+# pkg/machinery/resources/<group>/<type>.go (cosi's own two: cosi-project/runtime
+# pkg/resource/meta/{resource_definition,namespace}.go): explicit aliases, default namespace,
+# print columns, sensitivity. cosi adds the automatic aliases.
 _DEFINITION_LIST = (
-    _definition(T.RESOURCE_DEFINITIONS, "ResourceDefinition", "meta", _encode_rd),
-    _definition(T.NAMESPACES, "Namespace", "meta", _encode_namespace),
-    # facts §8: MachineConfig is sensitive; aliases machineconfig/mc come out automatically.
+    _definition(
+        T.RESOURCE_DEFINITIONS,
+        "ResourceDefinition",
+        "meta",
+        _encode_rd,
+        aliases=["api-resources"],
+        columns=[("Aliases", "{.aliases[:]}")],
+    ),
+    _definition(T.NAMESPACES, "Namespace", "meta", _encode_namespace, aliases=["ns"]),
+    # config/machine_config.go: sensitive (os:admin only).
     _definition(
         T.MACHINE_CONFIGS, "MachineConfig", "config", _encode_machine_config, sensitive=True
     ),
+    # config/machine_type.go: the spec is a bare scalar, so the column is the whole spec.
     _definition(
-        T.MACHINE_TYPES,
-        "MachineType",
-        "config",
-        _encode_machine_type,
-        columns=[("Type", "{.machineType}")],
+        T.MACHINE_TYPES, "MachineType", "config", _encode_machine_type, columns=[("Type", "{@}")]
     ),
-    # facts §8: Services live in namespace runtime; aliases svc, service.
+    # v1alpha1/service.go: namespace runtime (v1alpha1.NamespaceName), alias svc.
     _definition(
         T.SERVICES,
         "Service",
@@ -341,7 +389,11 @@ _DEFINITION_LIST = (
         columns=[("Stage", "{.stage}"), ("Ready", "{.status.ready}")],
     ),
     _definition(
-        T.VERSIONS, "Version", "runtime", _encode_version, columns=[("Version", "{.version}")]
+        T.VERSIONS,
+        "Version",
+        "runtime",
+        _encode_version,
+        columns=[("Name", "{.name}"), ("Version", "{.version}")],
     ),
     _definition(
         T.EXTENSION_STATUSES,
@@ -351,8 +403,22 @@ _DEFINITION_LIST = (
         aliases=["extensions"],
         columns=[("Name", "{.metadata.name}"), ("Version", "{.metadata.version}")],
     ),
-    _definition(T.DIAGNOSTICS, "Diagnostic", "runtime", _empty),
-    _definition(T.VOLUME_STATUSES, "VolumeStatus", "runtime", _empty),
+    _definition(
+        T.DIAGNOSTICS, "Diagnostic", "runtime", _empty, columns=[("Message", "{.message}")]
+    ),
+    # block/volume_status.go: block.NamespaceName is v1alpha1's, `runtime`.
+    _definition(
+        T.VOLUME_STATUSES,
+        "VolumeStatus",
+        "runtime",
+        _empty,
+        columns=[
+            ("Type", "{.type}"),
+            ("Phase", "{.phase}"),
+            ("Location", "{.location}"),
+            ("Size", "{.prettySize}"),
+        ],
+    ),
     _definition(
         T.MEMBERS,
         "Member",
@@ -380,9 +446,9 @@ _DEFINITION_LIST = (
         "NodeAddress",
         "network",
         _encode_node_address,
-        columns=[("Addresses", "{.addresses}")],
+        columns=[("Addresses", "{.addresses}"), ("SortAlgorithm", "{.sortAlgorithm}")],
     ),
-    # facts §8: HostnameStatuses alias hostname.
+    # network/hostname_status.go: alias hostname.
     _definition(
         T.HOSTNAME_STATUSES,
         "HostnameStatus",
@@ -427,9 +493,17 @@ _SpecDumper.add_representer(str, _represent_str)
 
 
 def yaml_of(spec: Any) -> str:
+    """The ``yaml_spec`` text: cosi marshals the spec with Go's YAML (cosi-project/runtime
+    pkg/resource/protobuf/resource.go)."""
     if isinstance(spec, bytes):
-        # facts §8: the MachineConfig yaml_spec is a YAML string scalar of the whole config.
+        # config/machine_config.go: the MachineConfig spec marshals as one string scalar
+        # holding the whole config.
         spec = spec.decode("utf-8", errors="replace")
+    if isinstance(spec, str):
+        # A bare scalar (a MachineType, a MachineConfig): Go's YAML writes no `...` end
+        # marker and indents a literal block by its default 4 spaces.
+        text = yaml.dump(spec, Dumper=_SpecDumper, default_flow_style=False, indent=4)
+        return text.removesuffix("...\n")
     return yaml.dump(spec, Dumper=_SpecDumper, sort_keys=False, default_flow_style=False)
 
 

@@ -296,7 +296,8 @@ class NodeState(ConfigMixin):
         store.put(
             "runtime", T.VERSIONS, "version", {"version": self.talos_version, "name": "Talos"}
         )
-        store.put("config", T.MACHINE_TYPES, "machine-type", {"machineType": ident.role})
+        # config/machine_type.go: the spec is the bare machine.Type (`controlplane`).
+        store.put("config", T.MACHINE_TYPES, "machine-type", ident.role)
         store.put("cluster", T.IDENTITIES, "local", {"nodeId": ident.node_id})
         store.put(
             "cluster",

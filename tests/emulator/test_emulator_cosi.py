@@ -1,4 +1,9 @@
-"""cosi.resource.State on the emulator: Get/List/Watch semantics, access rules (facts §7, §8)."""
+"""cosi.resource.State on the emulator: Get/List/Watch semantics and Talos's access rules.
+
+Server: cosi-project/runtime ``pkg/state/protobuf/server``; filter: siderolabs/talos
+``internal/app/resources/access.go``; definitions: ``pkg/machinery/resources/**`` and cosi's
+``pkg/resource/meta/spec/resource_definition.go``.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,9 @@ from google.protobuf import empty_pb2
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from pytest_talos._proto.resource.config import config_pb2
 from pytest_talos._proto.resource.definitions.cluster import cluster_pb2
+from pytest_talos._proto.resource.definitions.k8s import k8s_pb2
 from pytest_talos._proto.resource.definitions.runtime import runtime_pb2
 from pytest_talos._proto.resource.definitions.v1alpha1 import v1alpha1_pb2
 from pytest_talos._proto.v1alpha1 import meta_pb2
@@ -18,7 +25,7 @@ from pytest_talos._proto.v1alpha1 import resource_pb2 as r
 from pytest_talos._proto.v1alpha1 import state_pb2 as s
 from pytest_talos.emulator import EmulatedCluster
 
-from .conftest import RawClient, wait_for
+from .conftest import RawClient, tls_from_talosconfig, wait_for
 
 C = "/cosi.resource.State/"
 RD = "ResourceDefinitions.meta.cosi.dev"
@@ -54,6 +61,69 @@ def test_resource_definitions_resolve_talosctl_names(admin: RawClient, cp: str) 
     assert [c.name for c in services.print_columns] == ["Running", "Healthy", "Health Unknown"]
     assert "hostname" in definitions["hostnamestatuses.net.talos.dev"].all_aliases
     assert "members.cluster" in definitions["members.cluster.talos.dev"].all_aliases
+
+
+def test_definition_aliases_follow_cosi_fill(admin: RawClient, cp: str) -> None:
+    # resource_definition.go Fill: the singular name and the initials (+ "s" unless they end
+    # in "S") go into `aliases`; `allAliases` is the plural, its suffix prefixes, then those.
+    found = {res.metadata.id: res for res in _list(admin, cp, "meta", RD)}
+    mc = meta_pb2.ResourceDefinitionSpec.FromString(
+        found["machineconfigs.config.talos.dev"].spec.proto_spec
+    )
+    assert list(mc.aliases) == ["machineconfig", "mc", "mcs"]
+    assert list(mc.all_aliases) == [
+        "machineconfigs",
+        "machineconfigs.config",
+        "machineconfigs.config.talos",
+        "machineconfig",
+        "mc",
+        "mcs",
+    ]
+    hostname = meta_pb2.ResourceDefinitionSpec.FromString(
+        found["hostnamestatuses.net.talos.dev"].spec.proto_spec
+    )
+    assert list(hostname.aliases) == ["hostname", "hostnamestatus", "hs"]  # no "hss"
+    services = yaml.safe_load(found["services.v1alpha1.talos.dev"].spec.yaml_spec)
+    assert services["aliases"] == ["svc", "service"]
+    assert list(services) == [
+        "type",
+        "displayType",
+        "defaultNamespace",
+        "aliases",
+        "allAliases",
+        "printColumns",
+    ]  # sensitivity.go: non-sensitive is "" and omitted
+    assert (
+        yaml.safe_load(found["machineconfigs.config.talos.dev"].spec.yaml_spec)["sensitivity"]
+        == "sensitive"
+    )
+
+
+def test_machine_type_is_a_bare_scalar(admin: RawClient, cp: str) -> None:
+    # config/machine_type.go: the spec marshals as machine.Type's name; proto resource.config.
+    request = s.GetRequest(
+        namespace="config", type="MachineTypes.config.talos.dev", id="machine-type"
+    )
+    resource = admin.call(cp, C + "Get", request).resource
+    assert resource.spec.yaml_spec == "controlplane\n"
+    spec = config_pb2.MachineTypeSpec.FromString(resource.spec.proto_spec)
+    assert spec.machine_type == config_pb2.CONTROL_PLANE
+    assert config_pb2.DESCRIPTOR.package == "resource.config"
+    definition = admin.call(
+        cp,
+        C + "Get",
+        s.GetRequest(namespace="meta", type=RD, id="machinetypes.config.talos.dev"),
+    ).resource
+    columns = meta_pb2.ResourceDefinitionSpec.FromString(definition.spec.proto_spec).print_columns
+    assert [(c.name, c.json_path) for c in columns] == [("Type", "{@}")]
+
+
+def test_nodename_spec_fields(admin: RawClient, cp: str) -> None:
+    request = s.GetRequest(namespace="k8s", type="Nodenames.kubernetes.talos.dev", id="nodename")
+    resource = admin.call(cp, C + "Get", request).resource
+    spec = k8s_pb2.NodenameSpec.FromString(resource.spec.proto_spec)
+    assert spec.nodename == yaml.safe_load(resource.spec.yaml_spec)["nodename"]
+    assert [field.number for field in k8s_pb2.NodenameSpec.DESCRIPTOR.fields] == [1, 2, 3]
 
 
 def test_every_definition_lists_without_error(admin: RawClient, cp: str) -> None:
@@ -129,6 +199,37 @@ def test_unknown_type_or_namespace(
     assert (caught.value.status, caught.value.message) == (Status.PERMISSION_DENIED, message)
 
 
+def test_access_filter_order(shared_cluster: EmulatedCluster, admin: RawClient, cp: str) -> None:
+    # access.go: writes are refused first, then the type, the sensitivity, the namespace.
+    unknown = r.Resource(metadata=r.Metadata(namespace="nowhere", type="Nope.talos.dev", id="x"))
+    with pytest.raises(GRPCError) as caught:
+        admin.call(cp, C + "Create", s.CreateRequest(resource=unknown))
+    assert caught.value.message == "write access is not allowed"
+    with pytest.raises(GRPCError) as caught:
+        admin.call(cp, C + "Get", s.GetRequest(namespace="nowhere", type="Nope.talos.dev", id="x"))
+    assert caught.value.message == 'resource type "Nope.talos.dev" is not supported'
+    reader = RawClient(tls_from_talosconfig(shared_cluster.issue_client(["os:reader"]).talosconfig))
+    try:
+        mc = "MachineConfigs.config.talos.dev"
+        with pytest.raises(GRPCError) as caught:
+            reader.call(cp, C + "Get", s.GetRequest(namespace="nowhere", type=mc, id="v1alpha1"))
+        assert (caught.value.status, caught.value.message) == (
+            Status.PERMISSION_DENIED,
+            "not authorized",
+        )
+    finally:
+        reader.close()
+
+
+def test_access_filter_finds_the_definition_by_lower_case_type(admin: RawClient, cp: str) -> None:
+    # The filter looks the ResourceDefinition up by id (the lower-cased type); the state
+    # itself keys by the exact type, so the lower-cased one passes the filter and finds nothing.
+    request = s.GetRequest(namespace="runtime", type=SERVICES.lower(), id="apid")
+    with pytest.raises(GRPCError) as caught:
+        admin.call(cp, C + "Get", request)
+    assert caught.value.status == Status.NOT_FOUND
+
+
 def test_writes_are_refused(admin: RawClient, cp: str) -> None:
     resource = r.Resource(metadata=r.Metadata(namespace="runtime", type=SERVICES, id="x"))
     for path, request in [
@@ -198,7 +299,7 @@ def test_watch_kind_bootstrap_then_bootstrapped(admin: RawClient, cp: str) -> No
         request,
         until=lambda got: any(e.event_type == s.BOOTSTRAPPED for resp in got for e in resp.event),
     )
-    assert responses[0] == s.WatchResponse()  # facts §7: empty response first
+    assert responses[0] == s.WatchResponse()  # cosi server: an empty response first
     events = [e for resp in responses[1:] for e in resp.event]
     assert all(e.event_type == s.CREATED for e in events[:-1])
     assert events[-1].event_type == s.BOOTSTRAPPED

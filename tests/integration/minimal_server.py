@@ -35,8 +35,8 @@ from pytest_talos._proto.cluster import cluster_grpc, cluster_pb2
 from pytest_talos._proto.common import common_pb2
 from pytest_talos._proto.machine import machine_grpc
 from pytest_talos._proto.machine import machine_pb2 as m
+from pytest_talos._proto.resource.config import config_pb2
 from pytest_talos._proto.resource.definitions.cluster import cluster_pb2 as cluster_spec
-from pytest_talos._proto.resource.definitions.config import config_pb2
 from pytest_talos._proto.resource.definitions.enums import enums_pb2
 from pytest_talos._proto.resource.definitions.network import network_pb2
 from pytest_talos._proto.resource.definitions.runtime import runtime_pb2

@@ -17,8 +17,8 @@ import pytest_talos.models as models_module
 from pytest_talos import models
 from pytest_talos._proto.common import common_pb2
 from pytest_talos._proto.machine import machine_pb2 as m
+from pytest_talos._proto.resource.config import config_pb2
 from pytest_talos._proto.resource.definitions.cluster import cluster_pb2
-from pytest_talos._proto.resource.definitions.config import config_pb2
 from pytest_talos._proto.resource.definitions.enums import enums_pb2
 from pytest_talos._proto.resource.definitions.runtime import runtime_pb2
 from pytest_talos._proto.v1alpha1 import meta_pb2, resource_pb2, state_pb2
@@ -328,7 +328,7 @@ def test_typed_spec_decoding() -> None:
     assert res.typed_spec("MachineStatuses.runtime.talos.dev", status.SerializeToString()) == (
         models.MachineStatusSpec("booting", False)
     )
-    machine_type = config_pb2.MachineTypeSpec(machine_type=enums_pb2.TYPE_CONTROL_PLANE)
+    machine_type = config_pb2.MachineTypeSpec(machine_type=config_pb2.CONTROL_PLANE)
     assert res.typed_spec("MachineTypes.config.talos.dev", machine_type.SerializeToString()) == (
         models.MachineTypeSpec("controlplane")
     )

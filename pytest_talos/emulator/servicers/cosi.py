@@ -1,4 +1,8 @@
-"""cosi.resource.State of an emulated node: Get, List, Watch; writes refused (facts §7)."""
+"""cosi.resource.State of an emulated node: Get, List, Watch; writes refused.
+
+Talos serves cosi's own State server (cosi-project/runtime pkg/state/protobuf/server) behind
+its access filter (``internal/app/resources/access.go``).
+"""
 
 from __future__ import annotations
 
@@ -95,28 +99,33 @@ def _not_found(namespace: str, type_: str, id_: str) -> RPCFailure:
     return RPCFailure("NOT_FOUND", f"resource {type_}({namespace}/{id_}@undefined) doesn't exist")
 
 
+_DEFINITIONS_BY_ID = {definition.id: definition for definition in DEFINITIONS.values()}
+
+
 class StateServicer:
     """The COSI resource API, read-only as Talos's access filter makes it."""
 
     @staticmethod
-    def _check_access(call: Call, namespace: str, type_: str) -> ResourceDefinition:
-        # facts §7: Talos's access policy.
-        definition = DEFINITIONS.get(type_)
+    def _check_access(
+        call: Call, namespace: str, type_: str, *, write: bool = False
+    ) -> ResourceDefinition:
+        """Talos's AccessPolicy (internal/app/resources/access.go), in its order: a write is
+        refused first; then the type must have a ResourceDefinition (looked up by the
+        lower-cased type, the definition's id); a sensitive type needs os:admin; last the
+        namespace must exist."""
+        state = call.state
+        if write and not state.faults.on("cosi-writable", state.hostname):
+            raise RPCFailure("PERMISSION_DENIED", "write access is not allowed")
+        definition = _DEFINITIONS_BY_ID.get(type_.lower())
         if definition is None:
             raise RPCFailure("PERMISSION_DENIED", f'resource type "{type_}" is not supported')
-        if namespace not in NAMESPACES:
-            raise RPCFailure("PERMISSION_DENIED", f'namespace "{namespace}" is not supported')
-        state = call.state  # fault reader-reads-secrets lets readers see sensitive types
+        # fault reader-reads-secrets lets readers see sensitive types
         leaky = state.faults.on("reader-reads-secrets", state.hostname)
         if definition.sensitive and not call.admin and not leaky:
             raise RPCFailure("PERMISSION_DENIED", "not authorized")
+        if namespace not in NAMESPACES:
+            raise RPCFailure("PERMISSION_DENIED", f'namespace "{namespace}" is not supported')
         return definition
-
-    @staticmethod
-    def _check_write(call: Call) -> None:
-        state = call.state
-        if not state.faults.on("cosi-writable", state.hostname):
-            raise RPCFailure("PERMISSION_DENIED", "write access is not allowed")  # facts §7
 
     async def Get(self, request: s.GetRequest, call: Call) -> s.GetResponse:
         self._check_access(call, request.namespace, request.type)
@@ -140,23 +149,20 @@ class StateServicer:
 
     async def Create(self, request: s.CreateRequest, call: Call) -> s.CreateResponse:
         md = request.resource.metadata
-        self._check_access(call, md.namespace, md.type)
-        self._check_write(call)
+        self._check_access(call, md.namespace, md.type, write=True)
         created = self._store_raw(call, request.resource)
         return s.CreateResponse(resource=encode_resource(created))
 
     async def Update(self, request: s.UpdateRequest, call: Call) -> s.UpdateResponse:
         md = request.new_resource.metadata
-        self._check_access(call, md.namespace, md.type)
-        self._check_write(call)
+        self._check_access(call, md.namespace, md.type, write=True)
         if call.state.store.get(md.namespace, md.type, md.id) is None:
             raise _not_found(md.namespace, md.type, md.id)
         updated = self._store_raw(call, request.new_resource)
         return s.UpdateResponse(resource=encode_resource(updated))
 
     async def Destroy(self, request: s.DestroyRequest, call: Call) -> s.DestroyResponse:
-        self._check_access(call, request.namespace, request.type)
-        self._check_write(call)
+        self._check_access(call, request.namespace, request.type, write=True)
         if call.state.store.destroy(request.namespace, request.type, request.id) is None:
             raise _not_found(request.namespace, request.type, request.id)
         return s.DestroyResponse()
@@ -182,17 +188,17 @@ class StateServicer:
         options = request.options
         single = request.HasField("id")
         if single and (options.bootstrap_contents or len(options.label_query)):
-            raise RPCFailure(  # facts §7 (wording INFERRED)
+            raise RPCFailure(  # cosi pkg/state/protobuf/server (wording INFERRED)
                 "UNIMPLEMENTED",
                 "bootstrap contents and label queries are not supported for single resource watch",
             )
         if options.HasField("start_from_bookmark"):
-            raise RPCFailure("FAILED_PRECONDITION", "invalid bookmark")  # facts §7
+            raise RPCFailure("FAILED_PRECONDITION", "invalid bookmark")  # cosi server
         store = call.state.store
         queue: asyncio.Queue[StoreEvent] = asyncio.Queue()
         unsubscribe = store.subscribe(queue.put_nowait)
         try:
-            yield s.WatchResponse()  # facts §7: an empty response once the watch is set up
+            yield s.WatchResponse()  # cosi server: an empty response once the watch is set up
             for batch in self._initial(call, request, options):
                 yield batch
             while True:
@@ -208,7 +214,7 @@ class StateServicer:
     ) -> list[s.WatchResponse]:
         store = call.state.store
         if request.HasField("id"):
-            # facts §7: a single-resource watch emits the current state at once.
+            # cosi server: a single-resource watch emits the current state at once.
             found = store.get(request.namespace, request.type, request.id)
             if found is None:
                 tomb = _tombstone(request.namespace, request.type, request.id)
@@ -225,7 +231,7 @@ class StateServicer:
             for resource in store.list(request.namespace, request.type)
             if _matches(resource, options.label_query, options.id_query.regexp)
         ]
-        if request.api_version >= 1:  # facts §7: BOOTSTRAPPED only for api_version >= 1
+        if request.api_version >= 1:  # cosi server: BOOTSTRAPPED only for api_version >= 1
             events.append(s.Event(event_type=s.BOOTSTRAPPED))
         if options.aggregated:
             return [s.WatchResponse(event=events)] if events else []
