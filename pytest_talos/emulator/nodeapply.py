@@ -1,7 +1,13 @@
-"""ApplyConfiguration on an emulated node: facts §9 order of operations, §8 versions.
+"""ApplyConfiguration on an emulated node, as machined's handler runs it.
 
-:class:`ConfigMixin` is mixed into :class:`~pytest_talos.emulator.state.NodeState`; it holds
-the apply flow, the MachineConfig resource writes and the try-mode timer. Plain Python.
+The handler is ``ApplyConfiguration`` in
+``internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go``; the config writes are
+``SetConfig``/``SetPersistedConfig`` (``internal/app/machined/pkg/runtime/v1alpha1/
+v1alpha1_runtime.go``), each a cosi ``Update`` of a MachineConfig resource
+(``internal/app/machined/pkg/runtime/v1alpha2/v1alpha2_state.go`` ``SetConfig``), which always
+bumps the version. :class:`ConfigMixin` is mixed into
+:class:`~pytest_talos.emulator.state.NodeState`; it holds the apply flow, the MachineConfig
+resource writes and the try-mode timer. Plain Python.
 """
 
 from __future__ import annotations
@@ -30,8 +36,9 @@ __all__ = [
     "go_duration",
 ]
 
-DEFAULT_TRY_TIMEOUT = 60.0  # facts §9: ConfigTryTimeout = 1m
-CONFIG_ANNOTATIONS = {"talos.dev/yaml-spec": "1"}  # facts §8
+DEFAULT_TRY_TIMEOUT = 60.0  # pkg/machinery/constants: ConfigTryTimeout = 1m
+# pkg/machinery/resources/config/machine_config.go NewMachineConfigWithID
+CONFIG_ANNOTATIONS = {"talos.dev/yaml-spec": "1"}
 
 
 class NodeFailure(Exception):
@@ -60,23 +67,40 @@ class ApplyResult:
 
 
 def go_duration(seconds: float) -> str:
-    """Go's ``time.Duration.String()`` for whole and fractional seconds (``1m0s``, ``30s``)."""
-    if seconds <= 0:
+    """Go's ``time.Duration.String()`` (``1m0s``, ``30s``, ``1.5s``, ``500ms``, ``-2s``)."""
+    nanos = round(seconds * 1e9)
+    if nanos == 0:
         return "0s"
-    whole = int(seconds)
-    fraction = seconds - whole
+    sign, nanos = ("-" if nanos < 0 else ""), abs(nanos)
+    if nanos < 1_000_000_000:  # below a second Go switches to ns, µs or ms
+        for unit, size in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
+            if nanos >= size:
+                return sign + _decimal(nanos, size) + unit
+    whole, fraction = divmod(nanos, 1_000_000_000)
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)
-    sec_text = f"{secs + fraction:.9f}".rstrip("0").rstrip(".") + "s"
+    text = _decimal(secs * 1_000_000_000 + fraction, 1_000_000_000) + "s"
     if hours:
-        return f"{hours}h{minutes}m{sec_text}"
-    if minutes:
-        return f"{minutes}m{sec_text}"
-    return sec_text
+        text = f"{hours}h{minutes}m{text}"
+    elif minutes:
+        text = f"{minutes}m{text}"
+    return sign + text
+
+
+def _decimal(value: int, unit: int) -> str:
+    """``value / unit`` in decimal, without trailing zeros (Go's fmtFrac)."""
+    whole, fraction = divmod(value, unit)
+    digits = len(str(unit)) - 1
+    frac_text = f"{fraction:0{digits}d}".rstrip("0") if digits else ""
+    return f"{whole}.{frac_text}" if frac_text else str(whole)
 
 
 class ConfigMixin:
     """ApplyConfiguration and try mode; the node state provides the attributes below."""
+
+    # Whether the persisted config is on the node's STATE partition yet; None until the first
+    # boot decides (see _boot_config_from_state).
+    _config_on_disk: bool | None = None
 
     if TYPE_CHECKING:
         clock: Clock
@@ -98,7 +122,7 @@ class ConfigMixin:
         def _reboot_sequence(self, actor: str, sequence: str) -> None: ...
 
     def apply_configuration(self, request: ApplyRequest) -> ApplyResult:
-        if self._applying:  # facts §9 step 2
+        if self._applying:  # a non-blocking mutex: applyConfigMu.TryLock()
             raise NodeFailure(
                 "FAILED_PRECONDITION", "another apply configuration is already in progress"
             )
@@ -108,7 +132,7 @@ class ConfigMixin:
                 "configuration was already applied and node is rebooting, cannot apply more "
                 "configuration changes until next reboot",
             )
-        # facts §9 step 3 (fault reader-can-apply skips it)
+        # os:admin only, outside maintenance (fault reader-can-apply skips it)
         if not request.admin and not self._fault("reader-can-apply"):
             raise NodeFailure("PERMISSION_DENIED", "not authorized")
         self._applying = True
@@ -118,24 +142,29 @@ class ConfigMixin:
             self._applying = False
 
     def _apply(self, request: ApplyRequest) -> ApplyResult:
-        # facts §9 step 4: even if the request fails later (fault try-not-cancelled skips it)
+        # Any non-TRY request cancels a pending rollback first, even a dry run or one that
+        # fails later (fault try-not-cancelled skips it).
         if request.mode != "TRY" and not self._fault("try-not-cancelled"):
             self.cancel_try()
         warnings = self._validate(request.data)
         old, new = self.active_config, request.data
         mode, reason = self._resolve_mode(request.mode, old, new)
-        timeout = request.try_timeout if request.try_timeout else DEFAULT_TRY_TIMEOUT
-        if request.dry_run:  # facts §9 step 10: no warnings in a dry run, nothing changes
+        # A try_mode_timeout that is present is used as it is, even 0s (the handler tests
+        # `in.TryModeTimeout != nil`); only an absent one means ConfigTryTimeout.
+        timeout = DEFAULT_TRY_TIMEOUT if request.try_timeout is None else request.try_timeout
+        if request.dry_run:
+            # No warnings and no AUTO `: <reason>` in a dry run; nothing changes.
             if self._fault("dry-run-applies"):  # fault dry-run-applies
                 self._execute(mode, new, timeout)
-            return ApplyResult(mode, mc.dry_run_details(mode, old, new, reason))
+            return ApplyResult(mode, mc.dry_run_details(mode, old, new))
         self._execute(mode, new, timeout)
         try_text = go_duration(timeout) if mode == "TRY" else ""
         details = mc.apply_mode_details(mode, reason=reason, try_timeout=try_text)
         return ApplyResult(mode, details, warnings)
 
     def _validate(self, data: bytes) -> list[str]:
-        """facts §9 steps 5-7; fault lenient-validation accepts anything that parses."""
+        """configloader, Validate and RuntimeValidate (InvalidArgument with their text);
+        fault lenient-validation accepts anything that parses."""
         try:
             return list(mc.validate(data, container_mode=self.container).warnings)
         except mc.ConfigRejected as exc:
@@ -146,7 +175,7 @@ class ConfigMixin:
             raise NodeFailure(exc.code, exc.message) from None
 
     def _resolve_mode(self, mode: str, old: bytes, new: bytes) -> tuple[str, str]:
-        """facts §9 step 9: TRY/NO_REBOOT must apply immediately; AUTO picks."""
+        """TRY/NO_REBOOT must pass CanApplyImmediate; AUTO picks NO_REBOOT or REBOOT."""
         if mode in ("TRY", "NO_REBOOT", "AUTO"):
             blockers = mc.immediate_apply_blockers(old, new)
             if not blockers:
@@ -158,7 +187,8 @@ class ConfigMixin:
         return mode, ""
 
     def _execute(self, mode: str, new: bytes, try_timeout: float) -> None:
-        """facts §9 step 11 and the version rules of §8."""
+        """TRY: arm the rollback, set active; NO_REBOOT: persisted then active; STAGED:
+        persisted; REBOOT: persisted, then reboot. Each set bumps that resource's version."""
         if mode == "TRY":
             self._arm_try(try_timeout)
             self._set_active(new)
@@ -173,16 +203,33 @@ class ConfigMixin:
             self.clock.call_later(0.1, lambda: self._reboot_sequence(str(uuid.uuid4()), "reboot"))
 
     def _set_persisted(self, data: bytes) -> None:
+        # SetPersistedConfig: creates `persistent` (version 1) where the node booted without
+        # one, else updates it; PersistenceController then writes it to STATE.
         self.persisted_config = data
-        if not self.container:  # facts §8: `persistent` is absent in container mode
-            self.store.put(
-                "config",
-                T.MACHINE_CONFIGS,
-                "persistent",
-                data,
-                annotations=CONFIG_ANNOTATIONS,
-                always_bump=True,
-            )
+        self.store.put(
+            "config",
+            T.MACHINE_CONFIGS,
+            "persistent",
+            data,
+            annotations=CONFIG_ANNOTATIONS,
+            always_bump=True,
+        )
+        self._config_on_disk = True
+
+    def _boot_config_from_state(self) -> bool:
+        """Whether this boot reads its config from the STATE partition alone.
+
+        AcquireController (internal/app/machined/pkg/controllers/config/acquire.go) calls
+        SetPersistedConfig unless STATE was the only source. A fresh container node gets its
+        config from the platform (USERDATA), so it has `persistent`; an installed metal node
+        boots from STATE, and so does any node after a reboot (docker keeps /system/state in
+        a volume, pkg/provision/providers/docker/node.go): no `persistent` until an apply.
+        """
+        if self._config_on_disk is None:
+            self._config_on_disk = not self.container
+        from_state = self._config_on_disk
+        self._config_on_disk = True  # PersistenceController writes what was acquired
+        return from_state
 
     def _set_active(self, data: bytes) -> None:
         old = self.active_config
@@ -199,7 +246,7 @@ class ConfigMixin:
 
     def _on_active_changed(self, old: bytes, new: bytes) -> None:
         if mc.kubelet_extra_args(old) != mc.kubelet_extra_args(new):
-            # B4/B5: kubelet is restarted with its new arguments (fails or heals).
+            # kubelet is restarted with its new arguments (so it fails, or heals).
             self.services.restart_if_running("kubelet")
         if mc.node_labels(old) != mc.node_labels(new):
             self.hooks.kube_changed()
@@ -211,19 +258,20 @@ class ConfigMixin:
         return self._try_timer is not None
 
     def _arm_try(self, timeout: float) -> None:
-        # facts §9: the rollback target is the config active when the *first* TRY arrived;
-        # a second TRY re-arms the timer and keeps that target.
-        if self._try_target is None:
-            self._try_target = self.active_config
+        # RollbackToConfigAfter (runtime/v1alpha1/v1alpha1_runtime.go): the target is the
+        # config active when *this* TRY arrives, so a second TRY in the window reverts to the
+        # first tried config; the earlier timer is stopped. A 0s timer fires right after the
+        # apply (INFERRED: in Go its goroutine races the SetConfig that follows).
+        self._try_target = self.active_config
         if self._try_timer is not None:
             self._try_timer.cancel()
-        self._try_timer = self.clock.call_later(timeout, self._try_expired)
+        self._try_timer = self.clock.call_later(max(timeout, 0.0), self._try_expired)
 
     def _try_expired(self) -> None:
         target, self._try_target, self._try_timer = self._try_target, None, None
         if target is None or self._fault("try-no-revert"):
             return
-        self._set_active(target)  # facts §8: v1alpha1 +1 again
+        self._set_active(target)  # SetConfig again: v1alpha1 +1, `persistent` untouched
 
     def cancel_try(self) -> None:
         if self._try_timer is not None:

@@ -362,7 +362,10 @@ class NodeState(ConfigMixin):
             )
 
     def _publish_machine_config(self) -> None:
-        # facts §8: `v1alpha1` = active config; `persistent` absent in container mode.
+        """What AcquireController sets at boot (internal/app/machined/pkg/controllers/config/
+        acquire.go): `v1alpha1` always; `persistent` only when the config did not come from
+        the STATE partition alone (see :meth:`ConfigMixin._boot_config_from_state`)."""
+        from_state = self._boot_config_from_state()
         self.store.put(
             "config",
             T.MACHINE_CONFIGS,
@@ -371,7 +374,7 @@ class NodeState(ConfigMixin):
             annotations=CONFIG_ANNOTATIONS,
             always_bump=True,
         )
-        if not self.container:
+        if not from_state:
             self.store.put(
                 "config",
                 T.MACHINE_CONFIGS,

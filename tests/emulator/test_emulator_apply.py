@@ -1,4 +1,9 @@
-"""ApplyConfiguration on the emulator: facts §9 order and texts, §8 versions, §13 B3-B7."""
+"""ApplyConfiguration on the emulator, as machined's handler runs it.
+
+Handler: ``internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go``
+(ApplyConfiguration); config writes: ``runtime/v1alpha1/v1alpha1_runtime.go`` (SetConfig,
+SetPersistedConfig, RollbackToConfigAfter); boot-time config: ``controllers/config/acquire.go``.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,10 @@ from collections.abc import Callable
 import pytest
 from google.protobuf import duration_pb2, empty_pb2
 from grpclib.const import Status
-from grpclib.exceptions import GRPCError
+from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from pytest_talos._proto.machine import machine_pb2 as m
-from pytest_talos._proto.resource.definitions.config import config_pb2
+from pytest_talos._proto.resource.config import config_pb2
 from pytest_talos._proto.v1alpha1 import state_pb2 as s
 from pytest_talos.emulator import EmulatedCluster
 from pytest_talos.emulator.machineconfig import NO_V1ALPHA1_MESSAGE
@@ -26,7 +31,7 @@ Mode = m.ApplyConfigurationRequest
 LABEL_PATCH = "machine:\n  nodeLabels:\n    example.com/team: storage\n"
 BAD_LABEL_PATCH = "machine:\n  nodeLabels:\n    my label: x\n"
 FLAG_PATCH = "machine:\n  kubelet:\n    extraArgs:\n      no-such-flag: 'true'\n"
-TOKEN_PATCH = "machine:\n  token: abcdef.0123456789abcdef\n"  # needs a reboot (facts §9)
+TOKEN_PATCH = "machine:\n  token: abcdef.0123456789abcdef\n"  # needs a reboot
 UNFLAG_PATCH = "machine:\n  kubelet:\n    extraArgs:\n      no-such-flag:\n        $patch: delete\n"
 
 
@@ -53,6 +58,11 @@ class Node:
         found = self.config(id_)
         assert found is not None
         return found[1]
+
+    def versions(self) -> tuple[int | None, int | None]:
+        """(v1alpha1, persistent) versions; None for a resource that does not exist."""
+        active, persistent = self.config(), self.config("persistent")
+        return (active and active[1]), (persistent and persistent[1])
 
     def patched(self, *patches: str) -> bytes:
         found = self.config()
@@ -103,25 +113,79 @@ def test_no_reboot_label_change(node_of: Callable[..., Node]) -> None:
     reply = node.apply(node.patched(LABEL_PATCH))
     assert reply.mode == Mode.NO_REBOOT
     assert reply.mode_details == "Applied configuration without a reboot"
-    assert node.version() == 2
-    # facts §8: container mode has no `persistent` resource.
-    assert node.config("persistent") is None
     assert node.labels()["example.com/team"] == "storage"
 
 
-def test_no_reboot_on_metal_bumps_persistent_and_active(node_of: Callable[..., Node]) -> None:
+def test_a_fresh_container_node_has_persistent(node_of: Callable[..., Node]) -> None:
+    # acquire.go: the config came from the platform (USERDATA), not from STATE alone, so the
+    # AcquireController set `persistent` too.
+    node = node_of()
+    assert node.versions() == (1, 1)
+    assert node.config("persistent") == node.config()
+
+
+def test_an_installed_metal_node_has_no_persistent_until_an_apply(
+    node_of: Callable[..., Node],
+) -> None:
+    # acquire.go: an installed node boots from STATE only and does not re-persist.
     node = node_of(platform="metal")
-    assert (node.version("v1alpha1"), node.version("persistent")) == (1, 1)
+    assert node.versions() == (1, None)
     node.apply(node.patched(LABEL_PATCH))
-    assert (node.version("v1alpha1"), node.version("persistent")) == (2, 2)
+    assert node.versions() == (2, 1)  # SetPersistedConfig creates it
 
 
-def test_staged_on_metal_bumps_only_persistent(node_of: Callable[..., Node]) -> None:
+@pytest.mark.parametrize(
+    ("platform", "mode", "before", "after"),
+    [
+        ("container", Mode.NO_REBOOT, (1, 1), (2, 2)),  # both bumped
+        ("container", Mode.TRY, (1, 1), (2, 1)),  # only v1alpha1
+        ("container", Mode.STAGED, (1, 1), (1, 2)),  # only persistent
+        ("metal", Mode.STAGED, (1, None), (1, 1)),
+        ("metal", Mode.TRY, (1, None), (2, None)),
+    ],
+)
+def test_versions_per_apply_mode(
+    node_of: Callable[..., Node],
+    platform: str,
+    mode: m.ApplyConfigurationRequest.Mode,
+    before: tuple[int, int | None],
+    after: tuple[int, int | None],
+) -> None:
+    node = node_of(platform=platform)
+    assert node.versions() == before
+    node.apply(node.patched(LABEL_PATCH), mode, try_seconds=600 if mode == Mode.TRY else None)
+    assert node.versions() == after
+
+
+def test_staged_changes_only_persistent(node_of: Callable[..., Node]) -> None:
     node = node_of(platform="metal")
-    reply = node.apply(node.patched(LABEL_PATCH), Mode.STAGED)
+    data = node.patched(LABEL_PATCH)
+    reply = node.apply(data, Mode.STAGED)
     assert reply.mode_details == "Staged configuration to be applied after the next reboot"
-    assert (node.version("v1alpha1"), node.version("persistent")) == (1, 2)
+    assert node.config("persistent") == (data, 1)
     assert "example.com/team" not in node.labels()
+
+
+def test_after_a_reboot_persistent_is_gone_until_the_next_apply(
+    node_of: Callable[..., Node],
+) -> None:
+    # The reboot boots the staged config from STATE alone: `v1alpha1` holds it (version 1
+    # again, a fresh resource store), and there is no `persistent`.
+    node = node_of(platform="metal", time_scale=20)
+    data = node.patched(LABEL_PATCH)
+    node.apply(data, Mode.STAGED)
+    node.cluster.node(node.address).run(lambda st: st.reboot())
+    wait_for(lambda: _config_or_none(node), lambda c: c == (data, 1), what="node back")
+    assert node.versions() == (1, None)
+    node.apply(node.patched("machine:\n  nodeLabels:\n    next: 'yes'\n"))
+    assert node.versions() == (2, 1)
+
+
+def _config_or_none(node: Node) -> tuple[bytes, int] | None:
+    try:
+        return node.config()
+    except (GRPCError, OSError, StreamTerminatedError):  # down while it reboots
+        return None
 
 
 def test_the_applied_bytes_are_kept_verbatim(node_of: Callable[..., Node]) -> None:
@@ -135,7 +199,7 @@ def test_invalid_label_is_rejected_and_nothing_changes(node_of: Callable[..., No
     node = node_of()
     with pytest.raises(GRPCError) as caught:
         node.apply(node.patched(BAD_LABEL_PATCH))
-    assert caught.value.status == Status.INVALID_ARGUMENT  # B3
+    assert caught.value.status == Status.INVALID_ARGUMENT
     assert "my label" in str(caught.value.message)
     assert node.version() == 1
 
@@ -174,15 +238,28 @@ def test_garbage_is_a_decode_error(node_of: Callable[..., Node]) -> None:
 def test_dry_run_shows_the_diff_and_changes_nothing(node_of: Callable[..., Node]) -> None:
     node = node_of()
     reply = node.apply(node.patched(LABEL_PATCH), dry_run=True)
+    assert reply.mode == Mode.NO_REBOOT
     assert reply.mode_details.startswith(
         "Dry run summary:\nApplied configuration without a reboot (skipped in dry-run).\n"
         "Config diff:\n\n--- a\n+++ b\n"
     )
     assert "+    example.com/team: storage" in reply.mode_details
     assert not reply.warnings
-    assert node.version() == 1
+    assert node.versions() == (1, 1)
     unchanged = node.apply(node.patched(), dry_run=True)
     assert unchanged.mode_details.endswith("No changes.")
+
+
+def test_dry_run_of_try_has_no_try_sentence(node_of: Callable[..., Node]) -> None:
+    node = node_of()
+    reply = node.apply(node.patched(LABEL_PATCH), Mode.TRY, dry_run=True, try_seconds=30)
+    assert reply.mode == Mode.TRY
+    assert reply.mode_details.startswith(
+        "Dry run summary:\nApplied configuration without a reboot (skipped in dry-run).\n"
+        "Config diff:\n\n"
+    )
+    assert "'try' mode" not in reply.mode_details
+    assert not node.cluster.node(node.address).run(lambda st: st.try_pending)
 
 
 def test_reboot_required_change_fails_in_no_reboot_mode(node_of: Callable[..., Node]) -> None:
@@ -201,9 +278,21 @@ def test_auto_picks_no_reboot_or_reboot(node_of: Callable[..., Node]) -> None:
     assert node.apply(node.patched(LABEL_PATCH), Mode.AUTO).mode == Mode.NO_REBOOT
     dry = node.apply(node.patched(TOKEN_PATCH), Mode.AUTO, dry_run=True)
     assert dry.mode == Mode.REBOOT
+    # The handler returns the dry run before it appends AUTO's `: <reason>`.
     assert dry.mode_details.startswith(
-        "Dry run summary:\nApplied configuration with a reboot: this config change can't be "
-        "applied in immediate mode"
+        "Dry run summary:\nApplied configuration with a reboot (skipped in dry-run).\n"
+        "Config diff:\n\n--- a\n+++ b\n"
+    )
+    assert "can't be applied in immediate mode" not in dry.mode_details
+
+
+def test_auto_resolved_to_reboot_appends_the_reason(node_of: Callable[..., Node]) -> None:
+    node = node_of(platform="metal", time_scale=20)
+    reply = node.apply(node.patched(TOKEN_PATCH), Mode.AUTO)
+    assert reply.mode == Mode.REBOOT
+    assert reply.mode_details.startswith(
+        "Applied configuration with a reboot: this config change can't be applied in "
+        "immediate mode\ndiff:\n"
     )
 
 
@@ -228,7 +317,7 @@ def test_reboot_mode_blocks_further_applies(node_of: Callable[..., Node]) -> Non
     )
 
 
-# ---- try mode (B6) ----------------------------------------------------------------------------
+# ---- try mode --------------------------------------------------------------------------------
 
 
 def test_try_mode_reverts_after_the_timeout(node_of: Callable[..., Node]) -> None:
@@ -245,7 +334,7 @@ def test_try_mode_reverts_after_the_timeout(node_of: Callable[..., Node]) -> Non
     reverted = wait_for(node.config, lambda c: c is not None and c[1] == 3, what="revert")
     assert reverted is not None
     assert original is not None
-    assert reverted[0] == original[0]  # facts §8: v1alpha1 +1 again, old content
+    assert reverted[0] == original[0]  # SetConfig of the old config: v1alpha1 +1 again
     assert "example.com/team" not in node.labels()
 
 
@@ -255,17 +344,30 @@ def test_default_try_timeout_is_a_minute(node_of: Callable[..., Node]) -> None:
     assert reply.mode_details.endswith("reverted back in 1m0s")
 
 
-def test_second_try_rearms_with_the_first_target(node_of: Callable[..., Node]) -> None:
+def test_a_second_try_reverts_to_the_first_tried_config(node_of: Callable[..., Node]) -> None:
+    # RollbackToConfigAfter captures the config active at *each* TRY call and stops the
+    # earlier timer: the second TRY rolls back to the first tried config.
     node = node_of(time_scale=20)
-    original = node.config()
-    node.apply(node.patched(LABEL_PATCH), Mode.TRY, try_seconds=60)
+    first = node.patched(LABEL_PATCH)
+    node.apply(first, Mode.TRY, try_seconds=60)
     node.apply(
         node.patched("machine:\n  nodeLabels:\n    second: 'yes'\n"), Mode.TRY, try_seconds=20
     )
     reverted = wait_for(node.config, lambda c: c is not None and c[1] == 4, what="revert")
-    assert reverted is not None
+    assert reverted == (first, 4)
+    assert node.versions() == (4, 1)  # TRY never touches `persistent`
+    assert not node.cluster.node(node.address).run(lambda st: st.try_pending)
+
+
+def test_a_zero_try_timeout_reverts_at_once(node_of: Callable[..., Node]) -> None:
+    # A present try_mode_timeout is used as sent (`in.TryModeTimeout != nil`), even 0s.
+    node = node_of()
+    original = node.config()
+    reply = node.apply(node.patched(LABEL_PATCH), Mode.TRY, try_seconds=0)
+    assert reply.mode_details.endswith("will be automatically reverted back in 0s")
+    reverted = wait_for(node.config, lambda c: c is not None and c[1] == 3, what="revert")
     assert original is not None
-    assert reverted[0] == original[0]
+    assert reverted == (original[0], 3)
 
 
 def test_a_non_try_apply_cancels_the_revert(node_of: Callable[..., Node]) -> None:
@@ -291,11 +393,17 @@ def test_try_no_revert_fault(node_of: Callable[..., Node]) -> None:
     assert "example.com/team" in node.labels()
 
 
-# ---- B4 / B5: an unknown kubelet flag --------------------------------------------------------
+# ---- an unknown kubelet flag: accepted, kubelet crash-loops, healed by removing it ----------
 
 
 def _failures(kubelet: m.ServiceInfo) -> list[m.ServiceEvent]:
-    return [event for event in kubelet.events.events if event.state == "Failed"]
+    # The restart runner records a crash as Waiting, never Failed
+    # (internal/app/machined/pkg/system/runner/restart/restart.go).
+    return [
+        event
+        for event in kubelet.events.events
+        if event.state == "Waiting" and "going to restart forever" in event.msg
+    ]
 
 
 def test_unknown_kubelet_flag_is_accepted_then_kubelet_crash_loops(
@@ -303,7 +411,7 @@ def test_unknown_kubelet_flag_is_accepted_then_kubelet_crash_loops(
 ) -> None:
     node = node_of(time_scale=10)
     reply = node.apply(node.patched(FLAG_PATCH))
-    assert reply.mode_details == "Applied configuration without a reboot"  # B4: accepted
+    assert reply.mode_details == "Applied configuration without a reboot"  # accepted
     kubelet = wait_for(node.kubelet, lambda k: len(_failures(k)) >= 2, what="two failures")
     first, second = _failures(kubelet)[:2]
     period = second.ts.ToDatetime() - first.ts.ToDatetime()
@@ -325,7 +433,7 @@ def test_removing_the_flag_heals_kubelet(node_of: Callable[..., Node]) -> None:
     node = node_of(time_scale=10)
     node.apply(node.patched(FLAG_PATCH))
     wait_for(node.kubelet, lambda k: bool(_failures(k)), what="kubelet to fail")
-    node.apply(node.patched(UNFLAG_PATCH))  # B5
+    node.apply(node.patched(UNFLAG_PATCH))
     healed = wait_for(node.kubelet, lambda k: k.health.healthy, what="kubelet heals")
     assert healed.state == "Running"
     assert healed.events.events[-1].msg == "Health check successful"

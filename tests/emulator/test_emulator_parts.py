@@ -99,7 +99,9 @@ def test_automatic_aliases() -> None:
     }
     member = DEFINITIONS[T.MEMBERS]
     assert "m" not in member.all_aliases  # one capital: no initials alias
-    assert DEFINITIONS[T.SERVICES].all_aliases[0] == "svc"
+    # cosi's Fill: allAliases starts with the plural; the explicit alias leads `aliases`
+    assert DEFINITIONS[T.SERVICES].all_aliases[0] == "services"
+    assert DEFINITIONS[T.SERVICES].filled_aliases[0] == "svc"
 
 
 def test_store_versions_follow_cosi_rules() -> None:
@@ -269,7 +271,8 @@ def test_second_try_rearms_and_other_modes_cancel_on_a_manual_clock() -> None:
     clock.advance(59)  # the first window has passed: the timer was re-armed
     assert state.active_config == second
     clock.advance(2)
-    assert state.active_config == original  # back to the config before the *first* TRY
+    # RollbackToConfigAfter captured the config active at the second TRY: the first one
+    assert state.active_config == first
 
     state.apply_configuration(ApplyRequest(first, "TRY", try_timeout=60))
     state.apply_configuration(ApplyRequest(second, "NO_REBOOT"))

@@ -70,13 +70,14 @@ def test_generated_controlplane_config_looks_like_gen_config(cp: bytes) -> None:
         "defaultRuntimeSeccompProfileEnabled": True,
         "disableManifestsDirectory": True,
     }
-    assert machine["install"] == {
-        "disk": "/dev/sda", "image": "ghcr.io/siderolabs/installer:v1.13.9", "wipe": False,
+    # A docker cluster sets no install disk or image; 1.13 turns grubUseUKICmdline on.
+    assert machine["install"] == {"wipe": False, "grubUseUKICmdline": True}
+    assert machine["features"] == {
+        "diskQuotaSupport": True,
+        "kubePrism": {"enabled": True, "port": 7445},
+        "hostDNS": {"enabled": True, "forwardKubeDNSToHost": True},
     }
-    assert machine["features"]["rbac"] is True
-    assert machine["features"]["apidCheckExtKeyUsage"] is True
-    assert machine["features"]["kubePrism"] == {"enabled": True, "port": 7445}
-    assert machine["features"]["hostDNS"] == {"enabled": True, "forwardKubeDNSToHost": True}
+    assert "network" not in machine
     assert machine["nodeLabels"] == {"node.kubernetes.io/exclude-from-external-load-balancers": ""}
     assert cluster["controlPlane"] == {"endpoint": ENDPOINT}
     assert cluster["clusterName"] == "talos-default"
@@ -85,10 +86,10 @@ def test_generated_controlplane_config_looks_like_gen_config(cp: bytes) -> None:
         "serviceSubnets": ["10.96.0.0/12"],
     }
     assert cluster["apiServer"]["image"] == "registry.k8s.io/kube-apiserver:v1.36.0"
-    assert cluster["apiServer"]["certSANs"] == ["10.5.0.2"]
+    assert "certSANs" not in cluster["apiServer"]  # 1.13 no longer adds the endpoint host
+    assert "disablePodSecurityPolicy" not in cluster["apiServer"]
     assert "etcd" in cluster
-    assert hostname_doc == {"apiVersion": "v1alpha1", "kind": "HostnameConfig",
-                            "hostname": "talos-default-controlplane-1", "auto": "off"}
+    assert hostname_doc == {"apiVersion": "v1alpha1", "kind": "HostnameConfig", "auto": "stable"}
 
 
 def test_generated_config_has_talosctl_style_comments(cp: bytes) -> None:
@@ -100,25 +101,42 @@ def test_generated_config_has_talosctl_style_comments(cp: bytes) -> None:
         text
     )
     assert '    node.kubernetes.io/exclude-from-external-load-balancers: ""\n' in text
-    assert '\nauto: "off" # ' in text
+    assert "\nauto: stable # " in text
 
 
 def test_generated_worker_config(worker: bytes) -> None:
     main = documents(worker)[0]
     assert main["machine"]["type"] == "worker"
-    assert main["machine"]["nodeLabels"] == {}
-    for control_plane_only in ("apiServer", "etcd", "scheduler", "controllerManager"):
+    assert "nodeLabels" not in main["machine"]
+    for control_plane_only in ("apiServer", "etcd", "scheduler", "controllerManager",
+                               "aggregatorCA", "serviceAccount", "secretboxEncryptionSecret"):
         assert control_plane_only not in main["cluster"]
     assert main["cluster"]["token"] == documents(generate())[0]["cluster"]["token"]
+    assert main["machine"]["ca"]["key"] == ""  # a worker holds no CA key
+    assert main["cluster"]["ca"]["key"] == ""
 
 
-def test_generated_config_without_extra_documents_keeps_hostname_inline() -> None:
-    data = generate("worker", extra_documents=False, hostname="w1")
+def test_generated_config_is_one_template_per_role() -> None:
+    # talosctl cluster create hands every node of a role the same config; the platform names
+    # the node, so neither the hostname nor the address is written.
+    assert generate(hostname="a", address="10.5.0.2") == generate(hostname="b", address="::1")
+    assert mc.hostname(generate()) == ""
+
+
+def test_generated_config_without_extra_documents() -> None:
+    data = generate("worker", extra_documents=False)
     (main,) = documents(data)
-    assert main["machine"]["network"] == {"hostname": "w1"}
-    assert main["machine"]["features"]["stableHostname"] is True
-    assert mc.hostname(data) == "w1"
+    assert "network" not in main["machine"]
     assert mc.validate(data).warnings == []
+
+
+def test_generated_install_options() -> None:
+    main = documents(generate(install_image="ghcr.io/siderolabs/installer:v1.13.9",
+                              install_disk="/dev/vda"))[0]
+    assert main["machine"]["install"] == {
+        "disk": "/dev/vda", "image": "ghcr.io/siderolabs/installer:v1.13.9", "wipe": False,
+        "grubUseUKICmdline": True,
+    }
 
 
 def test_generated_config_is_deterministic_and_per_cluster(cp: bytes) -> None:
@@ -131,11 +149,11 @@ def test_generated_config_is_deterministic_and_per_cluster(cp: bytes) -> None:
 
 def test_generated_config_holds_no_private_keys(cp: bytes) -> None:
     main = documents(cp)[0]
-    assert "key" not in main["machine"]["ca"]
-    assert "key" not in main["cluster"]["ca"]
-    assert "key" not in main["cluster"]["etcd"]["ca"]
-    assert "serviceAccount" not in main["cluster"]
-    assert "secretboxEncryptionSecret" not in main["cluster"]
+    cluster = main["cluster"]
+    keys = [main["machine"]["ca"]["key"], cluster["ca"]["key"], cluster["aggregatorCA"]["key"],
+            cluster["serviceAccount"]["key"], cluster["etcd"]["ca"]["key"]]
+    for key in keys:  # where Talos writes a key there is a placeholder that is none
+        assert base64.b64decode(key).decode().endswith(": not a key")
     assert b"PRIVATE KEY" not in cp
     assert b"PRIVATE KEY" not in base64.b64decode(main["machine"]["ca"]["crt"])
 
@@ -433,21 +451,20 @@ def test_container_mode_needs_host_dns(worker: bytes) -> None:
 
 
 def test_hostname_config_rules(worker: bytes) -> None:
-    auto_and_name = worker.replace(b'auto: "off"', b"auto: stable")
+    named = worker.replace(b"auto: stable", b'auto: "off"\nhostname: talos-default-worker-1')
+    assert mc.validate(named).warnings == []
+    assert mc.hostname(named) == "talos-default-worker-1"
+    auto_and_name = worker.replace(b"auto: stable", b"auto: stable\nhostname: w1")
     assert rejection(auto_and_name) == mc._multierror([
         "HostnameConfig: 'auto' and 'hostname' cannot be set at the same time"
     ])
-    twice = patched(worker, "machine:\n  network:\n    hostname: other\n")
+    twice = patched(named, "machine:\n  network:\n    hostname: other\n")
     assert rejection(twice) == mc._multierror(["static hostname is already set in v1alpha1 config"])
-    neither = worker.replace(b'auto: "off"', b'auto: ""').replace(
-        b"hostname: talos-default-worker-1", b'hostname: ""'
-    )
+    neither = worker.replace(b"auto: stable", b'auto: ""')
     assert rejection(neither) == mc._multierror(
         ["HostnameConfig: either 'auto' or 'hostname' must be set"]
     )
-    odd = worker.replace(b'auto: "off"', b"auto: sometimes").replace(
-        b"hostname: talos-default-worker-1", b'hostname: ""'
-    )
+    odd = worker.replace(b"auto: stable", b"auto: sometimes")
     assert rejection(odd) == mc._multierror(
         ['HostnameConfig: invalid auto hostname kind "sometimes"']
     )
@@ -575,13 +592,14 @@ def test_dry_run_with_a_diff(cp: bytes) -> None:
 
 
 def test_dry_run_of_auto_resolved_to_reboot(cp: bytes) -> None:
+    # The handler returns the dry run before it appends AUTO's `: <reason>`.
     data = patched(cp, "machine:\n  type: worker\n")
-    reason = mc.immediate_apply_error(cp, data)
-    details = mc.dry_run_details("REBOOT", cp, data, reason)
+    details = mc.dry_run_details("REBOOT", cp, data)
     assert details.startswith(
-        "Dry run summary:\nApplied configuration with a reboot: this config change can't be "
-        "applied in immediate mode\ndiff:\n"
+        "Dry run summary:\nApplied configuration with a reboot (skipped in dry-run).\n"
+        "Config diff:\n\n--- a\n+++ b\n"
     )
+    assert "can't be applied in immediate mode" not in details
 
 
 # --------------------------------------------------------------------------- accessors
@@ -590,7 +608,7 @@ def test_dry_run_of_auto_resolved_to_reboot(cp: bytes) -> None:
 def test_accessors(cp: bytes, worker: bytes) -> None:
     assert mc.machine_type(cp) == "controlplane"
     assert mc.machine_type(worker) == "worker"
-    assert mc.hostname(worker) == "talos-default-worker-1"
+    assert mc.hostname(worker) == ""  # the platform names the node
     assert mc.cluster_name(cp) == "talos-default"
     assert mc.cert_sans(cp) == []
     assert mc.kubernetes_version(cp) == "1.36.0"

@@ -1,7 +1,8 @@
 """generate_config's output, pinned byte for byte, and the YAML scalar writer it relies on.
 
-The files under ``data/`` were written by the implementation that ran ``yaml.safe_dump`` for
-every scalar; the faster writer must reproduce them exactly.
+The files under ``data/`` pin the writer's bytes (first written by an implementation that ran
+``yaml.safe_dump`` for every scalar, rewritten when the generated layout followed Talos 1.13's
+golden files); the fast scalar writer must keep reproducing them exactly.
 """
 
 from __future__ import annotations

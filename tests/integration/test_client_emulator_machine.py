@@ -359,9 +359,11 @@ def test_apply_no_reboot_label_patch_bumps_the_version(
     assert after.version == before.version + 1  # facts §8: NO_REBOOT bumps v1alpha1
     assert after.raw == patched
     assert after.documents[0]["machine"]["nodeLabels"] == {"pytest-talos/checked": "client-test"}
-    # facts §8: no `persistent` MachineConfig in container mode.
-    with pytest.raises(NotFound):
-        worker.get("mc", "persistent")
+    # A fresh container node has `persistent` (controllers/config/acquire.go); NO_REBOOT
+    # sets it too (SetPersistedConfig), so it now holds the applied config.
+    persistent = worker.get("mc", "persistent").typed_spec
+    assert isinstance(persistent, MachineConfigSpec)
+    assert persistent.yaml == patched
 
 
 def test_apply_auto_resolves_to_no_reboot_for_a_label(
@@ -425,10 +427,9 @@ def test_apply_of_a_change_that_needs_a_reboot_in_no_reboot_mode_is_refused(
     assert worker.machine_config().version == before.version
 
     dry = worker.apply_configuration(retyped, mode="auto", dry_run=True)
-    assert dry.mode == "reboot"  # AUTO turns into REBOOT, with the reason appended
+    assert dry.mode == "reboot"  # AUTO turns into REBOOT; a dry run leaves the reason out
     assert dry.mode_details.startswith(
-        "Dry run summary:\nApplied configuration with a reboot: "
-        "this config change can't be applied in immediate mode"
+        "Dry run summary:\nApplied configuration with a reboot (skipped in dry-run).\n"
     )
 
 
@@ -470,7 +471,7 @@ def test_apply_staged_leaves_the_active_config_alone_in_container_mode(
         "staged",
         "Staged configuration to be applied after the next reboot",
     )
-    # facts §8: STAGED bumps only `persistent`, which container nodes do not have.
+    # STAGED sets only `persistent` (SetPersistedConfig); the active config stays.
     after = worker.machine_config()
     assert (after.version, after.raw) == (before.version, before.raw)
 
@@ -865,7 +866,8 @@ def test_reboot_upgrade_and_rollback_on_metal_nodes() -> None:
         original = worker.machine_config()
         staged = apply_patches(original.raw, [LABEL_PATCH])
         assert worker.apply_configuration(staged, mode="staged").mode == "staged"
-        # facts §8: STAGED changes only `persistent` (metal nodes have it).
+        # STAGED changes only `persistent`: SetPersistedConfig creates it on an installed
+        # metal node, which boots without one (controllers/config/acquire.go).
         assert worker.machine_config().raw == original.raw
         persistent = worker.get("mc", "persistent").typed_spec
         assert isinstance(persistent, MachineConfigSpec)

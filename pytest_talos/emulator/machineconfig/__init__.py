@@ -1,12 +1,14 @@
 """The machine-config truth an emulated Talos v1.13 node applies.
 
 Pure functions over config bytes — no I/O, no gRPC: generate a config as ``talosctl gen
-config`` would, validate one the way ``ApplyConfiguration`` does (talos-facts §9 steps 5-7),
-decide whether a change can apply without a reboot (step 9) and word the dry-run summary
-(step 10). The servicers turn :class:`ConfigRejected` into a gRPC status.
+config`` would, validate one the way ``ApplyConfiguration`` does
+(``internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go``: configloader,
+``Validate``, ``RuntimeValidate``), decide whether a change can apply without a reboot
+(``CanApplyImmediate``) and word the dry-run summary. The servicers turn
+:class:`ConfigRejected` into a gRPC status.
 
-Where the facts are silent the behaviour below is a guess; every guess is listed in
-:data:`INFERRED` (the emulator docs page prints that list).
+Where the upstream source was not followed line by line the behaviour below is a guess;
+every guess is listed in :data:`INFERRED` (the emulator docs page prints that list).
 
 Modules: :mod:`.generate` (gen config), :mod:`.loader` and :mod:`.schema` (configloader and
 strict decoding), :mod:`.validate` (the semantic checks), :mod:`.immediate` (no-reboot

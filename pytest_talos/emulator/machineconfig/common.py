@@ -10,17 +10,17 @@ from typing import Any
 from pytest_talos.errors import TalosError
 
 INFERRED: tuple[str, ...] = (
-    "Generated configs follow Talos 1.13 `talosctl gen config` plus a per-node hostname patch: "
-    "with extra documents the hostname lives in a `HostnameConfig` document (`auto: \"off\"`) "
-    "and `machine.network` is empty, because 1.13 emits `HostnameConfig` and rejects a second "
-    "static hostname in `machine.network.hostname`; without extra documents the hostname is in "
-    "`machine.network.hostname` and `machine.features.stableHostname: true` is set.",
-    "Generated configs carry no private keys: every `key` of `machine.ca`, `cluster.ca`, "
-    "`cluster.aggregatorCA`, `cluster.etcd.ca`, plus `cluster.serviceAccount` and "
-    "`cluster.secretboxEncryptionSecret`, are left out; CA `crt` fields hold the PEM passed in "
-    "or a recognisable placeholder; tokens, `cluster.id` and `cluster.secret` are derived from a "
-    "hash of the cluster name (deterministic, protecting nothing). Control-plane configs are "
-    "therefore not checked for `.machine.ca.key`.",
+    "Generated configs are one template per role, as `talosctl cluster create` hands out: "
+    "no hostname in the config (a `HostnameConfig` document with `auto: stable`); the "
+    "emulated platform names the node `<cluster>-<role>-<n>`, as docker's /etc/hostname and "
+    "qemu's DHCP do.",
+    "Generated configs carry no private keys: where Talos writes a key (`machine.ca.key`, "
+    "`cluster.ca.key`, `cluster.aggregatorCA.key`, `cluster.serviceAccount.key`, "
+    "`cluster.etcd.ca.key` on control planes) the emulator writes a base64 placeholder that "
+    "is no key; workers get `key: \"\"` as in Talos. CA `crt` fields hold the PEM passed in or "
+    "a recognisable placeholder; tokens, `cluster.id`, `cluster.secret` and "
+    "`cluster.secretboxEncryptionSecret` are derived from a hash of the cluster name "
+    "(deterministic, protecting nothing).",
     "Only the documentation comments of the main fields are written (talosctl writes one for "
     "every field, plus commented examples).",
     "Documents other than v1alpha1: `HostnameConfig` is decoded strictly (keys `hostname`, "
@@ -51,10 +51,6 @@ INFERRED: tuple[str, ...] = (
     "Immediate-apply comparison treats an absent field, null, `{}` and `[]` as equal; the "
     "`diff:` in the immediate-mode error is the unified diff of the two v1alpha1 documents "
     "after the fields allowed to change have been copied from the old one.",
-    "Reply details: NO_REBOOT/TRY `Applied configuration without a reboot`, STAGED `Staged "
-    "configuration to be applied after the next reboot`, REBOOT `Applied configuration with a "
-    "reboot`; AUTO resolved to REBOOT appends `: <reason>`; the TRY suffix (`The config is "
-    "applied in 'try' mode …`) is left out of the dry-run summary.",
 )
 
 NO_V1ALPHA1_MESSAGE = (

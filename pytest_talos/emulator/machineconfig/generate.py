@@ -1,4 +1,15 @@
-"""A machine config as ``talosctl gen config`` (Talos 1.13) plus a hostname patch writes it."""
+"""A machine config as Talos 1.13 generates it for ``talosctl cluster create``.
+
+The generator is ``pkg/machinery/config/generate`` (``init.go`` for control planes,
+``worker.go``, ``network.go``) under the v1.13 version contract
+(``pkg/machinery/config/contract.go``); Talos pins its output in
+``pkg/machinery/config/types/v1alpha1/testdata/stability/v1.13/base-{controlplane,worker}.yaml``.
+``talosctl cluster create`` (``cmd/talosctl/cmd/mgmt/cluster/create/clusterops/configmaker``)
+gives every node of a role the same config: no hostname is written, a ``HostnameConfig``
+document says ``auto: stable``, and the platform names the node (docker: the container's
+``/etc/hostname``, ``runtime/v1alpha1/platform/container``; qemu: DHCP), which outranks the
+automatic name. So one template per role serves a whole cluster.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +17,6 @@ import base64
 import hashlib
 from collections.abc import Sequence
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from pytest_talos.emulator.machineconfig.common import (
     DEFAULT_POD_SUBNETS,
@@ -23,61 +33,67 @@ _DOCS = {
     "machine.type": "Defines the role of the machine within the cluster.",
     "machine.token": "The `token` is used by a machine to join the PKI of the cluster.",
     "machine.ca": "The root certificate authority of the PKI.",
-    "machine.certSANs": "Extra certificate subject alternative names for the machine's "
-                        "certificate.",
+    "machine.certSANs": (
+        "Extra certificate subject alternative names for the machine's certificate."
+    ),
     "machine.kubelet": "Used to provide additional options to the kubelet.",
-    "machine.kubelet.image": "The `image` field is an optional reference to an alternative "
-                             "kubelet image.",
-    "machine.kubelet.defaultRuntimeSeccompProfileEnabled": "Enable container runtime default "
-                                                           "Seccomp profile.",
-    "machine.kubelet.disableManifestsDirectory": "The `disableManifestsDirectory` field "
-                                                 "configures the kubelet to get static pod "
-                                                 "manifests from the /etc/kubernetes/manifests "
-                                                 "directory.",
-    "machine.network": "Provides machine specific network configuration options.",
+    "machine.kubelet.image": (
+        "The `image` field is an optional reference to an alternative kubelet image."
+    ),
+    "machine.kubelet.defaultRuntimeSeccompProfileEnabled": (
+        "Enable container runtime default Seccomp profile."
+    ),
+    "machine.kubelet.disableManifestsDirectory": (
+        "The `disableManifestsDirectory` field configures the kubelet to get static pod "
+        "manifests from the /etc/kubernetes/manifests directory."
+    ),
     "machine.install": "Used to provide instructions for installations.",
     "machine.install.disk": "The disk used for installations.",
     "machine.install.image": "Allows for supplying the image used to perform the installation.",
-    "machine.install.wipe": "Indicates if the installation disk should be wiped at installation "
-                            "time.",
-    "machine.features": "Features describe individual Talos features that can be switched on "
-                        "or off.",
-    "machine.features.rbac": "Enable role-based access control (RBAC).",
-    "machine.features.stableHostname": "Enable stable default hostname.",
-    "machine.features.apidCheckExtKeyUsage": "Enable checks for extended key usage of client "
-                                             "certificates in apid.",
-    "machine.features.diskQuotaSupport": "Enable XFS project quota support for EPHEMERAL "
-                                         "partition and user disks.",
-    "machine.features.kubePrism": "KubePrism - local proxy/load balancer on defined port that "
-                                  "will distribute",
+    "machine.install.wipe": (
+        "Indicates if the installation disk should be wiped at installation time."
+    ),
+    "machine.features": (
+        "Features describe individual Talos features that can be switched on or off."
+    ),
+    "machine.features.diskQuotaSupport": (
+        "Enable XFS project quota support for EPHEMERAL partition and user disks."
+    ),
+    "machine.features.kubePrism": (
+        "KubePrism - local proxy/load balancer on defined port that will distribute"
+    ),
     "machine.features.hostDNS": "Configures host DNS caching resolver.",
     "machine.nodeLabels": "Configures the node labels for the machine.",
     "cluster": "Provides cluster specific configuration options.",
-    "cluster.id": "Globally unique identifier for this cluster (base64 encoded random 32 "
-                  "bytes).",
+    "cluster.id": "Globally unique identifier for this cluster (base64 encoded random 32 bytes).",
     "cluster.secret": "Shared secret of cluster (base64 encoded random 32 bytes).",
     "cluster.controlPlane": "Provides control plane specific configuration options.",
-    "cluster.controlPlane.endpoint": "Endpoint is the canonical controlplane endpoint, which "
-                                     "can be an IP address or a DNS hostname.",
+    "cluster.controlPlane.endpoint": (
+        "Endpoint is the canonical controlplane endpoint, which can be an IP address or a DNS "
+        "hostname."
+    ),
     "cluster.clusterName": "Configures the cluster's name.",
     "cluster.network": "Provides cluster specific network configuration options.",
     "cluster.network.dnsDomain": "The domain used by Kubernetes DNS.",
     "cluster.network.podSubnets": "The pod subnet CIDR.",
     "cluster.network.serviceSubnets": "The service subnet CIDR.",
-    "cluster.token": "The [bootstrap token](https://kubernetes.io/docs/reference/access-authn-"
-                     "authz/bootstrap-tokens/) used to join the cluster.",
+    "cluster.token": (
+        "The [bootstrap token](https://kubernetes.io/docs/reference/access-authn-authz/"
+        "bootstrap-tokens/) used to join the cluster."
+    ),
     "cluster.ca": "The base64 encoded root certificate authority used by Kubernetes.",
-    "cluster.aggregatorCA": "The base64 encoded aggregator certificate authority used by "
-                            "Kubernetes for front-proxy certificate generation.",
+    "cluster.aggregatorCA": (
+        "The base64 encoded aggregator certificate authority used by Kubernetes for "
+        "front-proxy certificate generation."
+    ),
     "cluster.apiServer": "API server specific configuration options.",
     "cluster.controllerManager": "Controller manager server specific configuration options.",
     "cluster.proxy": "Kube-proxy server-specific configuration options",
     "cluster.scheduler": "Scheduler server specific configuration options.",
     "cluster.discovery": "Configures cluster member discovery.",
     "cluster.etcd": "Etcd specific configuration options.",
-    "cluster.extraManifests": "A list of urls that point to additional manifests.",
-    "cluster.inlineManifests": "A list of inline Kubernetes manifests.",
 }
+_HOSTNAME_DOCS = {"auto": "A method to automatically generate a hostname for the machine."}
 _TOKEN_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 
@@ -102,62 +118,90 @@ def _crt(pem: bytes | None, what: str, cluster: str) -> str:
     return base64.b64encode(pem).decode("ascii")
 
 
+def _key(what: str, cluster: str) -> str:
+    """Where Talos writes a private key: a placeholder that is no key (see INFERRED)."""
+    return base64.b64encode(f"emulated {what} for cluster {cluster}: not a key".encode()).decode()
+
+
+def _install(image: str | None, disk: str | None) -> dict[str, Any]:
+    # v1alpha1.InstallConfig field order; GrubUseUKICmdlineDefault() holds for 1.13.
+    install: dict[str, Any] = {}
+    if disk:
+        install["disk"] = disk
+    if image:
+        install["image"] = image
+    install.update({"wipe": False, "grubUseUKICmdline": True})
+    return install
+
+
 def _machine_section(
-    *, role: str, cluster: str, host: str, kubelet_version: str, install_image: str,
-    cert_sans_list: Sequence[str], ca_crt: str, multidoc: bool,
+    *,
+    role: str,
+    cluster: str,
+    kubelet_version: str,
+    install: dict[str, Any],
+    cert_sans_list: Sequence[str],
+    ca_crt: str,
 ) -> dict[str, Any]:
-    features: dict[str, Any] = {"rbac": True}
-    if not multidoc:
-        features["stableHostname"] = True
-    features.update({
-        "apidCheckExtKeyUsage": True, "diskQuotaSupport": True,
-        "kubePrism": {"enabled": True, "port": 7445},
-        "hostDNS": {"enabled": True, "forwardKubeDNSToHost": True},
-    })
-    labels = {"node.kubernetes.io/exclude-from-external-load-balancers": ""}
-    return {
+    # 1.13 hides rbac/apidCheckExtKeyUsage (HideRBACAndKeyUsage) and, with multi-document
+    # network config, writes neither `machine.network: {}` nor `stableHostname`.
+    control_plane = role == "controlplane"
+    machine: dict[str, Any] = {
         "type": role,
         "token": _token("machine-token", cluster),
-        "ca": {"crt": ca_crt},
+        # A worker gets the Talos CA certificate only: its key is written empty.
+        "ca": {"crt": ca_crt, "key": _key("Talos CA key", cluster) if control_plane else ""},
         "certSANs": list(cert_sans_list),
         "kubelet": {
             "image": f"ghcr.io/siderolabs/kubelet:v{kubelet_version}",
             "defaultRuntimeSeccompProfileEnabled": True,
             "disableManifestsDirectory": True,
         },
-        "network": {} if multidoc else {"hostname": host},
-        "install": {"disk": "/dev/sda", "image": install_image, "wipe": False},
-        "features": features,
-        "nodeLabels": labels if role == "controlplane" else {},
+        "install": install,
+        "features": {
+            "diskQuotaSupport": True,
+            "kubePrism": {"enabled": True, "port": 7445},
+            "hostDNS": {"enabled": True, "forwardKubeDNSToHost": True},
+        },
+    }
+    if control_plane:  # AddExcludeFromExternalLoadBalancer(), init.go only
+        machine["nodeLabels"] = {"node.kubernetes.io/exclude-from-external-load-balancers": ""}
+    return machine
+
+
+def _pod_security() -> dict[str, Any]:
+    return {
+        "name": "PodSecurity",
+        "configuration": {
+            "apiVersion": "pod-security.admission.config.k8s.io/v1alpha1",
+            "defaults": {
+                "audit": "restricted",
+                "audit-version": "latest",
+                "enforce": "baseline",
+                "enforce-version": "latest",
+                "warn": "restricted",
+                "warn-version": "latest",
+            },
+            "exemptions": {"namespaces": ["kube-system"], "runtimeClasses": [], "usernames": []},
+            "kind": "PodSecurityConfiguration",
+        },
     }
 
 
-def _control_plane_cluster_extras(
-    version: str, endpoint_host: str, cluster: str
-) -> dict[str, Any]:
+def _control_plane_components(version: str, cert_sans_list: Sequence[str]) -> dict[str, Any]:
+    # 1.13: apiServer.certSANs holds only the extra SANs (PopulateClusterSANsFromEndpoint is
+    # off) and is left out when empty; disablePodSecurityPolicy is hidden (HideDisablePSP).
+    api_server: dict[str, Any] = {"image": f"registry.k8s.io/kube-apiserver:v{version}"}
+    if cert_sans_list:
+        api_server["certSANs"] = list(cert_sans_list)
+    api_server["admissionControl"] = [_pod_security()]
+    api_server["auditPolicy"] = {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "rules": [{"level": "Metadata"}],
+    }
     return {
-        "aggregatorCA": {"crt": _crt(None, "aggregator CA certificate", cluster)},
-        "apiServer": {
-            "image": f"registry.k8s.io/kube-apiserver:v{version}",
-            "certSANs": [endpoint_host],
-            "disablePodSecurityPolicy": True,
-            "admissionControl": [{
-                "name": "PodSecurity",
-                "configuration": {
-                    "apiVersion": "pod-security.admission.config.k8s.io/v1alpha1",
-                    "defaults": {
-                        "audit": "restricted", "audit-version": "latest",
-                        "enforce": "baseline", "enforce-version": "latest",
-                        "warn": "restricted", "warn-version": "latest",
-                    },
-                    "exemptions": {"namespaces": ["kube-system"], "runtimeClasses": [],
-                                   "usernames": []},
-                    "kind": "PodSecurityConfiguration",
-                },
-            }],
-            "auditPolicy": {"apiVersion": "audit.k8s.io/v1", "kind": "Policy",
-                            "rules": [{"level": "Metadata"}]},
-        },
+        "apiServer": api_server,
         "controllerManager": {"image": f"registry.k8s.io/kube-controller-manager:v{version}"},
         "proxy": {"image": f"registry.k8s.io/kube-proxy:v{version}"},
         "scheduler": {"image": f"registry.k8s.io/kube-scheduler:v{version}"},
@@ -165,9 +209,17 @@ def _control_plane_cluster_extras(
 
 
 def _cluster_section(
-    *, role: str, cluster: str, endpoint: str, version: str, pods: Sequence[str],
-    services: Sequence[str], k8s_ca_crt: str,
+    *,
+    role: str,
+    cluster: str,
+    endpoint: str,
+    version: str,
+    pods: Sequence[str],
+    services: Sequence[str],
+    k8s_ca_crt: str,
+    cert_sans_list: Sequence[str],
 ) -> dict[str, Any]:
+    control_plane = role == "controlplane"
     section: dict[str, Any] = {
         "id": _b64_32("cluster-id", cluster),
         "secret": _b64_32("cluster-secret", cluster),
@@ -179,45 +231,63 @@ def _cluster_section(
             "serviceSubnets": list(services),
         },
         "token": _token("bootstrap-token", cluster),
-        "ca": {"crt": k8s_ca_crt},
     }
-    if role == "controlplane":
-        host = urlsplit(endpoint).hostname or endpoint
-        section.update(_control_plane_cluster_extras(version, host, cluster))
+    if control_plane:
+        section["secretboxEncryptionSecret"] = _b64_32("secretbox-encryption-secret", cluster)
+    section["ca"] = {
+        "crt": k8s_ca_crt,
+        "key": _key("Kubernetes CA key", cluster) if control_plane else "",
+    }
+    if control_plane:
+        section["aggregatorCA"] = {
+            "crt": _crt(None, "aggregator CA certificate", cluster),
+            "key": _key("aggregator CA key", cluster),
+        }
+        section["serviceAccount"] = {"key": _key("service account key", cluster)}
+        section.update(_control_plane_components(version, cert_sans_list))
     section["discovery"] = {
         "enabled": True,
         "registries": {"kubernetes": {"disabled": True}, "service": {}},
     }
-    if role == "controlplane":
-        section["etcd"] = {"ca": {"crt": _crt(None, "etcd CA certificate", cluster)}}
-        section["extraManifests"] = []
-        section["inlineManifests"] = []
+    if control_plane:
+        section["etcd"] = {
+            "ca": {
+                "crt": _crt(None, "etcd CA certificate", cluster),
+                "key": _key("etcd CA key", cluster),
+            }
+        }
     return section
 
 
 def generate_config(
     *,
     cluster_name: str,
-    hostname: str,
     role: Literal["controlplane", "worker"],
-    address: str,
     endpoint: str,
+    hostname: str | None = None,
+    address: str | None = None,
     pod_subnets: Sequence[str] = DEFAULT_POD_SUBNETS,
     service_subnets: Sequence[str] = DEFAULT_SERVICE_SUBNETS,
     kubernetes_version: str = "1.36.0",
-    install_image: str = "ghcr.io/siderolabs/installer:v1.13.9",
+    install_image: str | None = None,
+    install_disk: str | None = None,
     extra_documents: bool = True,
     cert_sans: Sequence[str] = (),
     ca_crt_pem: bytes | None = None,
     kubernetes_ca_crt_pem: bytes | None = None,
 ) -> bytes:
-    """A machine config as ``talosctl gen config`` (Talos 1.13) plus a hostname patch writes it.
+    """A machine config for ``role`` as Talos 1.13 generates it (see the module docstring).
 
-    ``endpoint`` is the Kubernetes control-plane URL (``https://10.5.0.2:6443``). ``address``
-    (the node's own address) is accepted for the callers' convenience but, as in gen config,
-    written nowhere: Talos discovers node addresses at runtime. The result is the same for
-    the same inputs and holds no private keys (see :data:`INFERRED`).
+    ``endpoint`` is the Kubernetes control-plane URL (``https://10.5.0.2:6443``).
+    ``hostname`` and ``address`` are accepted for the callers' convenience but written
+    nowhere: the cluster tooling gives all nodes of a role one config, and Talos learns its
+    name from the platform and its addresses at runtime. ``install_image`` and
+    ``install_disk`` are left out unless given (docker clusters set neither; qemu ones set
+    the image). ``extra_documents=False`` leaves out the ``HostnameConfig`` document (a
+    single-document config, as JSON6902 patches need). The result is the same for the same
+    inputs and holds no private keys (see :data:`INFERRED`).
     """
+    del hostname, address  # not part of a generated config (see above)
     if role not in ("controlplane", "worker"):
         raise ValueError(f"role must be 'controlplane' or 'worker', not {role!r}")
     version = kubernetes_version.removeprefix("v")
@@ -226,23 +296,26 @@ def generate_config(
         "debug": False,
         "persist": True,
         "machine": _machine_section(
-            role=role, cluster=cluster_name, host=hostname, kubelet_version=version,
-            install_image=install_image, cert_sans_list=cert_sans,
+            role=role,
+            cluster=cluster_name,
+            kubelet_version=version,
+            install=_install(install_image, install_disk),
+            cert_sans_list=cert_sans,
             ca_crt=_crt(ca_crt_pem, "Talos OS CA certificate", cluster_name),
-            multidoc=extra_documents,
         ),
         "cluster": _cluster_section(
-            role=role, cluster=cluster_name, endpoint=endpoint, version=version,
-            pods=pod_subnets, services=service_subnets,
+            role=role,
+            cluster=cluster_name,
+            endpoint=endpoint,
+            version=version,
+            pods=pod_subnets,
+            services=service_subnets,
             k8s_ca_crt=_crt(kubernetes_ca_crt_pem, "Kubernetes CA certificate", cluster_name),
+            cert_sans_list=cert_sans,
         ),
     }
     text = _render_yaml(config, _DOCS)
-    if extra_documents:
-        hostname_doc = {"apiVersion": "v1alpha1", "kind": "HostnameConfig",
-                        "hostname": hostname, "auto": "off"}
-        text += "---\n" + _render_yaml(hostname_doc, {
-            "hostname": "A static hostname to set for the machine.",
-            "auto": "A method to automatically generate a hostname for the machine.",
-        })
+    if extra_documents:  # network.go: MultidocNetworkConfigSupported() adds HostnameConfig
+        hostname_doc = {"apiVersion": "v1alpha1", "kind": "HostnameConfig", "auto": "stable"}
+        text += "---\n" + _render_yaml(hostname_doc, _HOSTNAME_DOCS)
     return text.encode("utf-8")

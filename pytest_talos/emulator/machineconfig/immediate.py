@@ -1,4 +1,9 @@
-"""No-reboot blockers (§9 step 9) and the ApplyConfiguration reply and dry-run texts (step 10)."""
+"""No-reboot blockers and the ApplyConfiguration reply and dry-run texts.
+
+Blockers: ``CanApplyImmediate`` (``internal/app/machined/pkg/runtime/v1alpha1/
+v1alpha1_runtime.go``); texts: ``ApplyConfiguration`` and ``generateDiff``
+(``internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go``).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,8 @@ from pytest_talos.emulator.machineconfig.common import _mapping
 from pytest_talos.emulator.machineconfig.loader import _main_document
 from pytest_talos.patches import config_diff, dump_documents
 
-# Fields CanApplyImmediate lets differ (talos-facts §9); `debug` and `cluster` are whole.
+# Fields CanApplyImmediate copies from the running config before comparing (so they may
+# differ); `debug` and `cluster` are whole.
 IMMEDIATE_TOP_LEVEL = frozenset({"debug", "cluster"})
 IMMEDIATE_MACHINE_FIELDS = frozenset({
     "ca", "acceptedCAs", "time", "certSANs", "install", "network", "sysfs", "sysctls",
@@ -55,7 +61,7 @@ def _blocked_features(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def immediate_apply_blockers(old: bytes, new: bytes) -> list[str]:
-    """Dotted paths of v1alpha1 fields that differ and need a reboot (§9 CanApplyImmediate)."""
+    """Dotted paths of v1alpha1 fields that differ and need a reboot (CanApplyImmediate)."""
     return _blocked_paths(_main_document(old), _main_document(new))
 
 
@@ -105,7 +111,7 @@ _MODE_DETAILS = {
 
 
 def apply_mode_details(mode_name: str, *, reason: str = "", try_timeout: str = "") -> str:
-    """``mode_details`` of an ApplyConfiguration reply for the *resolved* mode (§9 step 12).
+    """``mode_details`` of an ApplyConfiguration reply for the *resolved* mode.
 
     ``reason`` (why AUTO became REBOOT) is appended as ``: <reason>``; ``try_timeout`` is a
     Go duration text such as ``1m0s`` and adds the try-mode sentence.
@@ -121,8 +127,12 @@ def apply_mode_details(mode_name: str, *, reason: str = "", try_timeout: str = "
     return details
 
 
-def dry_run_details(mode_name: str, old: bytes, new: bytes, reason: str = "") -> str:
-    """``mode_details`` of a dry-run reply (§9 step 10); ``mode_name`` is the resolved mode."""
+def dry_run_details(mode_name: str, old: bytes, new: bytes) -> str:
+    """``mode_details`` of a dry-run reply; ``mode_name`` is the resolved mode.
+
+    The handler returns before it appends the try-mode sentence or the AUTO ``: <reason>``,
+    so a dry run shows neither.
+    """
     diff = config_diff(old, new) or "No changes."
-    details = apply_mode_details(mode_name, reason=reason)
+    details = apply_mode_details(mode_name)
     return f"Dry run summary:\n{details} (skipped in dry-run).\nConfig diff:\n\n{diff}"

@@ -1,4 +1,5 @@
-"""Reading config bytes as Talos's configloader does: documents, kinds, strict decoding (§9 5).
+"""Reading config bytes as Talos's configloader does: documents, kinds, strict decoding
+(``pkg/machinery/config/configloader``).
 
 Also the lenient, cached reading the accessors and the immediate-apply check use.
 """
@@ -108,7 +109,7 @@ def _top_value(node: yaml.MappingNode, key: str) -> str:
 
 
 def _parse(data: bytes) -> list[_Document]:
-    """Talos's configloader: documents in order, or the loader error (§9 step 5)."""
+    """Talos's configloader: documents in order, or the loader error (``NewFromBytes``)."""
     documents: list[_Document] = []
     seen: set[str] = set()
     for node in _compose(data):

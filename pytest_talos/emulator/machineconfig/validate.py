@@ -1,4 +1,6 @@
-"""Semantic validation of an accepted document set, worded as Talos words it (§9 steps 6-7)."""
+"""Semantic validation of an accepted document set, worded as Talos words it
+(``pkg/machinery/config/types/v1alpha1/v1alpha1_validation.go`` and each document's
+``Validate``)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from pytest_talos.emulator.machineconfig.loader import _construct, _parse
 def validate(
     data: bytes, *, maintenance: bool = False, container_mode: bool = False
 ) -> ValidationOutcome:
-    """Accept ``data`` (with its warnings) or raise :class:`ConfigRejected` (§9 steps 5-7).
+    """Accept ``data`` (with its warnings) or raise :class:`ConfigRejected`.
 
     ``container_mode`` adds the checks a container-platform node makes (host DNS on).
     """

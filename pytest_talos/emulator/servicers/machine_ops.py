@@ -1,6 +1,7 @@
 """machine.MachineService, the half that changes things or hands out credentials:
-ApplyConfiguration (facts §9), Bootstrap, etcd members, Kubeconfig, client configuration and
-the lifecycle calls (facts §3, §10)."""
+ApplyConfiguration, Bootstrap, etcd members, Kubeconfig, client configuration and the
+lifecycle calls (handlers in internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go;
+container mode: internal/app/machined/pkg/runtime/v1alpha1/platform/container)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ CHUNK = 64 * 1024
 
 
 def kubeconfig_archive(kubeconfig: bytes | None) -> bytes:
-    """facts §3: a .tar.gz with one regular file ``kubeconfig``, mode 0600."""
+    """The Kubeconfig reply: a .tar.gz with one regular file ``kubeconfig``, mode 0600."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
         if kubeconfig is not None:
@@ -37,7 +38,7 @@ class MachineOpsMixin:
     async def ApplyConfiguration(
         self, request: m.ApplyConfigurationRequest, call: Call
     ) -> m.ApplyConfigurationResponse:
-        timeout = None
+        timeout = None  # absent: the node's default; present (even 0s): used as sent
         if request.HasField("try_mode_timeout"):
             timeout = request.try_mode_timeout.ToTimedelta().total_seconds()
         result = call.state.apply_configuration(
@@ -58,7 +59,7 @@ class MachineOpsMixin:
 
     async def Bootstrap(self, request: m.BootstrapRequest, call: Call) -> m.BootstrapResponse:
         require_control_plane(call)
-        # The emulated cluster is bootstrapped when it starts (facts §3 error text).
+        # The emulated cluster is bootstrapped when it starts (the etcd error text).
         raise RPCFailure("ALREADY_EXISTS", "etcd data directory is not empty")
 
     async def EtcdMemberList(
@@ -93,7 +94,7 @@ class MachineOpsMixin:
         require_control_plane(call)
         ttl = request.crt_ttl.ToTimedelta().total_seconds()
         if ttl <= 0:
-            raise RPCFailure("INVALID_ARGUMENT", "crt_ttl should be positive")  # facts §3
+            raise RPCFailure("INVALID_ARGUMENT", "crt_ttl should be positive")
         generated = call.node.client_configuration(list(request.roles), ttl)
         reply = m.GenerateClientConfiguration(
             ca=generated.ca,
@@ -103,7 +104,7 @@ class MachineOpsMixin:
         )
         return m.GenerateClientConfigurationResponse(messages=[reply])
 
-    # ---- lifecycle: FailedPrecondition in container mode (facts §10) -----------------------
+    # ---- lifecycle: FailedPrecondition in container mode (runtime/v1alpha1/platform mode) -
 
     async def Reboot(self, request: m.RebootRequest, call: Call) -> m.RebootResponse:
         actor = call.state.reboot()
@@ -119,7 +120,7 @@ class MachineOpsMixin:
 
     async def Upgrade(self, request: m.UpgradeRequest, call: Call) -> m.UpgradeResponse:
         actor = call.state.upgrade(request.image)
-        reply = m.Upgrade(ack="Upgrade request received", actor_id=actor)  # facts §3
+        reply = m.Upgrade(ack="Upgrade request received", actor_id=actor)
         return m.UpgradeResponse(messages=[reply])
 
     async def Rollback(self, request: m.RollbackRequest, call: Call) -> m.RollbackResponse:
