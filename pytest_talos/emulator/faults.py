@@ -53,11 +53,14 @@ _PROFILES = (
         "a rejected ApplyConfiguration still bumps the MachineConfig resource version",
     ),
     FaultProfile(
-        "kubelet-crashloop", "kubelet fails and restarts every 5 s whatever the machine config"
+        "kubelet-crashloop",
+        "kubelet exits right after every start whatever the machine config; the restart "
+        "runner shows it Waiting and runs it again every 5 s, so the boot never ends",
     ),
     FaultProfile(
         "flapping-service",
-        "containerd is healthy most of the time but fails every 30 s and restarts 5 s later",
+        "containerd is healthy most of the time but is killed every 30 s; the restart runner "
+        "shows it Waiting and runs it again 5 s later",
     ),
     FaultProfile("try-no-revert", "try-mode changes are never reverted when the timer fires"),
     FaultProfile(
@@ -97,7 +100,14 @@ _PROFILES = (
     ),
     FaultProfile("rw-rootfs", "the root filesystem is mounted read-write (/proc/mounts)"),
     FaultProfile("pid1-not-machined", "PID 1 is systemd instead of machined"),
-    FaultProfile("service-down", "udevd has failed and is not restarted on every node"),
+    FaultProfile("service-down",
+        "trustd stops 2 s after boot (Finished) and nothing starts it again",
+        scope="controlplanes",
+    ),
+    FaultProfile(
+        "machined-unhealthy",
+        "machined runs, but its health check (a dial of its socket) fails on every node",
+    ),
     FaultProfile(
         "etcd-member-missing",
         "the etcd member list on control planes lacks the last control plane",
@@ -109,7 +119,9 @@ _PROFILES = (
     FaultProfile(
         "resources-unlistable", "COSI List of HostnameStatuses fails with an Internal error"
     ),
-    FaultProfile("logs-broken", "Logs of the listed udevd service fails: log not registered"),
+    FaultProfile(
+        "logs-broken", "Logs of the listed, running containerd service fails: log not registered"
+    ),
     FaultProfile("cosi-writable", "COSI Create/Update/Destroy are accepted instead of refused"),
     FaultProfile("reader-can-apply", "ApplyConfiguration accepts os:reader clients"),
     FaultProfile(

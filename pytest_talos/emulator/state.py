@@ -69,6 +69,12 @@ SHUTDOWN_DELAY = 0.5
 # Node whose kubelet has not posted status for this long turns Unknown (INFERRED, emulated s).
 NODE_MONITOR_GRACE = 40.0
 FLAP_PERIOD = 30.0  # fault flapping-service
+SERVICE_DOWN_AFTER = 2.0  # fault service-down: emulated seconds after boot trustd stops
+# fault machined-unhealthy: what the dial of the machine socket says when machined's listen
+# backlog is full (INFERRED cause; the check is services/machined.go HealthFunc)
+MACHINED_UNHEALTHY = (
+    "dial unix /system/run/machined/machine.sock: connect: resource temporarily unavailable"
+)
 CONTAINER_ONLY = "method is not supported in container mode"  # facts §10
 WRONG_VERSION = "v1.12.6"  # fault wrong-version
 OWNER_SERVICES = "v1alpha1.ServiceController"
@@ -188,8 +194,10 @@ class NodeState(ConfigMixin):
             on_change=self._on_service_change,
             on_log=self._on_service_log,
             failure_reason=self._failure_reason,
+            container=identity.platform == "container",
         )
         self.powered = False
+        self._boot_pending = False  # the boot sequence waits for every service to be up
         self.stage = "booting"
         self.rebooting = False  # a REBOOT-mode apply was accepted (facts §9 step 2)
         self._applying = False
@@ -255,35 +263,124 @@ class NodeState(ConfigMixin):
         self._kube_status_unknown_since = None
         self._cancel_kube_grace()
         self.stage = "booting"
-        self._emit_boot_sequence()
+        self._boot_pending = False
         self._publish_machine_status()  # booting, not ready: no service runs yet
         self.emit(AddressPayload(self.hostname, (self.identity.address,)))
         self._publish_static_resources()
         self._publish_machine_config()
-        down = ["udevd"] if self._fault("service-down") else []
-        with self._status_held_back():  # then one status: running, ready if all healthy
-            self.services.boot(down=down)
-            self.stage = "running"
-        self.emit(SequencePayload("boot", "STOP"))
+        # fault machined-unhealthy: machined runs, its health check (a dial of its socket,
+        # services/machined.go HealthFunc) fails
+        self.services.set_health_fault(
+            "machined", MACHINED_UNHEALTHY if self._fault("machined-unhealthy") else None
+        )
+        with self._status_held_back():  # then one status: the stage the boot reached
+            self._emit_boot_sequence()
         if self._fault("flapping-service"):
             self._schedule_flap()
+        if self._fault("service-down") and "trustd" in self.services.services:
+            # fault service-down: trustd stops a little after boot and nothing starts it again
+            self.services.stop_later("trustd", SERVICE_DOWN_AFTER)
         self.hooks.kube_changed()
 
     def _emit_boot_sequence(self) -> None:
+        """The initialize and boot sequences, with the services each phase starts, at once.
+
+        internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer.go (Initialize, Boot)
+        and v1alpha1_sequencer_tasks.go (the task names, StartAllServices). The boot ends
+        (its SequenceEvent STOP, stage running) only once every service is up: until then
+        StartAllServices is still waiting.
+        """
+        container = self.container
         self.emit(SequencePayload("initialize", "START"))
-        for phase, tasks in (
-            ("logger", ("setupLogger",)),
-            ("systemRequirements", ("setupSystemDirectory", "mountPseudoFilesystems")),
-            ("config", ("loadConfig",)),
-            ("etc", ("createOSReleaseFile", "setupEtcHosts")),
-        ):
-            self.emit(PhasePayload(phase, "START"))
-            for task in tasks:
-                self.emit(TaskPayload(task, "START"))
-                self.emit(TaskPayload(task, "STOP"))
-            self.emit(PhasePayload(phase, "STOP"))
+        if container:
+            initialize = [
+                ("machined", ("startApid", "startMachined", "startContainerd")),
+                ("config", ("loadConfig",)),
+            ]
+        else:
+            initialize = [
+                ("systemRequirements", ("enforceKSPPRequirements",)),
+                (
+                    "earlyServices",
+                    (
+                        "startUdevd",
+                        "startMachined",
+                        "startApid",
+                        "startAuditd",
+                        "startSyslogd",
+                        "startContainerd",
+                    ),
+                ),
+                ("usb", ("waitForUSB",)),
+                ("meta", ("reloadMeta",)),
+                ("dashboard", ("startDashboard",)),
+                ("config", ("loadConfig",)),
+            ]
+        for phase, tasks in initialize:
+            self._run_phase(phase, tasks)
         self.emit(SequencePayload("initialize", "STOP"))
         self.emit(SequencePayload("boot", "START"))
+        boot = [
+            ("memorySizeCheck", ("memorySizeCheck",)),
+            ("diskSizeCheck", ("diskSizeCheck",)),
+            ("env", ("setUserEnvVars", "waitForCARoots")),
+            ("dbus", ("startDBus",)),
+            *([("sharedFilesystems", ("setupSharedFilesystems",))] if container else []),
+            ("ephemeral", ("mountEphemeralPartition",)),
+            *(
+                []
+                if container
+                else [("udevSetup", ("writeUdevRules",)), ("userDisks", ("mountUserDisks",))]
+            ),
+            ("userSetup", ("writeUserFiles",)),
+        ]
+        for phase, tasks in boot:
+            self._run_phase(phase, tasks)
+        self.emit(PhasePayload("startEverything", "START"))
+        self.emit(TaskPayload("startAllServices", "START"))
+        # StartAllServices: cri, and trustd + etcd on control planes; kubelet is started by
+        # controllers/k8s/kubelet_service.go, extension services by their controller
+        self.services.boot(
+            [
+                "cri",
+                "trustd",
+                "etcd",
+                "kubelet",
+                *(sid for sid in self.services.services if sid.startswith("ext-")),
+            ]
+        )
+        self._boot_pending = True
+        self._finish_boot_when_up()
+
+    def _run_phase(self, phase: str, tasks: Sequence[str]) -> None:
+        starts = {  # the tasks that start a service (v1alpha1_sequencer_tasks.go)
+            "startApid": "apid",
+            "startMachined": "machined",
+            "startContainerd": "containerd",
+            "startUdevd": "udevd",
+            "startAuditd": "auditd",
+            "startSyslogd": "syslogd",
+            "startDashboard": "dashboard",
+        }
+        self.emit(PhasePayload(phase, "START"))
+        for task in tasks:
+            self.emit(TaskPayload(task, "START"))
+            if task in starts:
+                self.services.boot([starts[task]])
+            self.emit(TaskPayload(task, "STOP"))
+        self.emit(PhasePayload(phase, "STOP"))
+
+    def _finish_boot_when_up(self) -> None:
+        """StartAllServices returns once every service is up: the boot sequence ends."""
+        if not (self._boot_pending and self.powered and self.services.all_up()):
+            return
+        self._boot_pending = False
+        self.emit(TaskPayload("startAllServices", "STOP"))
+        self.emit(PhasePayload("startEverything", "STOP"))
+        self.emit(SequencePayload("boot", "STOP"))
+        self.stage = "running"
+        if not self._status_held:
+            self._publish_machine_status()
 
     # ---- resources -------------------------------------------------------------------
 
@@ -421,35 +518,55 @@ class NodeState(ConfigMixin):
         self._publish_machine_status()
 
     def unhealthy_services(self) -> list[str]:
+        """What keeps the machine from being ready (controllers/runtime/machine_status.go
+        servicesCheck): a running service whose health is known and bad, or a required one
+        (apid, machined, kubelet; etcd and trustd on control planes) that is not running."""
+        required = {"apid", "machined", "kubelet"}
+        if self.identity.controlplane:
+            required |= {"etcd", "trustd"}
         return sorted(
             s.id
             for s in self.services.services.values()
-            if not s.running or (not s.health.unknown and not s.health.healthy)
+            if (s.running and not s.health.unknown and not s.health.healthy)
+            or (not s.running and s.id in required)
         )
 
     # ---- services ----------------------------------------------------------------------
 
-    def _on_service_change(self, service: Service, message: str) -> None:
+    def _on_service_change(self, service: Service, message: str | None) -> None:
+        """A service changed: ``message`` is its new event (None: only what ServiceList shows
+        changed, e.g. its health while not Running, and no event is published)."""
         self.services_revision += 1
-        health = service.health
+        if message is None:
+            return
+        # system/events/events.go AsProto: an event carries the health only when it is a
+        # Running one (service_runner.go UpdateState, healthUpdate); else the zero Status
+        health = service.health if service.running else None
         self.emit(
             ServiceStatePayload(
                 service.id,
                 service.state.upper(),
                 message,
-                healthy=health.healthy,
-                unknown=health.unknown,
-                last_message=health.last_message,
+                healthy=health.healthy if health else False,
+                unknown=health.unknown if health else True,
+                last_message=health.last_message if health else "",
             )
         )
-        # facts §8: the Services resource exists only while the service is Running.
+        # controllers/v1alpha1/service.go: the Services resource exists only while the
+        # service is Running (created or updated on each RUNNING event, else destroyed).
         if service.running:
-            spec = {"running": True, "healthy": health.healthy, "unknown": health.unknown}
+            spec = {
+                "running": True,
+                "healthy": service.health.healthy,
+                "unknown": service.health.unknown,
+            }
             self.store.put("runtime", T.SERVICES, service.id, spec, owner=OWNER_SERVICES)
         elif not self._fault("services-resource-stale"):
             self.store.destroy("runtime", T.SERVICES, service.id)
         if self.powered and not self._status_held:
             self._publish_machine_status()
+        if self._boot_pending:
+            self._finish_boot_when_up()
         if service.id == "kubelet":
             self._track_kubelet(service)
             self.hooks.kube_changed()
@@ -499,12 +616,15 @@ class NodeState(ConfigMixin):
         return unsubscribe
 
     def _failure_reason(self, service_id: str) -> str | None:
-        """Why a service cannot run right now (B4), as the lines it logs before exiting."""
+        """Why a service cannot run right now, as the lines it logs before it exits.
+
+        A kubelet given an unknown flag exits at once and is restarted every 5 s; the cause
+        shows only in its last event and its log (observed on Talos v1.13.10 nodes).
+        """
         if service_id != "kubelet":
             return None
         unknown = mc.unknown_kubelet_flags(self.active_config)
         if unknown:
-            # facts §13 B4: the cause shows only in the last event and `logs kubelet`.
             flag = unknown[0]
             return (
                 f"Error: failed to parse kubelet flag: unknown flag: --{flag}\n"
@@ -518,11 +638,12 @@ class NodeState(ConfigMixin):
         return None
 
     def _schedule_flap(self) -> None:
-        # fault flapping-service: containerd fails every FLAP_PERIOD s, restarts 5 s later.
+        # fault flapping-service: containerd is killed every FLAP_PERIOD s; the restart runner
+        # brings it back 5 s later (runner/restart/restart.go)
         def flap() -> None:
             service = self.services.services["containerd"]
             if self.powered and service.running:
-                self.services.fail(service, "signal: killed", restart=True)
+                self.services.fail(service, "signal: killed")
             self._schedule_flap()
 
         self._flap_timer = self.clock.call_later(FLAP_PERIOD, flap)
@@ -537,10 +658,13 @@ class NodeState(ConfigMixin):
         return self.services.api_restart(service_id)
 
     def service_log(self, service_id: str) -> list[str]:
+        """A service's log; runtime/logging/circular.go: a log exists once the service's
+        runner first wrote to it, else `log "<id>" was not registered`."""
         service = self.services.services.get(service_id)
-        # fault logs-broken: udevd is listed but its log is not registered
-        if service is None or (service_id == "udevd" and self._fault("logs-broken")):
-            raise NodeFailure("UNKNOWN", f'log "{service_id}" was not registered')  # facts §3
+        # fault logs-broken: containerd runs, but its log is not registered
+        broken = service_id == "containerd" and self._fault("logs-broken")
+        if service is None or not service.log_registered or broken:
+            raise NodeFailure("UNKNOWN", f'log "{service_id}" was not registered')
         return list(service.log)
 
     def running_services(self) -> list[str]:

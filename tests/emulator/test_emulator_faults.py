@@ -131,56 +131,97 @@ def test_wrong_version_only_on_the_last_node(setup: Setup) -> None:
 
 
 def test_service_down(setup: Setup) -> None:
-    _, client, address = setup("service-down")
-    udevd = _services(client, address)["udevd"]
-    assert udevd.state == "Failed"
-    assert udevd.events.events[-1].state == "Failed"
+    _, client, address = setup("service-down", time_scale=20)  # one control plane
+    trustd = wait_for(
+        lambda: _services(client, address)["trustd"],
+        lambda t: t.state == "Finished",
+        what="trustd to stop",
+    )
+    # the containerd runner's stop, then system.go's end of the run; never started again
+    assert [e.msg for e in trustd.events.events][-2:] == [
+        f"Sending SIGTERM to task trustd (PID {_pid(trustd)}, container trustd)",
+        "Service finished successfully",
+    ]
+    assert not trustd.health.healthy
 
 
-def _failures(service: m.ServiceInfo) -> list[m.ServiceEvent]:
-    return [event for event in service.events.events if event.state == "Failed"]
+def _pid(service: m.ServiceInfo) -> str:
+    started = [e.msg for e in service.events.events if e.msg.startswith("Started task")]
+    return started[-1].split("(PID ")[1].split(")")[0]
+
+
+def _crashes(service: m.ServiceInfo) -> list[m.ServiceEvent]:
+    return [e for e in service.events.events if e.state == "Waiting" and "restart" in e.msg]
 
 
 def test_kubelet_crashloop(setup: Setup) -> None:
-    _, client, address = setup("kubelet-crashloop", time_scale=20)
+    cluster, client, address = setup("kubelet-crashloop", time_scale=20)
     kubelet = wait_for(
         lambda: _services(client, address)["kubelet"],
-        lambda k: len(_failures(k)) >= 2,
-        what="two kubelet failures",
+        lambda k: len(_crashes(k)) >= 2,
+        what="two kubelet crashes",
     )
-    assert "going to restart forever" in _failures(kubelet)[0].msg
+    # restart.go: Waiting, never Failed; containerd.go: the task's exit code and last log
+    assert not [e for e in kubelet.events.events if e.state == "Failed"]
+    assert _crashes(kubelet)[0].msg.startswith(
+        'Error running Containerd(kubelet), going to restart forever: task "kubelet" failed: '
+        'exit code 1 (last log "'
+    )
+    assert "CRI v1 runtime API is not implemented" in _crashes(kubelet)[0].msg
+    # StartAllServices never sees kubelet up: the node stays in the booting stage
+    assert cluster.node(address).run(lambda st: st.stage) == "booting"
 
 
 def test_flapping_service(setup: Setup) -> None:
     _, client, address = setup("flapping-service", time_scale=60)
     containerd = wait_for(
         lambda: _services(client, address)["containerd"],
-        lambda c: c.state == "Running" and bool(_failures(c)),
-        what="containerd to fail and come back",
+        lambda c: c.state == "Running" and bool(_crashes(c)) and c.health.healthy,
+        what="containerd to be killed and come back healthy",
     )
-    assert containerd.events.events[0].state == "Preparing"
+    crash = _crashes(containerd)[0].msg
+    assert crash.startswith('Error running Process(["/bin/containerd" "--address" ')
+    assert ", going to restart forever: signal: killed (last log " in crash
+    after = [e.msg for e in containerd.events.events][-2:]
+    assert after[0].startswith('Process Process(["/bin/containerd"')  # no pre-start events
+    assert after[1] == "Health check successful"
+
+
+def test_machined_unhealthy(setup: Setup) -> None:
+    _, client, address = setup("machined-unhealthy")
+    machined = _services(client, address)["machined"]
+    assert machined.state == "Running"
+    assert not machined.health.healthy and not machined.health.unknown
+    assert machined.events.events[-1].msg == (
+        "Health check failed: dial unix /system/run/machined/machine.sock: connect: resource "
+        "temporarily unavailable"
+    )
 
 
 def test_services_resource_stale(setup: Setup) -> None:
-    _, client, address = setup("services-resource-stale")
-    client.call(address, M + "ServiceStop", m.ServiceStopRequest(id="kubelet"))
-    assert _services(client, address)["kubelet"].state == "Finished"
+    _, client, address = setup("services-resource-stale", "service-down", time_scale=20)
+    wait_for(
+        lambda: _services(client, address)["trustd"],
+        lambda t: t.state == "Finished",
+        what="trustd to stop",
+    )
     stale = client.call(
         address,
         "/cosi.resource.State/Get",
-        s.GetRequest(namespace="runtime", type="Services.v1alpha1.talos.dev", id="kubelet"),
+        s.GetRequest(namespace="runtime", type="Services.v1alpha1.talos.dev", id="trustd"),
     )
-    assert stale.resource.metadata.id == "kubelet"
+    assert stale.resource.metadata.id == "trustd"
 
 
 def test_services_resource_goes_away_without_the_fault(setup: Setup) -> None:
-    _, client, address = setup()
-    client.call(address, M + "ServiceStop", m.ServiceStopRequest(id="kubelet"))
+    cluster, client, address = setup()
+    cluster.node(address).run(lambda st: st.services.stop(st.services.services["trustd"]))
+    assert _services(client, address)["trustd"].state == "Finished"
     with pytest.raises(GRPCError) as caught:
         client.call(
             address,
             "/cosi.resource.State/Get",
-            s.GetRequest(namespace="runtime", type="Services.v1alpha1.talos.dev", id="kubelet"),
+            s.GetRequest(namespace="runtime", type="Services.v1alpha1.talos.dev", id="trustd"),
         )
     assert caught.value.status == Status.NOT_FOUND
 
@@ -284,11 +325,11 @@ def test_reader_reads_secrets(setup: Setup) -> None:
 
 def test_logs_broken(setup: Setup) -> None:
     _, client, address = setup("logs-broken")
-    assert "udevd" in _services(client, address)
-    request = m.LogsRequest(namespace="system", id="udevd", tail_lines=5)
+    assert _services(client, address)["containerd"].state == "Running"
+    request = m.LogsRequest(namespace="system", id="containerd", tail_lines=5)
     with pytest.raises(GRPCError) as caught:
         client.call(address, M + "Logs", request)
-    assert caught.value.message == 'log "udevd" was not registered'
+    assert caught.value.message == 'log "containerd" was not registered'
 
 
 def test_resources_unlistable(setup: Setup) -> None:

@@ -17,7 +17,15 @@ from pytest_talos.emulator.clock import Cancellable, Clock
 from pytest_talos.emulator.events import EventBuffer, RuntimeEvent, SequencePayload, new_xid
 from pytest_talos.emulator.faults import FAULTS, FaultSet
 from pytest_talos.emulator.resources import DEFINITIONS, ResourceStore, T, yaml_of
-from pytest_talos.emulator.services import ServiceManager, ServiceRefused, services_for
+from pytest_talos.emulator.services import (
+    Service,
+    ServiceEventRecord,
+    ServiceManager,
+    ServiceRefused,
+    definition_of,
+    go_quote,
+    services_for,
+)
 from pytest_talos.emulator.state import ApplyRequest, NodeIdentity, NodeState, go_duration
 from pytest_talos.patches import apply_patches
 
@@ -131,10 +139,45 @@ def test_fault_scopes() -> None:
     assert not faults.on("no-mtls", "cp1")
 
 
-def test_services_per_role() -> None:
-    assert "etcd" in services_for(controlplane=True, platform="container")
-    assert "etcd" not in services_for(controlplane=False, platform="container")
-    assert "dashboard" in services_for(controlplane=False, platform="metal")
+def test_services_per_role_and_mode() -> None:
+    # v1alpha1_sequencer.go: container mode starts apid, machined, containerd; boot adds cri,
+    # kubelet, and trustd + etcd on control planes; metal adds udevd, auditd, syslogd, dashboard
+    worker = ["apid", "containerd", "cri", "kubelet", "machined"]
+    assert services_for(controlplane=False, platform="container") == worker
+    assert services_for(controlplane=True, platform="container") == sorted(
+        [*worker, "etcd", "trustd"]
+    )
+    assert services_for(controlplane=False, platform="metal") == sorted(
+        [*worker, "udevd", "auditd", "syslogd", "dashboard"]
+    )
+    assert services_for(controlplane=False, platform="metal", extension_services=["x"])[-1] == (
+        "udevd"
+    )
+    assert "ext-x" in services_for(controlplane=False, platform="metal", extension_services=["x"])
+
+
+def test_health_checks_and_runners_follow_the_services() -> None:
+    checked = {
+        sid
+        for sid in ("apid", "containerd", "cri", "etcd", "kubelet", "trustd", "machined",
+                    "udevd", "auditd", "syslogd", "registryd", "dashboard", "ext-x")
+        if definition_of(sid, container=False).health is not None
+    }
+    assert checked == {"apid", "containerd", "cri", "etcd", "kubelet", "trustd", "machined",
+                       "udevd", "auditd", "syslogd", "registryd"}
+    assert definition_of("kubelet").runner_name() == "Containerd(kubelet)"
+    assert definition_of("udevd").runner_name() == (
+        'Process(["/sbin/systemd-udevd" "--resolve-names=never"])'
+    )
+    assert definition_of("machined").runner_name() == 'Goroutine("machined")'
+    assert not definition_of("machined").restarts  # no restart wrapper: a failure is final
+    assert "/opt" in definition_of("cri", container=False).waits[0]
+    assert "/opt" not in definition_of("cri").waits[0]
+
+
+def test_go_quote_is_strconv_quote() -> None:
+    assert go_quote('a "b"\n') == r'"a \"b\"\n"'
+    assert go_quote("line\nnext\t\x01é") == r'"line\nnext\t\x01é"'
 
 
 def test_service_api_rules_without_a_loop() -> None:
@@ -145,11 +188,20 @@ def test_service_api_rules_without_a_loop() -> None:
         on_log=lambda s, m: None,
         failure_reason=lambda sid: None,
     )
-    with pytest.raises(ServiceRefused, match='service "apid" doesn\'t support stop operation'):
-        manager.api_stop("apid")
     with pytest.raises(ServiceRefused, match='service "x" not defined'):
         manager.api_start("x")
-    assert manager.api_stop("kubelet") == 'Service "kubelet" stopped'  # stopped: a no-op
+    # system.go: a stopped service's stop and a running one's start are no-ops for anyone
+    assert manager.api_stop("apid") == 'Service "apid" stopped'
+    assert manager.api_stop("kubelet") == 'Service "kubelet" stopped'
+    with pytest.raises(ServiceRefused, match='service "apid" doesn\'t support start operation'):
+        manager.api_start("apid")
+    manager.boot()
+    assert manager.api_start("apid") == 'Service "apid" started'
+    # kubelet.go allows start and restart via the API, never stop
+    with pytest.raises(ServiceRefused, match='service "kubelet" doesn\'t support stop operation'):
+        manager.api_stop("kubelet")
+    with pytest.raises(ServiceRefused, match='service "apid" doesn\'t support restart'):
+        manager.api_restart("apid")
 
 
 # ---- the kubelet crash loop on a manual clock (B4/B5 timing without real time) -----------
@@ -222,14 +274,37 @@ def _apply(state: NodeState, patch: str) -> None:
     )
 
 
+def _crashes(service: Service) -> list[ServiceEventRecord]:
+    return [e for e in service.events if e.state == "Waiting" and "going to restart" in e.msg]
+
+
 def test_crash_loop_period_and_heal_time_on_a_manual_clock() -> None:
     state, clock = _manual_node()
     kubelet = state.services.services["kubelet"]
     _apply(state, "machine:\n  kubelet:\n    extraArgs:\n      bogus-flag: 'x'\n")
     clock.advance(20)
-    failures = [e.time for e in kubelet.events if e.state == "Failed"]
-    assert len(failures) >= 3
-    assert all(5 <= later - earlier <= 7 for earlier, later in itertools.pairwise(failures))
+    crashes = [e.time for e in _crashes(kubelet)]
+    assert len(crashes) >= 3
+    assert all(5 <= later - earlier <= 7 for earlier, later in itertools.pairwise(crashes))
+    # restart.go: the restart runner shows Waiting, never Failed, and runs the task again
+    # without the pre-start events (no Starting, Waiting for, Preparing in between)
+    assert not [e for e in kubelet.events if e.state == "Failed"]
+    since_first = list(kubelet.events)[[e.time for e in kubelet.events].index(crashes[0]) :]
+    assert {e.state for e in since_first} == {"Waiting", "Running"}
+    assert _crashes(kubelet)[-1].msg.startswith(
+        'Error running Containerd(kubelet), going to restart forever: task "kubelet" failed: '
+        'exit code 1 (last log "'
+    )
+    assert "unknown flag: --bogus-flag" in _crashes(kubelet)[-1].msg
+    # service_runner.go: each crash marks it unhealthy ("service not running"); the health
+    # loop's checks in between fail too (nothing listens on the healthz port)
+    assert not kubelet.health.healthy and not kubelet.health.unknown
+    assert kubelet.health.last_message in (
+        "service not running",
+        'Get "http://127.0.0.1:10248/healthz": dial tcp 127.0.0.1:10248: connect: connection '
+        "refused",
+    )
+    assert state.stage == "running"  # the boot had ended: a later crash loop does not undo it
     assert "unknown flag: --bogus-flag" in "\n".join(kubelet.log)
     assert state.store.get("runtime", T.SERVICES, "kubelet") is None or kubelet.running
 

@@ -105,7 +105,8 @@ def test_service_unhealthy_after_an_unknown_kubelet_flag(worker: TalosNode) -> N
     assert "  apply: Applied configuration without a reboot\n" in text
     evidence = failure.value.evidence
     assert "kubelet: running, health unknown" in evidence["state changes"]
-    assert "[Failed] Error running Containerd(kubelet), going to restart forever" in (
+    # runner/restart/restart.go: a crash is recorded as Waiting, never Failed
+    assert "[Waiting] Error running Containerd(kubelet), going to restart forever" in (
         evidence["last events"]
     )
     assert "unknown flag: --no-such-flag" in evidence["log tail"]
