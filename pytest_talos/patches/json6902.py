@@ -1,6 +1,27 @@
 """JSON6902 (RFC 6902) patches: a list of ``{op, path, value, from}`` operations.
 
-Talos accepts them for single-document machine configs only.
+Talos accepts them for single-document machine configs only
+(``pkg/machinery/config/configpatcher/json6902.go``) and applies them with
+``github.com/evanphx/json-patch`` v5.9.11 (the package at the module root, which Talos's
+``pkg/machinery/go.mod`` pins). Its ``patch.go`` goes beyond RFC 6902 in ways a user can rely
+on, and so does this module:
+
+* **Negative list indices** (``SupportNegativeIndices`` is on by default) count from the end.
+  For ``remove``, ``replace``, ``test`` and the ``from`` of ``move``/``copy``, ``-1`` is the
+  last item (``-n`` the first of ``n``); for ``add`` the list is one longer, so ``-1``
+  appends like ``-`` and ``-(n+1)`` inserts at the front. Anything further out is an error.
+* A list index is read with Go's ``strconv.Atoi``: a sign and leading zeros are accepted
+  (``01`` is 1, ``+1`` is 1, ``-0`` is 0).
+* ``replace`` of a key a mapping lacks adds it (only list items must exist); ``copy`` from a
+  missing mapping key writes ``null``; ``test`` of a missing key passes when the expected
+  value is ``null`` or not given; ``add``/``replace`` without a ``value`` write ``null``.
+* A pointer is split at every ``/`` and its first piece is dropped, so ``a/b`` acts as ``/b``;
+  a pointer without any ``/`` (other than ``""``) resolves to nothing. ``~`` not followed by
+  ``0`` or ``1`` is kept as it is.
+* The whole document (``""``) can only be replaced (by a mapping or a list) or tested; it
+  cannot be added to, removed, moved or copied.
+
+Error texts are ours (they name the operation and never echo config values).
 """
 
 from __future__ import annotations
@@ -23,6 +44,8 @@ __all__ = ["apply_json6902", "apply_json6902_to_config"]
 
 _MULTI_DOC_JSON6902 = "JSON6902 patches are not supported for multi-document machine configuration"
 _JSON6902_OPS = ("add", "remove", "replace", "move", "copy", "test")
+_ATOI = re.compile(r"[+-]?[0-9]+")  # what Go's strconv.Atoi accepts
+_ABSENT = object()  # an operation without a "value"
 
 
 def apply_json6902(document: Any, ops: Sequence[Any], *, what: str = "patch") -> Any:
@@ -70,113 +93,146 @@ def _check_op(raw: Any, number: int, what: str) -> dict[str, Any]:
             raise PatchError(
                 f"{prefix} ({op['op']}): '{field}' must be a JSON pointer such as /machine/type"
             )
-    if op["op"] in ("add", "replace", "test") and "value" not in op:
-        raise PatchError(f"{prefix} ({op['op']} {op['path']}): missing 'value'")
     return op
 
 
-def _apply_op(root: Any, op: dict[str, Any]) -> Any:
-    name, path = op["op"], _pointer(op["path"])
-    if name == "add":
-        return _add(root, path, op["value"])
-    if name == "remove":
-        return _remove(root, path)
-    if name == "replace":
-        return _replace(root, path, op["value"])
-    if name == "test":
-        actual = _get(root, path)
-        if not _json_equal(actual, op["value"]):
-            # the values stay out of the message: machine configs hold secrets
-            raise _PointerError(f"test failed: {_show_pointer(path)} is not the expected value")
-        return root
-    source = _pointer(op["from"])
-    value = copy.deepcopy(_get(root, source))
-    if name == "move" and source == path:
-        return root
-    if name == "move":
-        if path[: len(source)] == source and len(path) > len(source):
-            raise _PointerError("cannot move a value into one of its own children")
-        root = _remove(root, source)
-    return _add(root, path, value)
+# ---- pointers ---------------------------------------------------------------------------
 
 
-def _pointer(text: str) -> list[str]:
-    if text == "":
-        return []
-    if not text.startswith("/"):
-        raise _PointerError(f"JSON pointer {text!r} must start with '/'")
-    tokens = text[1:].split("/")
-    if any(re.search(r"~(?![01])", token) for token in tokens):
-        raise _PointerError(f"JSON pointer {text!r} has a '~' not followed by 0 or 1")
-    return [token.replace("~1", "/").replace("~0", "~") for token in tokens]
+def _pointer(text: str) -> tuple[list[str], str] | None:
+    """``(parent tokens, last token)`` as the library's findObject splits ``text``; None for
+    ``""`` and for a pointer without any ``/`` (both resolve to no parent)."""
+    pieces = text.split("/")
+    if len(pieces) < 2:
+        return None
+    tokens = [_unescape(piece) for piece in pieces[1:]]
+    return tokens[:-1], tokens[-1]
 
 
-def _show_pointer(tokens: Sequence[str]) -> str:
+def _unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def _show(tokens: Sequence[str]) -> str:
     return "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens) or "(root)"
 
 
-def _get(root: Any, tokens: Sequence[str]) -> Any:
+def _index(token: str, size: int, where: Sequence[str], *, insert: bool = False) -> int:
+    """A list index the library accepts: Atoi, negatives from the end (``insert``: for add,
+    where the list counts one more slot)."""
+    slots = size + 1 if insert else size
+    if _ATOI.fullmatch(token):
+        index = int(token)
+        if index < 0:
+            index += slots
+        if 0 <= index < slots:
+            return index
+    raise _PointerError(f"{_show(where)}: {token!r} is not an index of a list of {size}")
+
+
+def _parent(root: Any, text: str, role: str = "path") -> tuple[Any, str, list[str]]:
+    """The container ``text`` points into, its last token, and the full token list."""
+    found = _pointer(text)
+    if found is None:
+        if text == "":
+            raise _PointerError(f"the whole document cannot be the {role} of this operation")
+        raise _PointerError(f"JSON pointer {text!r} must start with '/'")
+    parents, last = found
     node = root
-    for depth, token in enumerate(tokens):
+    for depth, token in enumerate(parents):
+        where = parents[: depth + 1]
         if isinstance(node, dict):
-            if token not in node:
-                raise _PointerError(f"{_show_pointer(tokens[: depth + 1])} does not exist")
+            if node.get(token) is None:  # missing, or null: nothing to go into
+                raise _PointerError(f"{_show(where)} does not exist")
             node = node[token]
         elif isinstance(node, list):
-            node = node[_list_index(token, len(node), tokens[: depth + 1])]
+            node = node[_index(token, len(node), where)]
         else:
-            raise _not_container(tokens[:depth], node)
-    return node
+            raise _not_container(parents[:depth], node)
+    if not isinstance(node, dict | list):
+        raise _not_container(parents, node)
+    return node, last, [*parents, last]
 
 
 def _not_container(tokens: Sequence[str], value: Any) -> _PointerError:
-    return _PointerError(f"{_show_pointer(tokens)} is {describe(value)}, not a list or map")
+    return _PointerError(f"{_show(tokens)} is {describe(value)}, not a list or map")
 
 
-def _list_index(token: str, size: int, where: Sequence[str]) -> int:
-    if not re.fullmatch(r"0|[1-9][0-9]*", token) or int(token) >= size:
-        shown = _show_pointer(where)
-        raise _PointerError(f"{shown}: {token!r} is not an index of a list of {size}")
-    return int(token)
+# ---- operations -------------------------------------------------------------------------
 
 
-def _add(root: Any, tokens: Sequence[str], value: Any) -> Any:
-    if not tokens:
+def _apply_op(root: Any, op: dict[str, Any]) -> Any:
+    name, path, value = op["op"], op["path"], op.get("value", _ABSENT)
+    if name == "replace" and path == "":
+        if not isinstance(value, dict | list):
+            raise _PointerError("the whole document can only be replaced by a list or a map")
         return copy.deepcopy(value)
-    parent, last = _get(root, tokens[:-1]), tokens[-1]
-    if isinstance(parent, dict):
-        parent[last] = copy.deepcopy(value)
-    elif isinstance(parent, list):
-        index = len(parent) if last == "-" else _list_index(last, len(parent) + 1, tokens)
-        parent.insert(index, copy.deepcopy(value))
+    if name == "test" and path == "":
+        _expect(root, value, [])
+        return root
+    if name in ("add", "replace"):
+        _put(root, path, None if value is _ABSENT else value, insert=name == "add")
+    elif name == "remove":
+        _take(root, path)
+    elif name == "test":
+        container, last, tokens = _parent(root, path)
+        _expect(_get(container, last, tokens), value, tokens)
+    elif name == "copy":
+        container, last, tokens = _parent(root, op["from"], "from")
+        _put(root, path, copy.deepcopy(_get(container, last, tokens)), insert=True)
+    else:  # move: take it out, then add it where it goes
+        _move(root, op["from"], path)
+    return root
+
+
+def _get(container: Any, last: str, tokens: Sequence[str]) -> Any:
+    """The value at ``last``; a mapping's missing key reads as null (the library's get)."""
+    if isinstance(container, dict):
+        return container.get(last)
+    return container[_index(last, len(container), tokens)]
+
+
+def _put(root: Any, path: str, value: Any, *, insert: bool) -> None:
+    container, last, tokens = _parent(root, path)
+    if isinstance(container, dict):
+        container[last] = copy.deepcopy(value)  # replace of a missing key adds it
+    elif insert:
+        index = len(container) if last == "-" else _index(last, len(container), tokens, insert=True)
+        container.insert(index, copy.deepcopy(value))
     else:
-        raise _not_container(tokens[:-1], parent)
-    return root
+        container[_index(last, len(container), tokens)] = copy.deepcopy(value)
 
 
-def _replace(root: Any, tokens: Sequence[str], value: Any) -> Any:
-    _get(root, tokens)  # RFC 6902: the target location must exist
-    if not tokens:
-        return copy.deepcopy(value)
-    parent, last = _get(root, tokens[:-1]), tokens[-1]
-    key = last if isinstance(parent, dict) else _list_index(last, len(parent), tokens)
-    parent[key] = copy.deepcopy(value)
-    return root
+def _take(root: Any, path: str, role: str = "path") -> Any:
+    container, last, tokens = _parent(root, path, role)
+    if isinstance(container, dict):
+        if last not in container:
+            raise _PointerError(f"{_show(tokens)} does not exist")
+        return container.pop(last)
+    return container.pop(_index(last, len(container), tokens))
 
 
-def _remove(root: Any, tokens: Sequence[str]) -> Any:
-    if not tokens:
-        raise _PointerError("cannot remove the whole document")
-    parent, last = _get(root, tokens[:-1]), tokens[-1]
-    if isinstance(parent, dict):
-        if last not in parent:
-            raise _PointerError(f"{_show_pointer(tokens)} does not exist")
-        del parent[last]
-    elif isinstance(parent, list):
-        del parent[_list_index(last, len(parent), tokens)]
+def _move(root: Any, source: str, path: str) -> None:
+    found_source, found_path = _pointer(source), _pointer(path)
+    if found_source and found_path:
+        source_tokens = [*found_source[0], found_source[1]]
+        path_tokens = [*found_path[0], found_path[1]]
+        inside = path_tokens[: len(source_tokens)] == source_tokens
+        if inside and len(path_tokens) > len(source_tokens):
+            # the library takes the value out first, so the destination no longer exists
+            raise _PointerError("cannot move a value into one of its own children")
+    value = _take(root, source, "from")
+    _put(root, path, value, insert=True)
+
+
+def _expect(actual: Any, expected: Any, tokens: Sequence[str]) -> None:
+    if actual is None:  # missing or null: passes for an expected null or no value at all
+        passed = expected is None or expected is _ABSENT
     else:
-        raise _not_container(tokens[:-1], parent)
-    return root
+        passed = expected is not _ABSENT and _json_equal(actual, expected)
+    if not passed:
+        # the values stay out of the message: machine configs hold secrets
+        raise _PointerError(f"test failed: {_show(tokens)} is not the expected value")
 
 
 def _json_equal(left: Any, right: Any) -> bool:

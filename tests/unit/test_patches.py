@@ -123,11 +123,13 @@ def test_load_documents_reads_every_document_in_order() -> None:
 def test_load_documents_accepts_str_and_skips_empty_documents() -> None:
     docs = load_documents("---\n---\n" + SIDEROLINK.decode() + "---\n")
 
-    assert docs == [{
-        "apiVersion": "v1alpha1",
-        "kind": "SideroLinkConfig",
-        "apiUrl": "https://siderolink.example/join",
-    }]
+    assert docs == [
+        {
+            "apiVersion": "v1alpha1",
+            "kind": "SideroLinkConfig",
+            "apiUrl": "https://siderolink.example/join",
+        }
+    ]
 
 
 def test_dump_documents_is_block_style_in_insertion_order_with_separators() -> None:
@@ -353,10 +355,16 @@ machine:
 
 def test_interfaces_are_matched_by_equal_device_selector() -> None:
     config = "machine:\n  network:\n    interfaces:\n      - deviceSelector: {hardwareAddr: aa:*}\n"
-    patch = {"machine": {"network": {"interfaces": [
-        {"deviceSelector": {"hardwareAddr": "aa:*"}, "mtu": 1500},
-        {"deviceSelector": {"hardwareAddr": "bb:*"}, "dhcp": True},
-    ]}}}
+    patch = {
+        "machine": {
+            "network": {
+                "interfaces": [
+                    {"deviceSelector": {"hardwareAddr": "aa:*"}, "mtu": 1500},
+                    {"deviceSelector": {"hardwareAddr": "bb:*"}, "dhcp": True},
+                ]
+            }
+        }
+    }
 
     interfaces = v1alpha1(apply_patches(config, [patch]))["machine"]["network"]["interfaces"]
 
@@ -367,9 +375,18 @@ def test_interfaces_are_matched_by_equal_device_selector() -> None:
 
 
 def test_vlans_are_merged_by_vlan_id() -> None:
-    patch = {"machine": {"network": {"interfaces": [
-        {"interface": "eth0", "vlans": [{"vlanId": 10, "mtu": 9000}, {"vlanId": 20, "dhcp": True}]}
-    ]}}}
+    patch = {
+        "machine": {
+            "network": {
+                "interfaces": [
+                    {
+                        "interface": "eth0",
+                        "vlans": [{"vlanId": 10, "mtu": 9000}, {"vlanId": 20, "dhcp": True}],
+                    }
+                ]
+            }
+        }
+    }
 
     eth0 = v1alpha1(apply_patches(BASE, [patch]))["machine"]["network"]["interfaces"][0]
 
@@ -765,30 +782,121 @@ def test_json6902_test_compares_numbers_as_json_does() -> None:
 @pytest.mark.parametrize(
     ("op", "message"),
     [
-        ({"op": "frob", "path": "/a"},
-         r"JSON6902 op 'frob' is not one of add, remove, replace, move, copy, test"),
+        (
+            {"op": "frob", "path": "/a"},
+            r"JSON6902 op 'frob' is not one of add, remove, replace, move, copy, test",
+        ),
         ({"path": "/a"}, r"JSON6902 op None is not one of"),
         ({"op": "add", "value": 1}, r"'path' must be a JSON pointer"),
-        ({"op": "add", "path": "/machine/a"}, r"\(add /machine/a\): missing 'value'"),
         ({"op": "copy", "path": "/machine/a"}, r"'from' must be a JSON pointer"),
         ({"op": "remove", "path": "/machine/nothing"}, r"/machine/nothing does not exist"),
-        ({"op": "replace", "path": "/machine/nothing", "value": 1}, r"/machine/nothing does not"),
+        ({"op": "replace", "path": "/machine/certSANs/2", "value": 1}, r"'2' is not an index"),
+        ({"op": "remove", "path": "/machine/certSANs/-3"}, r"'-3' is not an index of a list of 2"),
+        ({"op": "add", "path": "/machine/certSANs/-4", "value": 1}, r"'-4' is not an index"),
+        ({"op": "copy", "from": "/machine/certSANs/5", "path": "/x"}, r"'5' is not an index"),
+        ({"op": "move", "from": "/machine/nothing", "path": "/x"}, r"/machine/nothing does not"),
+        ({"op": "add", "path": "", "value": {}}, r"whole document cannot be the path"),
+        ({"op": "copy", "from": "", "path": "/x"}, r"whole document cannot be the from"),
+        ({"op": "replace", "path": "", "value": "x"}, r"only be replaced by a list or a map"),
+        ({"op": "test", "path": "/machine/type"}, r"test failed"),
         ({"op": "add", "path": "/nothing/a", "value": 1}, r"/nothing does not exist"),
         ({"op": "add", "path": "/machine/certSANs/7", "value": 1}, r"'7' is not an index of a"),
         ({"op": "remove", "path": "/machine/certSANs/-"}, r"'-' is not an index of a list"),
         ({"op": "add", "path": "/machine/type/x", "value": 1}, r"/machine/type is a string, not"),
-        ({"op": "test", "path": "/machine/type", "value": "controlplane"},
-         r"test failed: /machine/type is not the expected value$"),
+        (
+            {"op": "test", "path": "/machine/type", "value": "controlplane"},
+            r"test failed: /machine/type is not the expected value$",
+        ),
         ({"op": "move", "from": "/machine", "path": "/machine/x"}, r"into one of its own children"),
         ({"op": "remove", "path": "machine"}, r"must start with '/'"),
-        ({"op": "remove", "path": "/machine/~2"}, r"'~' not followed by 0 or 1"),
-        ({"op": "remove", "path": ""}, r"cannot remove the whole document"),
+        ({"op": "remove", "path": "/machine/~2"}, r"/machine/~02 does not exist"),
+        ({"op": "remove", "path": ""}, r"the whole document cannot be the path"),
         ("remove /machine", r"operation #1 is a string; write each one as \{op: ..., path: ...\}"),
     ],
 )
 def test_json6902_errors(op: Any, message: str) -> None:
     with pytest.raises(PatchError, match=message):
         apply_patches(SINGLE, [[op]])
+
+
+@pytest.mark.parametrize(
+    ("op", "expected_sans"),
+    [
+        pytest.param({"op": "remove", "path": "/machine/certSANs/-1"}, ["a"], id="remove-last"),
+        pytest.param({"op": "remove", "path": "/machine/certSANs/-2"}, ["b"], id="remove-first"),
+        pytest.param(
+            {"op": "replace", "path": "/machine/certSANs/-1", "value": "z"},
+            ["a", "z"],
+            id="replace-last",
+        ),
+        pytest.param(
+            {"op": "add", "path": "/machine/certSANs/-1", "value": "z"},
+            ["a", "b", "z"],
+            id="add-minus-one-appends",
+        ),
+        pytest.param(
+            {"op": "add", "path": "/machine/certSANs/-3", "value": "z"},
+            ["z", "a", "b"],
+            id="add-front",
+        ),
+        pytest.param(
+            {"op": "copy", "from": "/machine/certSANs/-1", "path": "/machine/certSANs/0"},
+            ["b", "a", "b"],
+            id="copy-from-last",
+        ),
+        pytest.param(
+            {"op": "move", "from": "/machine/certSANs/-2", "path": "/machine/certSANs/-"},
+            ["b", "a"],
+            id="move-first-to-end",
+        ),
+        pytest.param(
+            {"op": "replace", "path": "/machine/certSANs/01", "value": "z"},
+            ["a", "z"],
+            id="atoi-leading-zero",
+        ),
+        pytest.param(
+            {"op": "replace", "path": "/machine/certSANs/+0", "value": "z"},
+            ["z", "b"],
+            id="atoi-plus-sign",
+        ),
+    ],
+)
+def test_json6902_negative_indices_as_evanphx_json_patch(
+    op: dict[str, Any], expected_sans: list[str]
+) -> None:
+    # evanphx/json-patch (root package, v5.9.11) has SupportNegativeIndices on by default and
+    # reads indices with strconv.Atoi.
+    assert v1alpha1(apply_patches(SINGLE, [[op]]))["machine"]["certSANs"] == expected_sans
+
+
+def test_json6902_test_of_a_negative_index() -> None:
+    ops = [{"op": "test", "path": "/machine/certSANs/-1", "value": "b"}]
+    assert apply_patches(SINGLE, [ops]) == normalized(SINGLE)
+
+
+def test_json6902_library_extensions_beyond_rfc_6902() -> None:
+    doc = {"m": {"a": 1}}
+    # replace of a missing mapping key adds it
+    assert apply_json6902(doc, [{"op": "replace", "path": "/m/b", "value": 2}]) == {
+        "m": {"a": 1, "b": 2}
+    }
+    # add without a value writes null; copy from a missing key copies null
+    assert apply_json6902(doc, [{"op": "add", "path": "/m/b"}]) == {"m": {"a": 1, "b": None}}
+    assert apply_json6902(doc, [{"op": "copy", "from": "/m/x", "path": "/m/b"}]) == {
+        "m": {"a": 1, "b": None}
+    }
+    # test of a missing key passes for null (or no value)
+    assert apply_json6902(doc, [{"op": "test", "path": "/m/x", "value": None}]) == doc
+    assert apply_json6902(doc, [{"op": "test", "path": "/m/x"}]) == doc
+    # the first piece of a pointer is dropped, so a missing leading slash still resolves
+    assert apply_json6902(doc, [{"op": "add", "path": "m/b", "value": 3}]) == {
+        "m": {"a": 1},
+        "b": 3,
+    }
+    # a `~` that escapes nothing is kept
+    assert apply_json6902(doc, [{"op": "add", "path": "/m/~2", "value": 4}]) == {
+        "m": {"a": 1, "~2": 4}
+    }
 
 
 def test_errors_never_echo_config_values() -> None:
@@ -839,11 +947,14 @@ def test_json6902_result_must_stay_a_machine_config() -> None:
 
 
 def test_patches_apply_in_order_and_kinds_mix() -> None:
-    patched = apply_patches(SINGLE, [
-        {"machine": {"token": "first"}},
-        [{"op": "replace", "path": "/machine/token", "value": "second"}],
-        "machine:\n  token: third\n",
-    ])
+    patched = apply_patches(
+        SINGLE,
+        [
+            {"machine": {"token": "first"}},
+            [{"op": "replace", "path": "/machine/token", "value": "second"}],
+            "machine:\n  token: third\n",
+        ],
+    )
 
     assert v1alpha1(patched)["machine"]["token"] == "third"
 
@@ -997,8 +1108,11 @@ _text = st.text(
     max_size=20,
 )
 _scalars = (
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1)
-    | st.floats(allow_nan=False) | _text
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False)
+    | _text
     | st.sampled_from(["yes", "on", "0777", "1e5", "1.30", "null", "~", "true", "10:20", "-", "'"])
 )
 _trees = st.recursive(
@@ -1065,3 +1179,120 @@ def test_json6902_add_then_remove_restores(config: bytes, key: str, value: Any) 
     removed = apply_patches(added, [[{"op": "remove", "path": pointer}]])
 
     assert removed == config
+
+
+# --------------------------------------------------------------------------- JSON6902 vs RFC 6902
+# A differential test against the `jsonpatch` package (RFC 6902 as written): on the operations
+# both accept, results must agree, and anything RFC 6902 refuses must be refused here too,
+# except for the documented extensions of evanphx/json-patch (pytest_talos.patches.json6902).
+# Values stay JSON-plain (no booleans or floats: Python's `True == 1` would blur `test`), and
+# list indices stay canonical and non-negative, which is the subset both implement.
+
+_JP_KEYS = st.sampled_from(["a", "b", "c", "x~y", "s/t"])
+_JP_VALUES = st.recursive(
+    st.none() | st.integers(-3, 3) | st.sampled_from(["", "v", "w"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_JP_KEYS, inner, max_size=3),
+    max_leaves=8,
+)
+_JP_DOCS = st.dictionaries(_JP_KEYS, _JP_VALUES, max_size=4)
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _existing_pointers(value: Any, prefix: str = "") -> list[str]:
+    pointers = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            pointers += _existing_pointers(item, f"{prefix}/{_escape(key)}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            pointers += _existing_pointers(item, f"{prefix}/{index}")
+    return pointers
+
+
+@st.composite
+def _jp_pointer(draw: st.DrawFn, doc: Any) -> str:
+    """A pointer that mostly resolves: an existing one, or one more step below one."""
+    base = draw(st.sampled_from(["", *_existing_pointers(doc)]))
+    step = draw(st.sampled_from(["", "key", "index", "end"]))
+    if step == "key" or (step and base == ""):
+        return f"{base}/{_escape(draw(_JP_KEYS))}"
+    if step == "index":
+        return f"{base}/{draw(st.integers(0, 3))}"
+    if step == "end":
+        return f"{base}/-"
+    return base or f"/{_escape(draw(_JP_KEYS))}"
+
+
+@st.composite
+def _jp_op(draw: st.DrawFn, doc: Any) -> dict[str, Any]:
+    name = draw(st.sampled_from(["add", "remove", "replace", "move", "copy", "test"]))
+    op: dict[str, Any] = {"op": name, "path": draw(_jp_pointer(doc))}
+    if name in ("move", "copy"):
+        op["from"] = draw(_jp_pointer(doc))
+    if name in ("add", "replace", "test"):
+        op["value"] = draw(_JP_VALUES)
+    return op
+
+
+def _resolve(doc: Any, pointer: str) -> tuple[bool, Any, Any]:
+    """(found, parent, value) by RFC 6901, for classifying an operation."""
+    import jsonpointer
+
+    tokens = jsonpointer.JsonPointer(pointer).parts
+    parent = jsonpointer.resolve_pointer(
+        doc, jsonpointer.JsonPointer.from_parts(tokens[:-1]).path, default=_MISSING
+    )
+    value = jsonpointer.resolve_pointer(doc, pointer, default=_MISSING)
+    return value is not _MISSING, parent, value
+
+
+_MISSING = object()
+
+
+def _is_library_extension(doc: Any, op: dict[str, Any]) -> bool:
+    """Whether RFC 6902 refuses ``op`` only because evanphx/json-patch is more lenient."""
+    name = op["op"]
+    found, parent, _ = _resolve(doc, op["path"])
+    if name == "replace":  # a missing mapping key is added
+        return not found and isinstance(parent, dict)
+    if name == "test":  # a missing key reads as null
+        return not found and isinstance(parent, dict) and op["value"] is None
+    if name == "copy":  # a missing mapping key copies as null
+        source_found, source_parent, _ = _resolve(doc, op["from"])
+        return not source_found and isinstance(source_parent, dict)
+    return False
+
+
+@settings(deadline=None, max_examples=400, database=None)
+@given(st.data())
+def test_json6902_agrees_with_rfc_6902_reference(data: st.DataObject) -> None:
+    import jsonpatch
+    import jsonpointer
+
+    rfc_errors = (
+        jsonpatch.JsonPatchException,
+        jsonpointer.JsonPointerException,
+        KeyError,
+        IndexError,
+        TypeError,
+    )
+    doc: Any = data.draw(_JP_DOCS)
+    for _ in range(data.draw(st.integers(1, 4))):
+        op = data.draw(_jp_op(doc))
+        try:
+            expected: Any = jsonpatch.apply_patch(doc, [op])
+        except rfc_errors:
+            expected = _MISSING
+        try:
+            ours: Any = apply_json6902(doc, [op])
+        except PatchError:
+            ours = _MISSING
+        if expected is _MISSING:
+            if ours is not _MISSING:
+                assert _is_library_extension(doc, op), op
+            return
+        assert ours == expected, op
+        doc = ours
