@@ -212,12 +212,15 @@ def talos_config_guard(request: pytest.FixtureRequest) -> Iterator[ConfigGuard]:
     session.guards.append(guard)
     yield guard
     safety = request.config.stash.get(_SAFETY_KEY, None)
+    interrupted = safety is not None and safety.interrupted
     try:  # a Ctrl-C deferred during the restore stops the run afterwards, unless it is stopping
-        guard.restore(reraise_deferred=not (safety and safety.interrupted))
+        restored = guard.restore(reraise_deferred=not interrupted)
     except ConfigRestoreError as exc:
         failure = str(exc)  # the guard stays registered: the session fallback retries it
     else:
         session.guards.remove(guard)
+        if interrupted and restored and safety is not None:
+            safety.announce(f"talos: {', '.join(restored)}: original config restored")
         return
     pytest.fail(f"talos_config_guard: {failure}", pytrace=False)
 

@@ -81,6 +81,17 @@ class RunSafety:
     def pending_nodes(self) -> list[str]:
         return [name for guard in self.session.guards for name in guard.protected]
 
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Journals killed runs left are handled at the start, whatever the tests touch."""
+        settings = self.session.settings
+        if settings.emulator.value is not None or not settings.anything_given:
+            return
+        if not any(journals(Path(settings.state_dir.value))):
+            return
+        with contextlib.suppress(TalosError):  # unreachable: the tests will say so
+            self.session.cluster()  # connecting handles the journals (recover_targets)
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         self.interrupted = True
