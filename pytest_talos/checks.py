@@ -16,6 +16,7 @@ helper returns::
 
 from __future__ import annotations
 
+import posixpath
 import shutil
 import subprocess
 from collections.abc import Iterable
@@ -29,12 +30,11 @@ from pytest_talos.errors import (
     ConfigRestoreError,
     ConformanceFailure,
     InvalidArgument,
-    NotFound,
     TalosError,
     WaitTimeout,
 )
 from pytest_talos.guard import ConfigGuard, _guarding
-from pytest_talos.node import TalosNode, default_expected_ports
+from pytest_talos.node import TalosNode, default_expected_ports, expected_ports_for
 from pytest_talos.patches import PatchInput
 from pytest_talos.wait import (
     StabilityReport,
@@ -60,6 +60,7 @@ __all__ = [
     "assert_service_healthy_after_patch",
     "assert_try_reverts",
     "default_expected_ports",
+    "pod_workload_pids",
 ]
 
 # Kubelet restarts about every 5 s when it crash-loops (talos-facts B4): 12 s covers two periods.
@@ -98,7 +99,15 @@ def assert_no_shell(
     docker_container: str | None = None,
     scan_timeout: float = ports.DEFAULT_TIMEOUT,
 ) -> CheckResult:
-    """No shell or busybox on disk, no shell/sshd process, TCP port 22 closed.
+    """No shell or busybox on disk, no shell or login process on the host, port 22 closed.
+
+    The directories are listed as the node sees them: a symlinked one is followed (in the
+    usr-merged Talos root ``/bin``, ``/sbin`` and ``/usr/sbin`` are ``/usr/bin``) and a shell
+    is reported by its real path; one that does not exist counts as empty (a stock image
+    has no ``/usr/local/bin`` or ``/usr/local/sbin``; Talos answers ``lstat <path>: no such
+    file or directory``); any other error is raised. Processes of pod workloads (descendants
+    of a containerd shim of the ``k8s.io`` namespace) are not the host's: a pod whose
+    entrypoint is a shell is normal, and such shells are only listed in the evidence.
 
     With ``docker_container`` (a node running as a local Docker container), also requires
     ``docker exec <container> sh`` to exit 127; that part is skipped (see ``notes``) when
@@ -108,13 +117,22 @@ def assert_no_shell(
     check = "no-shell"
     findings: dict[str, str] = {}
     result = CheckResult(check, node.name)
-    on_disk = _shells_on_disk(node, directories)
+    directories = tuple(directories)
+    on_disk, absent = _shells_on_disk(node, directories)
     result.evidence["directories searched"] = ", ".join(directories)
+    if absent:
+        result.evidence["directories absent"] = ", ".join(absent)
     if on_disk:
         findings["shells on disk"] = ", ".join(on_disk)
-    procs = [_describe_process(p) for p in node.processes if _is_shell_process(p)]
-    if procs:
-        findings["shell or remote-login processes"] = "\n".join(procs)
+    processes = node.processes
+    in_pods = pod_workload_pids(processes)
+    shells = [p for p in processes if _is_shell_process(p)]
+    host = [_describe_process(p) for p in shells if p.pid not in in_pods]
+    pods = [_describe_process(p) for p in shells if p.pid in in_pods]
+    if pods:
+        result.evidence["shells in pods (not the host's)"] = "\n".join(pods)
+    if host:
+        findings["shell or remote-login processes"] = "\n".join(host)
     ssh = node.scan_ports([SSH_PORT], timeout=scan_timeout)
     result.evidence["port 22"] = ssh.state_of(SSH_PORT)
     if SSH_PORT in ssh.open_ports:
@@ -133,15 +151,59 @@ def assert_no_shell(
     return result
 
 
-def _shells_on_disk(node: TalosNode, directories: Iterable[str]) -> list[str]:
-    found: list[str] = []
+def _shells_on_disk(node: TalosNode, directories: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Shells found (real paths, each once) and the directories that do not exist."""
+    found: dict[str, None] = {}
+    absent: list[str] = []
     for directory in directories:
-        try:
-            names = node.files.names(directory)
-        except NotFound:
+        entries = node.files.entries(directory)
+        if entries is None:
+            absent.append(directory)
             continue
-        found.extend(f"{directory}/{name}" for name in names if name in SHELL_NAMES)
-    return found
+        for entry in entries:
+            if entry.error:
+                raise TalosError(
+                    f"cannot list {directory}: {entry.error}", node=node.name, method="List"
+                )
+            if posixpath.basename(entry.name.rstrip("/")) in SHELL_NAMES:
+                found[entry.name] = None
+    return list(found), absent
+
+
+def pod_workload_pids(processes: Iterable[models.ProcessInfo]) -> frozenset[int]:
+    """The PIDs of pod workloads: descendants of a containerd shim of the ``k8s.io`` namespace.
+
+    The Processes API lists every PID of the host (``internal/pkg/miniprocfs``), pods
+    included. The CRI runs each pod under a shim started as ``containerd-shim-runc-v2
+    -namespace k8s.io -id <sandbox> ...``; Talos's own services run under shims of the
+    ``system`` namespace and stay host processes.
+    """
+    table = {process.pid: process for process in processes}
+    shims = {pid for pid, process in table.items() if _is_pod_shim(process)}
+    found: set[int] = set()
+    for pid in table:
+        seen: set[int] = set()
+        current = table[pid].ppid
+        while current and current not in seen and current in table:
+            if current in shims:
+                found.add(pid)
+                break
+            seen.add(current)
+            current = table[current].ppid
+    return frozenset(found)
+
+
+def _is_pod_shim(process: models.ProcessInfo) -> bool:
+    runtime = process.executable.rsplit("/", 1)[-1] or process.command
+    if not runtime.startswith("containerd-shim"):
+        return False
+    words = process.args.split()
+    for index, word in enumerate(words):
+        flag, _, value = word.partition("=")
+        if flag in ("-namespace", "--namespace"):
+            namespace = value or (words[index + 1] if index + 1 < len(words) else "")
+            return namespace == "k8s.io"
+    return False
 
 
 def _is_shell_process(process: models.ProcessInfo) -> bool:
@@ -188,10 +250,12 @@ def assert_only_expected_ports(
 ) -> CheckResult:
     """A full TCP scan of the node finds only allowed ports open.
 
-    ``allowed`` defaults to the node's ``expected_ports`` (the plugin fills it from the role
-    default and the ``pytest_talos_expected_ports`` hook), else the role default: worker
-    50000 and 10250; control plane also 50001, 6443, 2379, 2380. The failure lists each
-    unexpected port with the process the node's Netstat says listens on it.
+    ``allowed`` defaults to the node's ``expected_ports`` (the plugin fills it from
+    :func:`~pytest_talos.node.default_expected_ports` and the ``pytest_talos_expected_ports``
+    hook), else what Talos opens for the node's role and its machine config: worker 50000,
+    10250 and kube-proxy's 10256 (unless ``cluster.proxy.disabled``); control plane also
+    50001, 6443, 2379, 2380. The failure lists each unexpected port with the process the
+    node's Netstat says listens on it.
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     allow = _allowlist(node, allowed)
@@ -217,7 +281,7 @@ def _allowlist(node: TalosNode, allowed: Iterable[int] | None) -> frozenset[int]
         return frozenset(allowed)
     if node.expected_ports is not None:
         return node.expected_ports
-    return default_expected_ports(node.role)
+    return expected_ports_for(node)
 
 
 def _check_ports(

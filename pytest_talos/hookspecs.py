@@ -5,7 +5,7 @@ plugin like any pytest hook (every argument is optional in an implementation)::
 
     def pytest_talos_expected_ports(node, role, ports):
         if role == "worker":
-            return {4240}                  # extend: Cilium health checks listen here
+            return {4240, 4244}            # extend: Cilium health checks and Hubble
 
     def pytest_talos_select_nodes(nodes, config):
         return [n for n in nodes if not n.hostname.startswith("spare-")]
@@ -34,10 +34,13 @@ hookspec = pluggy.HookspecMarker("pytest")
 def pytest_talos_expected_ports(node: TalosNode, role: str, ports: set[int]) -> set[int] | None:
     """The TCP ports ``node`` (of ``role``: ``controlplane`` or ``worker``) may have open.
 
-    ``ports`` starts as the role default (worker: 50000, 10250; control plane: also 50001, 6443,
-    2379, 2380) and is shared by every implementation: return a set to **extend** it, or change
-    ``ports`` in place (``ports.discard(10250)``, ``ports.clear()``) to **override** it.
-    The result becomes ``talos_node.expected_ports`` and the allowlist of
+    ``ports`` starts as what Talos opens for the role and the node's machine config
+    (:func:`pytest_talos.node.default_expected_ports`: worker 50000, 10250 and kube-proxy's
+    10256 unless ``cluster.proxy.disabled``; control plane also 50001, 6443, 2379, 2380) and is
+    shared by every implementation: return a set to **extend** it (another CNI's ports: Cilium
+    listens on 4240 for health checks and 4244 for Hubble), or change ``ports`` in place
+    (``ports.discard(10250)``, ``ports.clear()``) to **override** it. The result becomes
+    ``talos_node.expected_ports`` and the allowlist of
     :func:`pytest_talos.checks.assert_only_expected_ports`.
     """
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 import builtins
 import posixpath
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from pytest_talos import models, ports
 from pytest_talos.client import DEFAULT_WATCH_TIMEOUT, StreamIterator, TalosClient
-from pytest_talos.errors import NotFound, TalosError
+from pytest_talos.errors import PermissionDenied, TalosError
 from pytest_talos.patches import PatchInput, apply_patches
 
 __all__ = [
@@ -34,7 +34,9 @@ __all__ = [
     "ReadOnlyGuard",
     "TalosNode",
     "default_expected_ports",
+    "expected_ports_for",
     "host_of",
+    "is_missing_path",
 ]
 
 MACHINE_TYPE = ("MachineTypes.config.talos.dev", "machine-type", "config")
@@ -43,16 +45,99 @@ TRUSTD_PORT = 50001
 KUBELET_PORT = 10250
 KUBE_APISERVER_PORT = 6443
 ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
+KUBE_PROXY_HEALTHZ_PORT = 10256
 
 
-def default_expected_ports(role: str | None) -> frozenset[int]:
-    """The TCP ports Talos opens on a node of ``role`` (talos-facts §5, Talos port docs)."""
-    worker = {APID_PORT, KUBELET_PORT}
+def default_expected_ports(
+    role: str | None, config: models.MachineConfig | None = None
+) -> frozenset[int]:
+    """The TCP ports a healthy Talos node of ``role`` opens on its address, given its active
+    machine ``config`` (``None``: assume Talos's defaults).
+
+    Every node: apid 50000 (``controllers/runtime/api_service_config.go``), kubelet 10250
+    (``controllers/k8s/kubelet_spec.go``) and kube-proxy's health check 10256, which the
+    hostNetwork kube-proxy DaemonSet serves on all addresses unless ``cluster.proxy.disabled``
+    (``controllers/k8s/internal/k8stemplates/kube-proxy.go``; Talos passes no
+    ``--healthz-bind-address``, Kubernetes' default is ``0.0.0.0:10256``). Control planes add
+    trustd 50001, etcd 2379/2380 and the API server
+    (``cluster.controlPlane.localAPIServerPort``, 6443). The loopback-only ports (kubelet
+    10248, KubePrism 7445, kube-proxy metrics 10249, controller-manager 10257, scheduler
+    10259, host DNS 53) are not reachable from outside and not listed. A
+    ``healthz-bind-address`` or ``metrics-bind-address`` in ``cluster.proxy.extraArgs`` moves
+    or exposes those ports; other CNIs (Cilium) add theirs through the
+    ``pytest_talos_expected_ports`` hook.
+    """
+    main = _v1alpha1(config)
+    ports = {APID_PORT, KUBELET_PORT}
+    proxy = _dig(main, "cluster", "proxy")
+    if not (isinstance(proxy, dict) and proxy.get("disabled") is True):
+        extra = proxy.get("extraArgs") if isinstance(proxy, dict) else None
+        args = extra if isinstance(extra, dict) else {}
+        ports |= _bound_port(args.get("healthz-bind-address"), KUBE_PROXY_HEALTHZ_PORT)
+        ports |= _bound_port(args.get("metrics-bind-address"), None)
     if role in ("controlplane", "init"):
-        return frozenset(
-            worker | {TRUSTD_PORT, KUBE_APISERVER_PORT, ETCD_CLIENT_PORT, ETCD_PEER_PORT}
-        )
-    return frozenset(worker)
+        api = _dig(main, "cluster", "controlPlane", "localAPIServerPort")
+        api_port = api if isinstance(api, int) and not isinstance(api, bool) and api > 0 else None
+        ports |= {TRUSTD_PORT, api_port or KUBE_APISERVER_PORT, ETCD_CLIENT_PORT, ETCD_PEER_PORT}
+    return frozenset(ports)
+
+
+def expected_ports_for(node: TalosNode) -> frozenset[int]:
+    """:func:`default_expected_ports` for ``node``'s role and its active machine config.
+
+    Reading the config needs os:admin (it is a sensitive resource); without it Talos's
+    defaults are assumed (kube-proxy enabled), which never fails a healthy node.
+    """
+    try:
+        config: models.MachineConfig | None = node.machine_config
+    except PermissionDenied:
+        config = None
+    return default_expected_ports(node.role, config)
+
+
+def _v1alpha1(config: models.MachineConfig | None) -> dict[str, Any]:
+    for document in config.documents if config is not None else ():
+        if isinstance(document, dict) and document.get("version") == "v1alpha1":
+            return document
+    return {}
+
+
+def _dig(document: Any, *path: str) -> Any:
+    for key in path:
+        document = document.get(key) if isinstance(document, dict) else None
+    return document
+
+
+def _bound_port(value: Any, default: int | None) -> set[int]:
+    """The port a kube-proxy ``*-bind-address`` flag exposes on the node's addresses.
+
+    Unset: ``default``. Empty or port 0: off. A loopback host: not reachable from outside.
+    A value we cannot parse keeps ``default`` (never fail a healthy node on our parsing).
+    """
+    if isinstance(value, list):  # extraArgs values may be lists; the last one wins
+        value = value[-1] if value else None
+    if value is None:
+        return {default} if default else set()
+    text = str(value).strip()
+    if not text:
+        return set()
+    host, _, port_text = text.rpartition(":")
+    host = host.strip("[]")
+    if not port_text.isdigit():
+        return {default} if default else set()
+    port = int(port_text)
+    if port == 0 or host.startswith("127.") or host in ("::1", "localhost"):
+        return set()
+    return {port}
+
+
+def is_missing_path(exc: TalosError) -> bool:
+    """Whether ``exc`` says a path does not exist, whatever its gRPC code.
+
+    List returns the walker's ``lstat <path>: no such file or directory`` as code Unknown
+    (``pkg/archiver/walker.go``), Read a ``stat`` error as NotFound (``v1alpha1_server.go``).
+    """
+    return "no such file or directory" in str(exc)
 
 
 def host_of(address: str) -> str:
@@ -96,20 +181,33 @@ class NodeFiles:
         """Entries under ``path`` (``recurse`` with ``depth`` 0: the whole tree)."""
         return self._node.client.list(path, recurse, depth)
 
+    def entries(self, path: str) -> builtins.list[models.FileInfo] | None:
+        """The entries directly in directory ``path``, or ``None`` if nothing exists there.
+
+        A symlinked ``path`` is followed (``/bin`` lists ``/usr/bin``; names are the real
+        paths). Any error but a missing path is raised.
+        """
+        try:
+            listing = self.list(path)
+        except TalosError as exc:
+            if is_missing_path(exc):
+                return None
+            raise
+        return [entry for entry in listing if not _is_listing_root(entry, path)]
+
     def names(self, path: str) -> builtins.list[str]:
         """The base names of the entries directly in directory ``path``."""
         return sorted(
             posixpath.basename(entry.name.rstrip("/"))
             for entry in self.list(path)
-            if not entry.error and entry.name.rstrip("/") != path.rstrip("/")
+            if not entry.error and not _is_listing_root(entry, path)
         )
 
     def info(self, path: str) -> models.FileInfo | None:
         """The entry for ``path``, or ``None`` if nothing exists there."""
         parent, name = posixpath.split(path.rstrip("/") or "/")
-        try:
-            entries = self.list(parent or "/")
-        except NotFound:
+        entries = self.entries(parent or "/")
+        if entries is None:
             return None
         for entry in entries:
             if not entry.error and posixpath.basename(entry.name.rstrip("/")) == name:
@@ -125,6 +223,11 @@ class NodeFiles:
 
     def read_text(self, path: str) -> str:
         return self.read(path).decode("utf-8", errors="replace")
+
+
+def _is_listing_root(entry: models.FileInfo, path: str) -> bool:
+    """The walked root itself: relative name ``.`` (a directory) or the path (a file)."""
+    return entry.relative_name == "." or entry.name.rstrip("/") == (path.rstrip("/") or "/")
 
 
 class TalosNode:

@@ -1,7 +1,10 @@
 """Immutability: the node is an appliance — no way in but the API, nothing to change on disk.
 
-Talos facts §13: the root filesystem is a read-only SquashFS image; PID 1 is machined; there
-is no shell, SSH, GNU utilities or busybox, and no package manager (B1, B2).
+The Talos root filesystem is a read-only SquashFS image (``internal/app/init/main.go``), in
+containers Docker's read-only overlay; PID 1 is machined, installed as ``/usr/bin/init`` in
+the usr-merged root (``Dockerfile``, the rootfs stage); there is no shell, SSH, GNU utilities
+or busybox, and no package manager. ``docker exec <node> sh`` has been seen to exit 127
+(``executable file not found``), and port 22 to refuse connections.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from typing import Any
 import pytest
 
 from conformance._support.settings import SuiteSettings
+from conformance.immutability.rules import is_machined
 from pytest_talos.checks import SHELL_DIRECTORIES, assert_no_shell, assert_only_expected_ports
-from pytest_talos.errors import ConformanceFailure, NotFound
+from pytest_talos.errors import ConformanceFailure, TalosError
 from pytest_talos.node import TalosNode
 
 PACKAGE_MANAGERS = frozenset({
@@ -21,9 +25,6 @@ PACKAGE_MANAGERS = frozenset({
     "pacman", "opkg", "ipkg", "emerge", "snap", "flatpak", "nix-env", "brew", "pkg", "xbps-install",
 })
 PACKAGE_DIRECTORIES = (*SHELL_DIRECTORIES, "/opt/bin")
-# Talos's PID 1 is machined, installed as /sbin/init (apid, trustd... are links to it).
-MACHINED_EXECUTABLES = frozenset({"/sbin/init", "/sbin/machined"})
-MACHINED_COMMANDS = frozenset({"init", "machined"})
 
 
 @pytest.mark.talos_check(
@@ -59,15 +60,25 @@ def test_root_filesystem_is_read_only(
             observed=f"{device} on / type {fstype} ({options})")
 
 
-def _package_managers(node: TalosNode) -> list[str]:
-    found = []
+def _package_managers(node: TalosNode) -> tuple[list[str], list[str]]:
+    """Package managers found (real paths, each once) and the directories that do not exist.
+
+    A missing directory is Unknown ``lstat <path>: no such file or directory`` on Talos
+    (``pkg/archiver/walker.go``): absent, not an error. Any other error is raised.
+    """
+    found: dict[str, None] = {}
+    absent: list[str] = []
     for directory in PACKAGE_DIRECTORIES:
-        try:
-            names = node.files.names(directory)
-        except NotFound:
+        entries = node.files.entries(directory)
+        if entries is None:
+            absent.append(directory)
             continue
-        found += [posixpath.join(directory, n) for n in names if n in PACKAGE_MANAGERS]
-    return found
+        for entry in entries:
+            if entry.error:
+                raise TalosError(f"cannot list {directory}: {entry.error}", node=node.name)
+            if posixpath.basename(entry.name.rstrip("/")) in PACKAGE_MANAGERS:
+                found[entry.name] = None
+    return list(found), absent
 
 
 @pytest.mark.talos_check(
@@ -77,7 +88,9 @@ def test_node_has_no_package_manager(
     talos_node: TalosNode, talos_evidence: dict[str, Any]
 ) -> None:
     talos_evidence["directories searched"] = ", ".join(PACKAGE_DIRECTORIES)
-    found = _package_managers(talos_node)
+    found, absent = _package_managers(talos_node)
+    if absent:
+        talos_evidence["directories absent"] = ", ".join(absent)
     if found:
         raise ConformanceFailure(
             "immutability.no-package-manager", "package manager binaries are installed",
@@ -95,16 +108,17 @@ def test_pid1_is_machined(talos_node: TalosNode, talos_evidence: dict[str, Any])
                                  "the process list has no PID 1", node=talos_node.name)
     init = first[0]
     talos_evidence["pid 1"] = f"{init.command} ({init.executable}) {init.args}".strip()
-    if init.executable not in MACHINED_EXECUTABLES or init.command not in MACHINED_COMMANDS:
+    if not is_machined(init):
         raise ConformanceFailure(
             "immutability.pid1-is-machined", "PID 1 is not machined", node=talos_node.name,
-            expected="init (/sbin/init, which is machined)",
-            observed=f"{init.command} ({init.executable or 'no executable'})")
+            expected="command init, executable /usr/bin/init (machined), args /sbin/init",
+            observed=f"command {init.command or '?'}, executable "
+            f"{init.executable or 'unknown'}, args {init.args or 'none'}")
 
 
 @pytest.mark.talos_check(
     "immutability.only-expected-ports", severity="high",
-    claim="A full TCP scan finds only the ports Talos opens for the node's role")
+    claim="A full TCP scan finds only the ports Talos opens for the node's role and config")
 def test_only_expected_ports_are_open(
     talos_node: TalosNode, talos_evidence: dict[str, Any]
 ) -> None:

@@ -9,7 +9,7 @@ import pytest
 from pytest_talos.cluster import TalosCluster, UnreachableNode
 from pytest_talos.errors import TalosError
 from pytest_talos.guard import ConfigGuard, ConfigRestoreError, JournalOrigin
-from pytest_talos.node import TalosNode, default_expected_ports
+from pytest_talos.node import TalosNode, expected_ports_for
 from pytest_talos.plugin.settings import Setting, TalosSettings
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class TalosSession:
 
     def expected_ports(self, node: TalosNode) -> frozenset[int]:
         if node.address not in self._ports:
-            ports = set(default_expected_ports(node.role))
+            ports = set(expected_ports_for(node))  # the role and the node's machine config
             for extra in self.config.hook.pytest_talos_expected_ports(
                 node=node, role=node.role, ports=ports
             ):

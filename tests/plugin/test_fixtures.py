@@ -193,9 +193,9 @@ def test_expected_ports_hook_extends_and_overrides(
     pytester.makepyfile("""
         def test_ports(talos_node):
             if talos_node.role == "worker":
-                assert talos_node.expected_ports == {50000, 10250, 4240}
+                assert talos_node.expected_ports == {50000, 10250, 10256, 4240}
             else:
-                assert talos_node.expected_ports == {50000, 50001, 6443, 2380, 10250}
+                assert talos_node.expected_ports == {50000, 50001, 6443, 2380, 10250, 10256}
     """)
     emulator_run().assert_outcomes(passed=2)
 

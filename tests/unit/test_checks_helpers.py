@@ -30,10 +30,13 @@ class FakeClock:
 
 
 def test_default_ports_by_role() -> None:
-    assert default_expected_ports("worker") == {50000, 10250}
-    assert default_expected_ports("controlplane") == {50000, 50001, 6443, 2379, 2380, 10250}
+    """Without a machine config, Talos's defaults: kube-proxy's healthz 10256 on every node."""
+    assert default_expected_ports("worker") == {50000, 10250, 10256}
+    assert default_expected_ports("controlplane") == {
+        50000, 50001, 6443, 2379, 2380, 10250, 10256
+    }
     assert default_expected_ports("init") == default_expected_ports("controlplane")
-    assert default_expected_ports(None) == {50000, 10250}
+    assert default_expected_ports(None) == {50000, 10250, 10256}
 
 
 @pytest.mark.parametrize(
