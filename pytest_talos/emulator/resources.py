@@ -66,6 +66,8 @@ class T:
     HOSTNAME_STATUSES = "HostnameStatuses.net.talos.dev"
     ETCD_MEMBERS = "EtcdMembers.etcd.talos.dev"
     NODENAMES = "Nodenames.kubernetes.talos.dev"
+    ADDRESS_STATUSES = "AddressStatuses.net.talos.dev"
+    LINK_STATUSES = "LinkStatuses.net.talos.dev"
 
 
 # The namespaces machined registers, with their descriptions
@@ -321,6 +323,108 @@ def _encode_nodename(spec: Mapping[str, Any]) -> bytes:
     ).SerializeToString()
 
 
+# pkg/machinery/nethelpers: the numbers behind the YAML names of the network specs.
+E = enums_pb2
+_FAMILIES = {"inet4": E.FAMILY_INET4, "inet6": E.FAMILY_INET6}
+_SCOPES = {
+    "global": E.SCOPE_GLOBAL,
+    "site": E.SCOPE_SITE,
+    "link": E.SCOPE_LINK,
+    "host": E.SCOPE_HOST,
+    "nowhere": E.SCOPE_NOWHERE,
+}
+_LINK_TYPES = {
+    "netrom": E.LINK_NETROM,
+    "ether": E.LINK_ETHER,
+    "loopback": E.LINK_LOOPBCK,
+    "none": E.LINK_NONE,
+}
+_OPER_STATES = {
+    "unknown": E.OPER_STATE_UNKNOWN,
+    "notPresent": E.OPER_STATE_NOT_PRESENT,
+    "down": E.OPER_STATE_DOWN,
+    "lowerLayerDown": E.OPER_STATE_LOWER_LAYER_DOWN,
+    "testing": E.OPER_STATE_TESTING,
+    "dormant": E.OPER_STATE_DORMANT,
+    "up": E.OPER_STATE_UP,
+}
+_PORTS = {
+    "TwistedPair": E.TWISTED_PAIR,
+    "AUI": E.AUI,
+    "MII": E.MII,
+    "Fibre": E.FIBRE,
+    "BNC": E.BNC,
+    "DirectAttach": E.DIRECT_ATTACH,
+    "None": E.NONE,
+    "Other": E.OTHER,
+}
+_DUPLEXES = {"Half": E.HALF, "Full": E.FULL, "Unknown": E.UNKNOWN}
+_LINK_FLAGS = {
+    "UP": 1 << 0,
+    "BROADCAST": 1 << 1,
+    "LOOPBACK": 1 << 3,
+    "RUNNING": 1 << 6,
+    "NOARP": 1 << 7,
+    "MASTER": 1 << 10,
+    "SLAVE": 1 << 11,
+    "MULTICAST": 1 << 12,
+    "LOWER_UP": 1 << 16,
+}
+_ADDRESS_FLAGS = {"permanent": 1 << 7}
+
+
+def _flag_bits(text: str, bits: Mapping[str, int]) -> int:
+    return sum(bits.get(name, 0) for name in text.split(",") if name)
+
+
+def _mac_bytes(text: str) -> bytes:
+    return bytes(int(part, 16) for part in text.split(":")) if text else b""
+
+
+def _encode_address_status(spec: Mapping[str, Any]) -> bytes:
+    # network/address_status.go (protobuf tags 1-11)
+    iface = ipaddress.ip_interface(spec["address"])
+    message = network_pb2.AddressStatusSpec(
+        link_index=spec["linkIndex"],
+        link_name=spec["linkName"],
+        family=_FAMILIES.get(spec["family"], E.NETHELPERS_FAMILY_UNSPECIFIED),
+        scope=_SCOPES.get(spec["scope"], E.SCOPE_GLOBAL),
+        flags=_flag_bits(spec["flags"], _ADDRESS_FLAGS),
+        priority=spec["priority"],
+    )
+    message.address.ip = iface.ip.packed
+    message.address.prefix_length = iface.network.prefixlen
+    for key in ("local", "broadcast", "anycast", "multicast"):
+        if spec.get(key):
+            getattr(message, key).ip = _netip(spec[key])
+    return message.SerializeToString()
+
+
+def _encode_link_status(spec: Mapping[str, Any]) -> bytes:
+    # network/link_status.go (protobuf tags; the kind-specific masters are not modelled)
+    return network_pb2.LinkStatusSpec(
+        index=spec["index"],
+        type=_LINK_TYPES.get(spec["type"], E.LINK_NETROM),
+        link_index=spec["linkIndex"],
+        flags=_flag_bits(spec["flags"], _LINK_FLAGS),
+        hardware_addr=_mac_bytes(spec["hardwareAddr"]),
+        permanent_addr=_mac_bytes(spec["permanentAddr"]),
+        broadcast_addr=_mac_bytes(spec["broadcastAddr"]),
+        mtu=spec["mtu"],
+        queue_disc=spec["queueDisc"],
+        master_index=spec.get("masterIndex", 0),
+        operational_state=_OPER_STATES.get(spec["operationalState"], E.OPER_STATE_UNKNOWN),
+        kind=spec["kind"],
+        slave_kind=spec["slaveKind"],
+        bus_path=spec.get("busPath", ""),
+        driver=spec.get("driver", ""),
+        link_state=spec["linkState"],
+        speed_megabits=spec.get("speedMbit", 0),
+        port=_PORTS.get(spec["port"], E.OTHER),
+        duplex=_DUPLEXES.get(spec["duplex"], E.UNKNOWN),
+    ).SerializeToString()
+
+
 def _empty(spec: Any) -> bytes:
     return b""
 
@@ -466,6 +570,31 @@ _DEFINITION_LIST = (
     ),
     _definition(
         T.NODENAMES, "Nodename", "k8s", _encode_nodename, columns=[("Nodename", "{.nodename}")]
+    ),
+    # network/address_status.go
+    _definition(
+        T.ADDRESS_STATUSES,
+        "AddressStatus",
+        "network",
+        _encode_address_status,
+        aliases=["address", "addresses"],
+        columns=[("Address", "{.address}"), ("Link", "{.linkName}")],
+    ),
+    # network/link_status.go
+    _definition(
+        T.LINK_STATUSES,
+        "LinkStatus",
+        "network",
+        _encode_link_status,
+        aliases=["link", "links"],
+        columns=[
+            ("Alias", "{.alias}"),
+            ("Type", "{.type}"),
+            ("Kind", "{.kind}"),
+            ("Hw Addr", "{.hardwareAddr}"),
+            ("Oper State", "{.operationalState}"),
+            ("Link State", "{.linkState}"),
+        ],
     ),
 )
 

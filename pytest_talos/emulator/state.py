@@ -33,6 +33,12 @@ from pytest_talos.emulator.events import (
     new_xid,
 )
 from pytest_talos.emulator.faults import FaultSet
+from pytest_talos.emulator.machineconfig.accessors import (
+    cni_name,
+    coredns_enabled,
+    discovery_enabled,
+)
+from pytest_talos.emulator.network import COREDNS_REPLICAS, NodeNetwork
 from pytest_talos.emulator.nodeapply import (
     CONFIG_ANNOTATIONS,
     DEFAULT_TRY_TIMEOUT,
@@ -42,7 +48,13 @@ from pytest_talos.emulator.nodeapply import (
     NodeFailure,
     go_duration,
 )
-from pytest_talos.emulator.resources import DEFINITIONS, NAMESPACES, ResourceStore, T
+from pytest_talos.emulator.resources import (
+    DEFINITIONS,
+    NAMESPACES,
+    ResourceStore,
+    StoreEvent,
+    T,
+)
 from pytest_talos.emulator.services import Service, ServiceManager, ServiceRefused, services_for
 from pytest_talos.emulator.variants import Variant, VariantSet
 
@@ -405,23 +417,22 @@ class NodeState(ConfigMixin):
                 "clusterName": ident.cluster_name,
             },
         )
-        prefix = f"{ident.address}/{ident.prefix_length}"
-        for address_id in ("default", "current", "accumulative", "routed"):
-            store.put(
-                "network",
-                T.NODE_ADDRESSES,
-                address_id,
-                {"addresses": [prefix], "sortAlgorithm": "v1"},
-            )
-        store.put(
+        self._publish_network()
+        # network/hostname_status.go: the short hostname and the domain (DHCP, cloud, config).
+        hostname = store.put(
             "network",
             T.HOSTNAME_STATUSES,
             "hostname",
-            {"hostname": self.hostname, "domainname": ""},
+            {"hostname": self.hostname, "domainname": ident.domain},
         )
-        store.put(
-            "k8s", T.NODENAMES, "nodename", {"nodename": self.hostname, "hostname": self.hostname}
-        )
+        # controllers/k8s/nodename.go: the short hostname (no registerWithFQDN here) and the
+        # version of the HostnameStatus it came from.
+        nodename = {
+            "nodename": self.hostname,
+            "hostnameVersion": str(hostname.version),
+            "skipNodeRegistration": False,
+        }
+        store.put("k8s", T.NODENAMES, "nodename", nodename, owner="k8s.NodenameController")
         if ident.controlplane:
             member_id = f"{etcd_member_id(self.hostname):016x}"
             store.put("etcd", T.ETCD_MEMBERS, "local", {"memberID": member_id})
@@ -439,16 +450,93 @@ class NodeState(ConfigMixin):
             store.put("runtime", T.EXTENSION_STATUSES, str(index), spec)
         self.publish_members()
 
+    # ---- network (controllers/network/*.go) ---------------------------------------------
+
+    network: NodeNetwork | None = None  # the links and addresses of the booted node
+    _cni_watch: Callable[[], None] | None = None
+
+    def _k8s_subnets(self) -> list[str]:
+        """What address_filter.go filters on: the config's pod and service CIDRs, plus the
+        Node's podCIDR once the node is registered (the CNI runs then)."""
+        subnets = [*mc.pod_subnets(self.active_config), *mc.service_subnets(self.active_config)]
+        if self.network is not None and self.network.cni_up:
+            subnets.append(self.kube_node().pod_cidr)
+        return subnets
+
+    def _publish_network(self) -> None:
+        """Links and addresses of a freshly booted node: lo and eth0 (see :mod:`.network`).
+
+        Flannel's links follow once kubelet runs healthy (it runs the flannel DaemonSet pod):
+        a watch on the Services resource, like a controller's input, adds them.
+        """
+        ident = self.identity
+        self.network = NodeNetwork(
+            self.store,
+            address=ident.address,
+            prefix_length=ident.prefix_length,
+            platform=ident.platform,
+        )
+        self.network.publish(self._k8s_subnets())
+        if self._cni_watch is not None:
+            self._cni_watch()
+        self._cni_watch = self.store.subscribe(self._watch_for_cni)
+
+    def _watch_for_cni(self, event: StoreEvent) -> None:
+        found = event.resource
+        if found.type != T.SERVICES or found.id != "kubelet" or event.kind == "destroyed":
+            return
+        network = self.network
+        if network is None or network.cni_up or not found.spec.get("healthy"):
+            return
+        if cni_name(self.active_config) != "flannel":  # `none` or `custom`: not ours to model
+            return
+        network.start_cni(
+            pod_block=self.kube_node().pod_cidr,
+            pods=self._pod_network_pods(),
+            k8s_subnets=[*self._k8s_subnets(), self.kube_node().pod_cidr],
+        )
+
+    def _pod_network_pods(self) -> int:
+        """Pods on the pod network this node runs: its share of CoreDNS's replicas, spread
+        over the workers (control planes are tainted NoSchedule) or, without workers, over
+        the control planes (INFERRED placement: the scheduler's spreading, in node order)."""
+        if not coredns_enabled(self.active_config):
+            return 0
+        peers = list(self.peers())
+        nodes = [peer for peer in peers if not peer.controlplane] or peers
+        return sum(
+            1 for i in range(COREDNS_REPLICAS) if nodes[i % len(nodes)].hostname == self.hostname
+        )
+
+    def _member_addresses(self, peer: NodeIdentity) -> list[str]:
+        """A member's addresses: its ``routed-no-k8s`` IPs (controllers/cluster/local_affiliate.go).
+        Another node's are its address unless the cluster's CIDRs cover it."""
+        if peer.hostname == self.hostname and self.network is not None:
+            return [p.split("/", 1)[0] for p in self.network.addresses("routed-no-k8s")]
+        ip = ipaddress.ip_address(peer.address)
+        nets = [ipaddress.ip_network(c, strict=False) for c in self._k8s_subnets()]
+        return [] if any(ip.version == n.version and ip in n for n in nets) else [peer.address]
+
     def publish_members(self) -> None:
-        """Members.cluster.talos.dev: one per node of the cluster (discovery)."""
-        peers = self.peers()
+        """Members.cluster.talos.dev: one per affiliate with a nodename
+        (controllers/cluster/member.go), id = the nodename, ``hostname`` = the FQDN
+        (local_affiliate.go, HostnameStatusSpec.FQDN). Discovery off in the machine config:
+        no affiliates, no Members. Discovery service unreachable: only the local affiliate."""
+        for member in self.store.list("cluster", T.MEMBERS):
+            self.store.destroy("cluster", T.MEMBERS, member.id)
+        if not discovery_enabled(self.active_config):
+            return
+        peers = list(self.peers())
+        if self.variant(Variant.DISCOVERY_UNREACHABLE):
+            peers = [peer for peer in peers if peer.hostname == self.hostname]
         if self._fault("member-hidden"):  # fault member-hidden: discovery misses the first node
-            peers = [peer for peer in peers if peer.hostname != peers[0].hostname]
+            first = self.peers()[0].hostname
+            peers = [peer for peer in peers if peer.hostname != first]
         for peer in peers:
             spec: dict[str, object] = {
                 "nodeId": peer.node_id or _node_id(peer.hostname, peer.cluster_name),
-                "addresses": [peer.address],
-                "hostname": peer.hostname,
+                "addresses": self._member_addresses(peer),
+                "hostname": peer.fqdn,
                 "machineType": peer.role,
                 "operatingSystem": f"Talos ({self.talos_version})",
             }
@@ -700,6 +788,8 @@ class NodeState(ConfigMixin):
         return self.rootfs.get(path)
 
     def etcd_members(self) -> list[NodeIdentity]:
+        """The etcd members: the control planes, named by their short hostname
+        (controllers/etcd/spec.go names the member after HostnameStatus.hostname)."""
         members = [peer for peer in self.peers() if peer.controlplane]
         if self._fault("etcd-member-missing") and members:
             members = members[:-1]

@@ -105,3 +105,22 @@ def kubernetes_version(data: bytes) -> str:
     image = _scalar_text(_dig(_main_document(data), "machine", "kubelet", "image") or "")
     tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
     return tag.removeprefix("v")
+
+
+def discovery_enabled(data: bytes) -> bool:
+    """``cluster.discovery.enabled``; unset means off (v1alpha1_discoveryconfig.go Enabled)."""
+    return _dig(_main_document(data), "cluster", "discovery", "enabled") is True
+
+
+def cni_name(data: bytes) -> str:
+    """``cluster.network.cni.name``; ``flannel`` without a CNI section (v1alpha1_clusterconfig.go
+    CNI)."""
+    cni = _dig(_main_document(data), "cluster", "network", "cni")
+    if not isinstance(cni, Mapping):
+        return "flannel"
+    return _scalar_text(cni.get("name") or "")
+
+
+def coredns_enabled(data: bytes) -> bool:
+    """Not ``cluster.coreDNS.disabled: true`` (v1alpha1_provider.go CoreDNS.Enabled)."""
+    return _dig(_main_document(data), "cluster", "coreDNS", "disabled") is not True
