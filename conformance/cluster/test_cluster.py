@@ -1,5 +1,6 @@
-"""The cluster as a whole: discovery agrees across nodes, etcd is made of exactly the control
-planes, and the server-side health check (``talosctl health``, facts §11) completes."""
+"""The cluster as a whole: discovery agrees across nodes (when it is on and reachable), etcd
+is made of exactly the control planes, and the server-side health check (``talosctl
+health``, pkg/cluster/check/default.go) completes."""
 
 from __future__ import annotations
 
@@ -8,83 +9,155 @@ from typing import Any
 import pytest
 
 from conformance._support.context import Timing
-from pytest_talos import models
+from conformance.cluster.discovery import (
+    DISABLED_REASON,
+    UNREACHABLE_REASON,
+    Member,
+    discovery_enabled,
+    members,
+    short_name,
+)
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import ConformanceFailure, TalosError
 from pytest_talos.node import TalosNode
 
-MEMBERS = ("Members.cluster.talos.dev", "cluster")
 HEALTH_WAIT = 60.0  # node seconds the health check may wait for a condition
 _PROGRESS_LINES = 12
+_CONTROL_PLANE = ("controlplane", "init")
 
 
-def _members(node: TalosNode) -> dict[str, str]:
-    """``{hostname: machine type}`` as this node's discovery sees the cluster."""
-    found = {}
-    for member in node.resources(*MEMBERS):
-        spec = member.typed_spec
-        if isinstance(spec, models.MemberSpec):
-            found[spec.hostname] = spec.machine_type
-        else:
-            data = member.spec or {}
-            found[str(data.get("hostname", member.id))] = str(data.get("machineType", "?"))
+def _role(machine_type: str) -> str:
+    return "controlplane" if machine_type in _CONTROL_PLANE else machine_type
+
+
+def _find(view: dict[str, Member], node: TalosNode) -> Member | None:
+    """The member that is ``node``: same short name, else one of its addresses."""
+    found = view.get(short_name(node.hostname))
+    if found is None:
+        found = next((m for m in view.values() if node.host in m.addresses), None)
     return found
 
 
+def _views(cluster: TalosCluster) -> tuple[dict[str, dict[str, Member]], list[str]]:
+    """Each node's Members, and the nodes whose machine config has discovery off (an empty
+    list counts as off when the config cannot be read)."""
+    views: dict[str, dict[str, Member]] = {}
+    disabled: list[str] = []
+    for node in cluster.reachable:
+        found = members(node)
+        enabled = discovery_enabled(node)
+        if enabled is False or (enabled is None and not found):
+            disabled.append(node.name)
+        else:
+            views[node.name] = found
+    return views, disabled
+
+
+def _sees_only_itself(view: dict[str, Member], node: TalosNode) -> bool:
+    return len(view) == 1 and _find(view, node) is not None
+
+
 @pytest.mark.talos_check(
-    "cluster.members-consistent", severity="high",
-    claim="Every node's discovery lists the same members, including every target node")
+    "cluster.members-consistent",
+    severity="high",
+    claim="Every node's discovery lists the same members, including every target node",
+)
 def test_members_are_consistent_across_nodes(
     talos_cluster: TalosCluster, talos_evidence: dict[str, Any]
 ) -> None:
-    views = {node.name: _members(node) for node in talos_cluster.reachable}
+    views, disabled = _views(talos_cluster)
     talos_evidence["members per node"] = {n: sorted(v) for n, v in views.items()}
-    distinct = {tuple(sorted(view.items())) for view in views.values()}
-    targets = {node.name: node.role for node in talos_cluster.reachable}
-    missing = {name: role for name, role in targets.items()
-               if any(view.get(name) != role for view in views.values())}
+    if disabled:
+        talos_evidence["discovery disabled on"] = disabled
+    if not views:
+        pytest.skip(DISABLED_REASON)
+    nodes = [node for node in talos_cluster.reachable if node.name in views]
+    alone = sorted(n.name for n in nodes if _sees_only_itself(views[n.name], n))
+    if len(nodes) > 1 and len(alone) == len(nodes):
+        pytest.skip(UNREACHABLE_REASON)
+    roles = {n: {name: _role(m.machine_type) for name, m in v.items()} for n, v in views.items()}
+    distinct = {tuple(sorted(r.items())) for r in roles.values()}
+    missing: dict[str, str] = {}
+    for node in nodes:
+        seen = [_find(view, node) for view in views.values()]
+        if any(m is None or _role(m.machine_type) != node.role for m in seen):
+            missing[node.name] = node.role
     if len(distinct) > 1 or missing:
+        evidence: dict[str, Any] = {}
+        if missing:
+            evidence["targets missing or with another role"] = missing
+        if alone:
+            evidence["nodes whose discovery sees only themselves"] = alone
         raise ConformanceFailure(
-            "cluster.members-consistent", "the nodes disagree about the cluster's members",
+            "cluster.members-consistent",
+            "the nodes disagree about the cluster's members",
             expected="one member list on every node, naming every target node with its role",
-            observed="; ".join(f"{n}: {', '.join(f'{h}={t}' for h, t in sorted(v.items()))}"
-                               for n, v in sorted(views.items())),
-            evidence={"targets missing or with another role": missing} if missing else None)
+            observed="; ".join(
+                f"{n}: {', '.join(f'{h}={t}' for h, t in sorted(v.items())) or 'none'}"
+                for n, v in sorted(roles.items())
+            ),
+            evidence=evidence or None,
+        )
+
+
+def _discovered_controlplanes(cluster: TalosCluster, node: TalosNode) -> set[str] | None:
+    """The control planes ``node``'s discovery knows, or None when discovery is off or sees
+    only the node itself (then the target control planes are all there is to go by)."""
+    view = members(node)
+    if not view or discovery_enabled(node) is False:
+        return None
+    if len(cluster.reachable) > 1 and _sees_only_itself(view, node):
+        return None
+    return {name for name, m in view.items() if _role(m.machine_type) == "controlplane"}
 
 
 @pytest.mark.talos_check(
-    "cluster.etcd-members-are-control-planes", severity="critical",
-    claim="On every control plane, etcd's members are exactly the control plane nodes")
+    "cluster.etcd-members-are-control-planes",
+    severity="critical",
+    claim="On every control plane, etcd's members are exactly the control plane nodes",
+)
 def test_etcd_members_are_the_control_planes(
     talos_cluster: TalosCluster, talos_evidence: dict[str, Any]
 ) -> None:
     controlplanes = talos_cluster.controlplanes
     if not controlplanes:
         pytest.skip("no control plane among the target nodes")
-    expected = sorted(host for host, kind in _members(controlplanes[0]).items()
-                      if kind in ("controlplane", "init"))
+    targets = {short_name(node.hostname) for node in controlplanes}
+    discovered = _discovered_controlplanes(talos_cluster, controlplanes[0])
+    expected = sorted(targets | (discovered or set()))
     lists: dict[str, list[str]] = {}
     learners: dict[str, list[str]] = {}
     for node in controlplanes:
-        members = node.client.etcd_members()
-        lists[node.name] = sorted(m.hostname for m in members)
-        learners[node.name] = sorted(m.hostname for m in members if m.is_learner)
+        found = node.client.etcd_members()
+        lists[node.name] = sorted(short_name(m.hostname) for m in found)
+        learners[node.name] = sorted(short_name(m.hostname) for m in found if m.is_learner)
     talos_evidence.update(control_planes=expected, etcd_members=lists)
-    wrong = {n: v for n, v in lists.items() if v != expected}
+    if discovered is None:
+        # Without discovery, control planes outside the targets are unknown: every target
+        # must be a member and the control planes must agree; extra members are not judged.
+        talos_evidence["expected from"] = "the target control planes (no usable discovery)"
+        agree = len({tuple(v) for v in lists.values()}) == 1
+        wrong = {n: v for n, v in lists.items() if not targets <= set(v) or not agree}
+    else:
+        talos_evidence["expected from"] = "the target control planes and discovery's"
+        wrong = {n: v for n, v in lists.items() if v != expected}
     stuck = {n: v for n, v in learners.items() if v}
     if wrong or stuck:
         raise ConformanceFailure(
             "cluster.etcd-members-are-control-planes",
             "etcd membership does not match the control planes",
             expected=", ".join(expected),
-            observed="; ".join(f"{n}: {', '.join(v) or 'none'}" for n, v in sorted(
-                wrong.items())) or "learners left over",
-            evidence={"learners": stuck} if stuck else None)
+            observed="; ".join(f"{n}: {', '.join(v) or 'none'}" for n, v in sorted(wrong.items()))
+            or "learners left over",
+            evidence={"learners": stuck} if stuck else None,
+        )
 
 
 @pytest.mark.talos_check(
-    "cluster.health-check-passes", severity="high",
-    claim="The server-side cluster health check (talosctl health) completes")
+    "cluster.health-check-passes",
+    severity="high",
+    claim="The server-side cluster health check (talosctl health) completes",
+)
 def test_server_side_health_check_completes(
     talos_cluster: TalosCluster, talos_timing: Timing, talos_evidence: dict[str, Any]
 ) -> None:
@@ -103,8 +176,11 @@ def test_server_side_health_check_completes(
             progress.append(line.message)
     except TalosError as exc:
         raise ConformanceFailure(
-            "cluster.health-check-passes", "the cluster health check did not complete",
-            node=runner.name, expected="every health condition OK", observed=str(exc),
+            "cluster.health-check-passes",
+            "the cluster health check did not complete",
+            node=runner.name,
+            expected="every health condition OK",
+            observed=str(exc),
             evidence={"progress": "\n".join(progress[-_PROGRESS_LINES:]) or "(none)"},
         ) from None
     talos_evidence["conditions"] = [line for line in progress if line.endswith(": OK")]

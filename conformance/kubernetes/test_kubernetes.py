@@ -1,5 +1,6 @@
 """Kubernetes on Talos: the admin kubeconfig comes from the Talos API, every Talos node is a
-Ready Kubernetes node, and the cluster CIDRs stay clear of the node addresses (B8)."""
+Ready Kubernetes node, and the cluster CIDRs stay clear of the node addresses (a pod CIDR
+that covers the host network, e.g. 10.244.0.0/16 on a 10.244.x LAN, breaks routing)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ import pytest
 import yaml
 
 from conformance._support.context import Timing
+from conformance.kubernetes.node_addresses import AddressBook
 from pytest_talos import models
 from pytest_talos.checks import assert_node_ready
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
 from pytest_talos.errors import ConformanceFailure, PermissionDenied, TalosError
 from pytest_talos.node import TalosNode
 
-# Talos defaults when the machine config names none (facts §13 B8).
+# Talos defaults when the machine config names none (pkg/machinery/constants/constants.go
+# DefaultIPv4PodNet, DefaultIPv4ServiceNet).
 DEFAULT_POD_SUBNETS = ("10.244.0.0/16",)
 DEFAULT_SERVICE_SUBNETS = ("10.96.0.0/12",)
 READY_SETTLE = 10.0  # node seconds a node may take to report Ready
@@ -24,8 +27,10 @@ READY_SETTLE = 10.0  # node seconds a node may take to report Ready
 
 @pytest.mark.talos_role("controlplane")
 @pytest.mark.talos_check(
-    "kubernetes.kubeconfig-obtainable", severity="high",
-    claim="A control plane hands out an admin kubeconfig through the Talos API, and it works")
+    "kubernetes.kubeconfig-obtainable",
+    severity="high",
+    claim="A control plane hands out an admin kubeconfig through the Talos API, and it works",
+)
 def test_kubeconfig_is_obtainable_from_control_plane(
     talos_node: TalosNode, talos_evidence: dict[str, Any]
 ) -> None:
@@ -36,24 +41,34 @@ def test_kubeconfig_is_obtainable_from_control_plane(
         raise  # the run's credentials, not the node (see conftest)
     except TalosError as exc:
         raise ConformanceFailure(
-            "kubernetes.kubeconfig-obtainable", "no usable kubeconfig from the Talos API",
-            node=talos_node.name, expected="a .tar.gz holding one kubeconfig file",
-            observed=str(exc)) from None
+            "kubernetes.kubeconfig-obtainable",
+            "no usable kubeconfig from the Talos API",
+            node=talos_node.name,
+            expected="a .tar.gz holding one kubeconfig file",
+            observed=str(exc),
+        ) from None
     try:
         server = yaml.safe_load(kubeconfig)["clusters"][0]["cluster"]["server"]
-        names = [n.metadata.name for n in access.core_v1.list_node(
-            _request_timeout=access.request_timeout).items]
+        names = [
+            n.metadata.name
+            for n in access.core_v1.list_node(_request_timeout=access.request_timeout).items
+        ]
     finally:
         access.close()
     talos_evidence.update(server=server, kubernetes_nodes=sorted(names))
 
 
 @pytest.mark.talos_check(
-    "kubernetes.node-ready", severity="critical",
-    claim="Every Talos node is a Kubernetes Node reporting Ready")
+    "kubernetes.node-ready",
+    severity="critical",
+    claim="Every Talos node is a Kubernetes Node reporting Ready",
+)
 def test_node_is_ready_in_kubernetes(
-    talos_node: TalosNode, talos_cluster: TalosCluster, talos_kubernetes: KubernetesAccess,
-    talos_timing: Timing, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_cluster: TalosCluster,
+    talos_kubernetes: KubernetesAccess,
+    talos_timing: Timing,
+    talos_evidence: dict[str, Any],
 ) -> None:
     result = assert_node_ready(talos_cluster, talos_node, timeout=talos_timing.real(READY_SETTLE))
     talos_evidence.update(result.evidence)
@@ -61,18 +76,35 @@ def test_node_is_ready_in_kubernetes(
 
 def _subnets(config: models.MachineConfig) -> tuple[list[str], list[str]]:
     main = next((d for d in config.documents if not d.get("kind")), {})
-    network = ((main.get("cluster") or {}).get("network") or {})
+    network = (main.get("cluster") or {}).get("network") or {}
     pods = list(network.get("podSubnets") or DEFAULT_POD_SUBNETS)
     services = list(network.get("serviceSubnets") or DEFAULT_SERVICE_SUBNETS)
     return pods, services
 
 
-def _addresses(node: TalosNode) -> list[str]:
-    found = node.resource("NodeAddresses.net.talos.dev", "current", "network")
-    spec = found.typed_spec
-    prefixes = spec.addresses if isinstance(spec, models.NodeAddressSpec) else tuple(
-        (found.spec or {}).get("addresses") or ())
-    return [str(prefix).split("/", 1)[0] for prefix in prefixes]
+@pytest.fixture(scope="module")
+def address_book() -> AddressBook:
+    """Node addresses read once per run: every per-node check compares all nodes' addresses."""
+    return AddressBook()
+
+
+def _cluster_addresses(
+    book: AddressBook, cluster: TalosCluster, checked: TalosNode
+) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """``{node: [ip, ...]}`` outside CNI links, and the nodes whose addresses could not be
+    read (errors on the checked node itself propagate)."""
+    addresses: dict[str, list[str]] = {}
+    unreadable: dict[str, str] = {}
+    for node in cluster.reachable:
+        try:
+            report = book.of(node)
+        except TalosError as exc:
+            if node.address == checked.address:
+                raise
+            unreadable[node.name] = str(exc)
+            continue
+        addresses[node.name] = [prefix.split("/", 1)[0] for prefix in report.kept]
+    return addresses, unreadable
 
 
 def _overlaps(cidrs: dict[str, str], addresses: dict[str, list[str]]) -> list[str]:
@@ -81,30 +113,47 @@ def _overlaps(cidrs: dict[str, str], addresses: dict[str, list[str]]) -> list[st
     for node, ips in sorted(addresses.items()):
         for ip in ips:
             address = ipaddress.ip_address(ip)
-            found += [f"{cidrs[c]} {c} contains {node}'s address {ip}"
-                      for c, net in networks.items()
-                      if address.version == net.version and address in net]
+            found += [
+                f"{cidrs[c]} {c} contains {node}'s address {ip}"
+                for c, net in networks.items()
+                if address.version == net.version and address in net
+            ]
     pairs = list(networks.items())
     for i, (a, net_a) in enumerate(pairs):
-        for b, net_b in pairs[i + 1:]:
+        for b, net_b in pairs[i + 1 :]:
             if net_a.version == net_b.version and net_a.overlaps(net_b):
                 found.append(f"{cidrs[a]} {a} overlaps {cidrs[b]} {b}")
     return found
 
 
 @pytest.mark.talos_check(
-    "kubernetes.cidrs-clear-of-nodes", severity="high",
-    claim="The pod and service CIDRs do not overlap each other or any node's address")
+    "kubernetes.cidrs-clear-of-nodes",
+    severity="high",
+    claim="The pod and service CIDRs do not overlap each other or any node's address",
+)
 def test_cluster_cidrs_do_not_overlap_node_addresses(
-    talos_node: TalosNode, talos_cluster: TalosCluster, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_cluster: TalosCluster,
+    address_book: AddressBook,
+    talos_evidence: dict[str, Any],
 ) -> None:
     pods, services = _subnets(talos_node.machine_config)
     cidrs = {**{c: "pod subnet" for c in pods}, **{c: "service subnet" for c in services}}
-    addresses = {node.name: _addresses(node) for node in talos_cluster.reachable}
-    talos_evidence.update(pod_subnets=pods, service_subnets=services, node_addresses=addresses)
+    addresses, unreadable = _cluster_addresses(address_book, talos_cluster, talos_node)
+    talos_evidence.update(
+        pod_subnets=pods,
+        service_subnets=services,
+        node_addresses=addresses,
+        cni_addresses_left_out=dict(address_book.of(talos_node).skipped),
+    )
+    if unreadable:
+        talos_evidence["addresses unreadable"] = unreadable
     problems = _overlaps(cidrs, addresses)
     if problems:
         raise ConformanceFailure(
-            "kubernetes.cidrs-clear-of-nodes", "cluster CIDRs overlap node addresses",
-            node=talos_node.name, expected="pod/service CIDRs disjoint from node networks",
-            observed="; ".join(problems))
+            "kubernetes.cidrs-clear-of-nodes",
+            "cluster CIDRs overlap node addresses",
+            node=talos_node.name,
+            expected="pod/service CIDRs disjoint from node networks",
+            observed="; ".join(problems),
+        )
