@@ -702,7 +702,8 @@ class ResourceStore:
 
     ``put`` creates (version 1) or updates (version + 1). Controllers in Talos skip writes
     whose spec did not change, but machined's direct ``Update`` of the MachineConfig always
-    bumps (facts §8): callers say which with ``always_bump``.
+    bumps (``internal/app/machined/pkg/runtime/v1alpha2/v1alpha2_state.go`` SetConfig; cosi's
+    in-memory Update has no equality short-cut): callers say which with ``always_bump``.
     """
 
     def __init__(self, now: Callable[[], dt.datetime]) -> None:
