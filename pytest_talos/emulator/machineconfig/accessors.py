@@ -13,7 +13,8 @@ from pytest_talos.emulator.machineconfig.common import (
 )
 from pytest_talos.emulator.machineconfig.loader import _lenient_documents, _main_document
 
-# Real kubelet command-line flags; anything else in extraArgs makes kubelet exit (B4).
+# Real kubelet command-line flags; anything else in extraArgs makes kubelet exit at start
+# (`unknown flag: --x`), so it crash-loops.
 KNOWN_KUBELET_FLAGS = frozenset({
     "address", "anonymous-auth", "authentication-token-webhook", "authorization-mode",
     "bootstrap-kubeconfig", "cert-dir", "cgroup-driver", "cgroup-root", "client-ca-file",
