@@ -157,6 +157,19 @@ def test_versions_per_apply_mode(
     assert node.versions() == after
 
 
+def test_reboot_mode_sets_only_persistent_before_the_reboot(node_of: Callable[..., Node]) -> None:
+    node = node_of(platform="metal")
+    data = node.patched(LABEL_PATCH)
+
+    def apply_and_look(state: NodeState) -> tuple[int | None, ...]:
+        # In one loop callback: the reboot sequence has not started yet.
+        state.apply_configuration(ApplyRequest(data=data, mode="REBOOT"))
+        found = [state.store.get("config", MC, id_) for id_ in ("v1alpha1", "persistent")]
+        return tuple(resource.version if resource else None for resource in found)
+
+    assert node.cluster.node(node.address).run(apply_and_look) == (1, 1)
+
+
 def test_staged_changes_only_persistent(node_of: Callable[..., Node]) -> None:
     node = node_of(platform="metal")
     data = node.patched(LABEL_PATCH)
