@@ -43,6 +43,7 @@ __all__ = [
     "DEFAULT_API_PORT",
     "EXPIRY_WARNING_WINDOW",
     "IN_POD_PATH",
+    "TIME_SCALE_KEY",
     "Context",
     "KeyType",
     "TalosConfig",
@@ -69,6 +70,10 @@ _HOSTNAME = re.compile(
     r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?"
 )
 _ENDPOINT_FORMS = "use host, host:port, [ipv6]:port or https://host[:port]"
+# A context key only the pytest-talos emulator writes: how many times faster than real time
+# its nodes' clock runs. talosctl decodes the file without KnownFields, so it ignores the key
+# (pkg/machinery/client/config/config.go ReadFrom); a real cluster's talosconfig has none.
+TIME_SCALE_KEY = "x-pytest-talos-time-scale"
 
 
 # --------------------------------------------------------------------------- data
@@ -85,6 +90,7 @@ class Context:
     ca_pem: bytes
     crt_pem: bytes
     key_pem: bytes = field(repr=False)
+    time_scale: float = 1.0  # the nodes' clock rate the talosconfig advertises (emulator only)
 
     def __repr__(self) -> str:
         return (
@@ -118,6 +124,8 @@ class TalosConfig:
             parts.append(f"nodes {', '.join(self.context.nodes)}")
         parts.append(f"roles {', '.join(self.roles) or '(none)'}")
         parts.append(f"{self.key_type} client cert valid until {_when(self.not_after)}")
+        if self.context.time_scale != 1:
+            parts.append(f"emulated clock {self.context.time_scale:g}x")
         if self.expiry_warning:
             parts.append(f"WARNING: {self.expiry_warning}")
         return "; ".join(parts)
@@ -580,6 +588,14 @@ def _optional_str(where: _Where, value: Any) -> str | None:
     return value
 
 
+def _time_scale(where: _Where, value: Any) -> float:
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        where.fail("must be a positive number (how many times faster the emulated clock runs)")
+    return float(value)
+
+
 def load_talosconfig(
     path: str | os.PathLike[str] | None = None,
     *,
@@ -600,6 +616,9 @@ def load_talosconfig(
     nodes = _string_list(in_context.at(f"contexts[{name}].nodes"), body.get("nodes"))
     cluster = _optional_str(in_context.at(f"contexts[{name}].cluster"), body.get("cluster"))
     creds = _credentials(in_context, body)
+    scale = _time_scale(
+        in_context.at(f"contexts[{name}].{TIME_SCALE_KEY}"), body.get(TIME_SCALE_KEY)
+    )
     moment = now or dt.datetime.now(dt.UTC)
     warning = _check_validity(in_context.at(f"contexts[{name}].crt"), creds.leaf, moment)
     selected = Context(
@@ -610,6 +629,7 @@ def load_talosconfig(
         ca_pem=creds.ca_pem,
         crt_pem=creds.crt_pem,
         key_pem=creds.key_pem,
+        time_scale=scale,
     )
     return TalosConfig(
         path=found,

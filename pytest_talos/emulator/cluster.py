@@ -331,6 +331,7 @@ class EmulatedCluster:
             nodes=[n.address for n in self._nodes],
             ca_pem=self.ca.cert_pem,
             client=cert,
+            time_scale=self.clock.time_scale,
         )
         return ClientIdentity(tuple(roles), _serial_of(cert), cert.cert_pem, data, target)
 
@@ -512,6 +513,7 @@ class EmulatedCluster:
             nodes=[n.address for n in self._nodes],
             ca_pem=self.ca.cert_pem,
             client=self._admin_cert,
+            time_scale=self.clock.time_scale,
         )
         self._talosconfig_file = path
         self._admin = ClientIdentity(

@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_CA_VALIDITY",
     "DEFAULT_CLIENT_VALIDITY",
     "DEFAULT_SERVER_VALIDITY",
+    "TIME_SCALE_KEY",
     "CertAndKey",
     "CertificateAuthority",
     "KeyType",
@@ -329,6 +330,12 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+# The emulated clock's rate, advertised to whoever connects with the file (the client side
+# reads it as pytest_talos.talosconfig.TIME_SCALE_KEY). talosctl ignores keys it does not
+# know: its decoder does not set KnownFields (pkg/machinery/client/config/config.go ReadFrom).
+TIME_SCALE_KEY = "x-pytest-talos-time-scale"
+
+
 def render_talosconfig(
     *,
     context: str,
@@ -337,14 +344,18 @@ def render_talosconfig(
     ca_pem: bytes,
     client: CertAndKey,
     cluster: str | None = None,
+    time_scale: float = 1.0,
 ) -> bytes:
-    """The talosconfig YAML (talosctl layout; ca/crt/key are base64 of the PEM)."""
+    """The talosconfig YAML (talosctl layout; ca/crt/key are base64 of the PEM); a clock
+    faster than real time is advertised under ``TIME_SCALE_KEY``."""
     entry: dict[str, object] = {"endpoints": list(endpoints)}
     if nodes:
         entry["nodes"] = list(nodes)
     if cluster:
         entry["cluster"] = cluster
     entry.update(ca=_b64(ca_pem), crt=_b64(client.cert_pem), key=_b64(client.key_pem_talos))
+    if time_scale != 1:
+        entry[TIME_SCALE_KEY] = float(time_scale)
     document = {"context": context, "contexts": {context: entry}}
     text = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=1 << 16)
     return text.encode("utf-8")
@@ -359,6 +370,7 @@ def write_talosconfig(
     ca_pem: bytes,
     client: CertAndKey,
     cluster: str | None = None,
+    time_scale: float = 1.0,
 ) -> bytes:
     """Render a talosconfig and, when ``path`` is given, write it with mode 0600.
 
@@ -371,6 +383,7 @@ def write_talosconfig(
         ca_pem=ca_pem,
         client=client,
         cluster=cluster,
+        time_scale=time_scale,
     )
     if path is not None:
         _write_private_file(Path(path), data)
