@@ -281,6 +281,11 @@ class AsyncTalosClient:
     def timeout(self) -> float:
         return self._transport.timeout
 
+    @property
+    def peer_certificate(self) -> bytes | None:
+        """DER of the endpoint's TLS certificate (apid's), once a call has connected."""
+        return self._transport.peer_certificate
+
     async def close(self) -> None:
         """Close the shared connection (also for clients made with ``with_node``)."""
         await self._transport.aclose()

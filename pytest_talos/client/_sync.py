@@ -251,6 +251,11 @@ class TalosClient:
         return self._core.timeout
 
     @property
+    def peer_certificate(self) -> bytes | None:
+        """DER of the endpoint's TLS certificate (apid's), once a call has connected."""
+        return self._core.peer_certificate
+
+    @property
     def closed(self) -> bool:
         return self._runner.stopped
 

@@ -52,6 +52,7 @@ from pytest_talos.transport._errors import (
     node_error,
     with_context,
 )
+from pytest_talos.transport._peer import read_peer_certificate
 
 __all__ = [
     "DEFAULT_STREAM_TIMEOUT",
@@ -68,6 +69,7 @@ __all__ = [
     "classify_error",
     "connect_failure",
     "node_error",
+    "read_peer_certificate",
     "split_endpoint",
 ]
 
@@ -204,6 +206,12 @@ class Transport:
         if self._channel is None:
             self._channel = TalosChannel(self.host, self.port, self._ssl, self._server_hostname)
         return self._channel
+
+    @property
+    def peer_certificate(self) -> bytes | None:
+        """DER of the certificate the endpoint presented in the TLS handshake of the open
+        connection (None before the first call); it passed verification against the CA."""
+        return self._channel.session.peer_certificate if self._channel is not None else None
 
     def metadata(self, target: Target) -> list[tuple[str, str]]:
         cached = self._metadata.get(target)

@@ -29,6 +29,7 @@ class Session:
     server_spoke: bool = False
     lost_error: BaseException | None = None
     transport: asyncio.Transport | None = None
+    peer_certificate: bytes | None = None  # DER of the server's leaf certificate
     lost: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def wait_closed(self, grace: float) -> None:
@@ -113,6 +114,8 @@ class TalosChannel(Channel):
             raise
         ssl_object = transport.get_extra_info("ssl_object")
         alpn = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
+        if ssl_object is not None:
+            session.peer_certificate = ssl_object.getpeercert(binary_form=True)
         if alpn not in (None, "h2"):
             transport.close()
             endpoint = endpoint_text(self._host, self._port)
