@@ -1,6 +1,7 @@
 """``python -m pytest_talos.emulator``: run an emulated Talos cluster in the foreground.
 
-Writes the talosconfig, prints ``<hostname> <role> <address>:50000`` per node once every
+Writes the talosconfig (and with ``--write-desired`` the desired state the nodes were made
+from), prints ``<hostname> <role> <address>:50000`` per node once every
 node serves, and stops cleanly on SIGINT/SIGTERM. ``--list-faults`` lists the fault profiles.
 """
 
@@ -27,6 +28,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--controlplanes", type=int, default=1, metavar="N")
     parser.add_argument("--workers", type=int, default=1, metavar="M")
     parser.add_argument("--talosconfig", metavar="PATH", help="where to write the talosconfig")
+    parser.add_argument(
+        "--write-desired",
+        metavar="DIR",
+        help="also write the desired state the nodes were generated from (base configs, "
+        "patches, talos-desired.yaml) into DIR, for --talos-desired",
+    )
     parser.add_argument(
         "--fault",
         action="append",
@@ -86,6 +93,8 @@ async def _serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(signum, stop.set)
     await cluster.start()
     try:
+        if args.write_desired:
+            print(f"desired state: {cluster.write_desired(args.write_desired)}", flush=True)
         for node in cluster.nodes:
             print(f"{node.hostname} {node.role} {node.address}:50000", flush=True)
         await stop.wait()

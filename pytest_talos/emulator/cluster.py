@@ -30,7 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal, TypeVar
 
-from pytest_talos.emulator import kubeapi, pki
+from pytest_talos.emulator import desired, kubeapi, pki
 from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.addresses import EmulatorError, pick_subnet
 from pytest_talos.emulator.calllog import CallLog, CallRecord
@@ -40,7 +40,7 @@ from pytest_talos.emulator.kubeobjects import ClusterKubeProvider
 from pytest_talos.emulator.listeners import ExtraListeners, ListenerError
 from pytest_talos.emulator.server import NodeServer
 from pytest_talos.emulator.servicers import ClientConfiguration
-from pytest_talos.emulator.state import NodeHooks, NodeIdentity, NodeState
+from pytest_talos.emulator.state import ApplyRequest, NodeHooks, NodeIdentity, NodeState
 from pytest_talos.emulator.tls import client_tls_context, server_tls_context
 from pytest_talos.emulator.variants import DEFAULT_EXTENSIONS, Variant, VariantSet
 from pytest_talos.errors import ConfigError
@@ -166,8 +166,9 @@ class EmulatedNode(NodeHooks):
 
     def _build(self) -> None:
         cluster, ident = self.cluster, self.state.identity
-        server_cert = pki.issue_server_cert(
-            cluster.ca, hostname=ident.hostname, ips=[ident.address], dns=[]
+        server_cert = pki.issue_apid_cert(
+            cluster.ca, hostname=ident.hostname, fqdn=ident.fqdn, ips=[ident.address],
+            hostname_san=not cluster.fault_set.on("apid-cert-missing-san", ident.hostname),
         )
         no_mtls = cluster.fault_set.on("no-mtls", ident.hostname)
         tls = server_tls_context(
@@ -266,6 +267,7 @@ class EmulatedCluster:
         self.call_log_store = CallLog()
         self._nodes: list[EmulatedNode] = []
         self._config_templates: dict[tuple[str, bool], bytes] = {}
+        self._base_configs: dict[str, bytes] = {}  # role -> generated base (write_desired)
         self._started = False
         self._tempdir: str | None = None
         self._thread: threading.Thread | None = None
@@ -334,6 +336,18 @@ class EmulatedCluster:
             time_scale=self.clock.time_scale,
         )
         return ClientIdentity(tuple(roles), _serial_of(cert), cert.cert_pem, data, target)
+
+    def write_desired(self, directory: str | os.PathLike[str]) -> Path:
+        """Write the desired state the nodes were generated from (base configs, variant
+        patches, ``talos-desired.yaml``) into ``directory``; returns the mapping file.
+        ``pytest conformance --talos-desired DIR`` finds a healthy cluster in sync with it."""
+        files = desired.desired_files(
+            bases=self._base_configs,
+            variant_patches=_variant_patches(self.variant_set),
+            nodes=[desired.DesiredNode(n.hostname, n.role) for n in self._nodes],
+            placeholder=_HOSTNAME_PLACEHOLDER,
+        )
+        return desired.write_desired_files(Path(directory), files)
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -418,7 +432,9 @@ class EmulatedCluster:
     def _prepare_pki(self) -> None:
         # pkg/machinery/config/generate/secrets/ca.go NewTalosCA: Ed25519
         self.ca = pki.CertificateAuthority.generate(organization="talos")
-        admin = pki.issue_client_cert(self.ca, roles=["os:admin"])
+        expiring = any(fault.name == "client-cert-expiring" for fault in self.faults)
+        validity = pki.EXPIRING_CLIENT_VALIDITY if expiring else pki.DEFAULT_CLIENT_VALIDITY
+        admin = pki.issue_client_cert(self.ca, roles=["os:admin"], validity=validity)
         self._admin_cert = admin
         # pkg/machinery/config/generate/secrets: the Kubernetes CA is ECDSA P-256.
         self.kube_ca = pki.CertificateAuthority.generate(
@@ -465,6 +481,9 @@ class EmulatedCluster:
         ]
         for node in self._nodes:
             node.state.boot()
+            if self.fault_set.on("config-staged", node.hostname):  # fault config-staged
+                staged = apply_patches(node.state.active_config, [desired.CONFIG_STAGED_PATCH])
+                node.state.apply_configuration(ApplyRequest(staged, "STAGED"))
 
     def _config_for(self, ident: NodeIdentity, endpoint: str) -> bytes:
         # Configs differ per node only by hostname (and the cidr-overlap fault): generate one
@@ -488,9 +507,13 @@ class EmulatedCluster:
                 ca_crt_pem=self.ca.cert_pem,
                 kubernetes_ca_crt_pem=self.kube_ca.cert_pem,
             )
+            self._base_configs.setdefault(ident.role, template)
             template = _with_variant_patches(template, self.variant_set)
             self._config_templates[key] = template
-        return template.replace(_HOSTNAME_PLACEHOLDER.encode(), ident.hostname.encode())
+        config = template.replace(_HOSTNAME_PLACEHOLDER.encode(), ident.hostname.encode())
+        if self.fault_set.on("config-drift", ident.hostname):  # fault config-drift
+            config = apply_patches(config, [desired.CONFIG_DRIFT_PATCH])
+        return config
 
     def _states(self) -> list[NodeState]:
         return [node.state for node in self._nodes]
@@ -530,12 +553,11 @@ class EmulatedCluster:
         return None
 
     def _kube_server(self, node: EmulatedNode) -> kubeapi.KubeAPIServer:
-        cert = pki.issue_server_cert(
-            self.kube_ca,
-            hostname=node.hostname,
-            ips=[node.address],
-            dns=["kubernetes", "kubernetes.default", "kubernetes.default.svc"],
-            key_type="ecdsa",
+        ident = node.state.identity
+        cert = pki.issue_kube_apiserver_cert(
+            self.kube_ca, hostname=ident.hostname, fqdn=ident.fqdn, ips=[ident.address],
+            endpoint_host=ident.address,  # the server of _kubeconfig_for
+            expired=self.fault_set.on("kube-cert-expired", ident.hostname, controlplane=True),
         )
         ssl_context = kubeapi.server_ssl_context(
             cert_pem=cert.cert_pem, key_pem=cert.key_pem, client_ca_pem=self.kube_ca.cert_pem
@@ -567,13 +589,20 @@ class EmulatedCluster:
         return ClientConfiguration(self.ca.cert_pem, cert.cert_pem, cert.key_pem_talos, talosconfig)
 
 
+def _variant_patches(variants: VariantSet) -> list[tuple[str, str]]:
+    """``(variant, patch)`` for the variants that live in the machine config."""
+    patches: list[tuple[str, str]] = []
+    if variants.on(Variant.KUBE_PROXY_DISABLED):
+        patches.append((Variant.KUBE_PROXY_DISABLED, "cluster:\n  proxy:\n    disabled: true\n"))
+    if variants.on(Variant.DISCOVERY_DISABLED):
+        patches.append((Variant.DISCOVERY_DISABLED,
+                        "cluster:\n  discovery:\n    enabled: false\n"))
+    return patches
+
+
 def _with_variant_patches(config: bytes, variants: VariantSet) -> bytes:
     """The config as an operator patches it for the variants that live in the machine config."""
-    patches: list[str] = []
-    if variants.on(Variant.KUBE_PROXY_DISABLED):
-        patches.append("cluster:\n  proxy:\n    disabled: true\n")
-    if variants.on(Variant.DISCOVERY_DISABLED):
-        patches.append("cluster:\n  discovery:\n    enabled: false\n")
+    patches = [patch for _, patch in _variant_patches(variants)]
     return apply_patches(config, patches) if patches else config
 
 

@@ -117,6 +117,31 @@ _PROFILES = (
         "cidr-overlap", "the pod subnet overlaps the node addresses (127.0.0.0/8 pod CIDR)"
     ),
     FaultProfile(
+        "config-drift",
+        "the last node's machine config differs from its desired state in one path "
+        "(machine.sysctls, changed outside git)",
+        scope="last-node",
+    ),
+    FaultProfile(
+        "config-staged",
+        "the last node has a change staged for its next reboot (persistent config differs "
+        "from the active one)",
+        scope="last-node",
+    ),
+    FaultProfile(
+        "client-cert-expiring", "the talosconfig's os:admin client certificate expires in 3 days"
+    ),
+    FaultProfile(
+        "apid-cert-missing-san",
+        "the last node's apid certificate lacks its hostname among the SANs",
+        scope="last-node",
+    ),
+    FaultProfile(
+        "kube-cert-expired",
+        "kube-apiserver's serving certificate on the control planes expired a day ago",
+        scope="controlplanes",
+    ),
+    FaultProfile(
         "resources-unlistable", "COSI List of HostnameStatuses fails with an Internal error"
     ),
     FaultProfile(

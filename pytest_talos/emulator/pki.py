@@ -1,8 +1,8 @@
 """Certificates the way Talos issues them, for the emulator and for tests.
 
 * the Talos OS CA: Ed25519 by default, Organization ``talos``, ten years;
-* apid server certificates: CN = hostname, SANs = node IPs + ``127.0.0.1`` + DNS names,
-  ExtKeyUsage ServerAuth, 24 hours;
+* apid server certificates: CN = FQDN, SANs = node IPs + ``127.0.0.1`` + hostname and FQDN,
+  ExtKeyUsage ServerAuth, 24 hours; kube-apiserver's, from the Kubernetes CA, a year;
 * client (talosconfig) certificates: Organization = role strings such as ``os:admin``,
   KeyUsage DigitalSignature, ExtKeyUsage ClientAuth only, one year;
 * a talosconfig file in the talosctl format.
@@ -38,11 +38,15 @@ __all__ = [
     "DEFAULT_CA_VALIDITY",
     "DEFAULT_CLIENT_VALIDITY",
     "DEFAULT_SERVER_VALIDITY",
+    "EXPIRING_CLIENT_VALIDITY",
+    "KUBERNETES_CERT_VALIDITY",
     "TIME_SCALE_KEY",
     "CertAndKey",
     "CertificateAuthority",
     "KeyType",
+    "issue_apid_cert",
     "issue_client_cert",
+    "issue_kube_apiserver_cert",
     "issue_server_cert",
     "render_talosconfig",
     "write_talosconfig",
@@ -270,21 +274,95 @@ def issue_server_cert(
     dns: Sequence[str] = (),
     validity: dt.timedelta = DEFAULT_SERVER_VALIDITY,
     key_type: KeyType = "ed25519",
+    common_name: str | None = None,
+    organization: str | None = None,
+    hostname_san: bool = True,
+    not_before: dt.datetime | None = None,
 ) -> CertAndKey:
-    """An apid server certificate: CN = hostname; SANs = IPs + 127.0.0.1, hostname + dns."""
+    """A server certificate: CN = ``common_name`` (default the hostname); SANs = IPs +
+    127.0.0.1, the hostname + ``dns``.
+
+    ``hostname_san=False`` leaves the hostname out of the SANs and ``not_before`` moves the
+    validity window (both for faults: a certificate missing a name, an expired one).
+    """
     key = _generate_key(key_type)
     ip_sans = [ipaddress.ip_address(ip) for ip in _unique([*ips, "127.0.0.1"])]
-    dns_sans = _unique([hostname, *dns])
+    dns_sans = _unique([hostname, *dns] if hostname_san else [n for n in dns if n != hostname])
     sans: list[x509.GeneralName] = [x509.IPAddress(ip) for ip in ip_sans]
     sans += [x509.DNSName(name) for name in dns_sans]
-    not_before = _now() - _CLOCK_SKEW
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hostname)])
+    start = not_before if not_before is not None else _now() - _CLOCK_SKEW
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name or hostname)]
+    if organization:
+        attributes.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    subject = x509.Name(attributes)
     builder = (
-        _leaf_builder(subject, key, not_before, not_before + validity)
+        _leaf_builder(subject, key, start, start + validity)
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
     )
     return CertAndKey.from_key(ca.sign(builder), key)
+
+
+# pkg/machinery/constants: KubernetesDefaultCertificateValidityDuration (one year).
+KUBERNETES_CERT_VALIDITY = dt.timedelta(days=365)
+EXPIRING_CLIENT_VALIDITY = dt.timedelta(days=3)  # fault client-cert-expiring
+
+
+def issue_apid_cert(
+    ca: CertificateAuthority,
+    *,
+    hostname: str,
+    fqdn: str,
+    ips: Sequence[str],
+    hostname_san: bool = True,
+) -> CertAndKey:
+    """apid's serving certificate as machined issues it.
+
+    internal/app/machined/pkg/controllers/secrets/api.go: CN = FQDN, the siderolabs/crypto
+    default validity; api_cert_sans.go: IPs = node addresses + 127.0.0.1, DNS = hostname and
+    FQDN. ``hostname_san=False`` (fault apid-cert-missing-san) leaves both names out.
+    """
+    names = _unique([hostname, fqdn]) if hostname_san else []
+    return issue_server_cert(
+        ca, hostname=hostname, ips=ips, dns=names, common_name=fqdn, hostname_san=hostname_san
+    )
+
+
+def issue_kube_apiserver_cert(
+    ca: CertificateAuthority,
+    *,
+    hostname: str,
+    fqdn: str,
+    ips: Sequence[str],
+    endpoint_host: str,
+    service_ip: str = "10.96.0.1",
+    dns_domain: str = "cluster.local",
+    expired: bool = False,
+) -> CertAndKey:
+    """kube-apiserver's serving certificate as machined issues it.
+
+    internal/app/machined/pkg/controllers/secrets/kubernetes_dynamic_certs.go: CN
+    ``kube-apiserver``, O ``kube-master``, one year, ECDSA (the Kubernetes CA's key type);
+    kubernetes_cert_sans.go: the endpoint's host, ``kubernetes``, ``kubernetes.default``,
+    ``kubernetes.default.svc``, ``kubernetes.default.svc.<domain>``, ``localhost``, the
+    hostname and FQDN, the first service IP, the node addresses and 127.0.0.1.
+    ``expired`` (fault kube-cert-expired) issues one whose year ended a day ago.
+    """
+    dns = ["kubernetes", "kubernetes.default", "kubernetes.default.svc",
+           f"kubernetes.default.svc.{dns_domain}", "localhost", hostname, fqdn]
+    addresses = [service_ip, *ips]
+    try:
+        ipaddress.ip_address(endpoint_host)
+    except ValueError:
+        dns.insert(0, endpoint_host)
+    else:
+        addresses.insert(0, endpoint_host)
+    start = _now() - KUBERNETES_CERT_VALIDITY - dt.timedelta(days=1) if expired else None
+    return issue_server_cert(
+        ca, hostname=hostname, ips=addresses, dns=dns, validity=KUBERNETES_CERT_VALIDITY,
+        key_type=ca.key_type, common_name="kube-apiserver", organization="kube-master",
+        not_before=start,
+    )
 
 
 def _roles_subject(roles: Sequence[str], common_name: str | None) -> x509.Name:
