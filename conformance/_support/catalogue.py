@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 AREAS = ("immutability", "api", "services", "config", "kubernetes", "cluster", "upgrade",
-         "vendor")
+         "vendor", "certs")
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ SUITES: Mapping[str, SuiteProfile] = {
     for p in (
         SuiteProfile(
             "quick",
-            frozenset({"immutability", "api", "services", "kubernetes", "cluster"}),
+            frozenset({"immutability", "api", "services", "kubernetes", "cluster", "certs"}),
             read_only=True,
             description="read-only checks of a running cluster (CI gate, a few seconds per node)",
         ),

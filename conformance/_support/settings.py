@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,14 @@ from conformance._support.vendor_profile import VendorProfile, load_vendor_profi
 from pytest_talos.errors import ConfigError
 from pytest_talos.reporting import SEVERITIES, Severity, Waiver, load_waivers, parse_severity
 
-__all__ = ["DEFAULT_OBSERVE", "DEFAULT_RESTART_WINDOW", "SuiteSettings", "add_options",
+__all__ = ["DEFAULT_CERT_FAIL_DAYS", "DEFAULT_CERT_WARN_DAYS", "DEFAULT_OBSERVE",
+           "DEFAULT_RESTART_WINDOW", "DESIRED_FROM_EMULATOR", "SuiteSettings", "add_options",
            "read_settings"]
 
 DEFAULT_OBSERVE = 10.0  # node seconds: two kubelet crash-loop periods (~5 s each)
+DEFAULT_CERT_WARN_DAYS = 30.0  # a long-lived certificate this close to expiry warns
+DEFAULT_CERT_FAIL_DAYS = 7.0  # ... and this close fails
+DESIRED_FROM_EMULATOR = "emulator:"  # --talos-desired: what the emulated cluster writes
 DEFAULT_RESTART_WINDOW = 300.0  # node seconds of event history searched for restarts
 
 
@@ -36,6 +41,9 @@ class SuiteSettings:
     observe: float = DEFAULT_OBSERVE
     restart_window: float = DEFAULT_RESTART_WINDOW
     docker: bool = False
+    desired: Path | str | None = None  # a directory, or DESIRED_FROM_EMULATOR
+    cert_warn_days: float = DEFAULT_CERT_WARN_DAYS
+    cert_fail_days: float = DEFAULT_CERT_FAIL_DAYS
     sources: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> list[str]:
@@ -59,6 +67,13 @@ class SuiteSettings:
             lines.append(f"conformance: {len(self.waivers)} waiver(s) from {self.waivers_path}")
         if self.report_dir:
             lines.append(f"conformance: reports to {self.report_dir}")
+        if self.desired:
+            lines.append(f"conformance: desired state {self.desired} "
+                         f"[{self.sources.get('desired', '--talos-desired')}]")
+        if (self.cert_warn_days, self.cert_fail_days) != (DEFAULT_CERT_WARN_DAYS,
+                                                          DEFAULT_CERT_FAIL_DAYS):
+            lines.append(f"conformance: certificates warn under {self.cert_warn_days:g} days, "
+                         f"fail under {self.cert_fail_days:g} days")
         return lines
 
 
@@ -101,6 +116,23 @@ def add_options(parser: pytest.Parser) -> None:
         help=f"a service that failed or restarted this recently fails the check (node seconds; "
         f"default {DEFAULT_RESTART_WINDOW:g})")
     group.addoption(
+        "--talos-desired", default=None, metavar="DIR",
+        help="desired state in git: base configs, patches and talos-desired.yaml; the drift "
+        "checks compare every node with it (emulator: what --talos-emulator was generated "
+        "from) [ini talos_desired; env $TALOS_DESIRED]")
+    group.addoption(
+        "--talos-cert-warn-days", type=float, default=None, metavar="DAYS",
+        help=f"a certificate expiring within DAYS warns (default {DEFAULT_CERT_WARN_DAYS:g}) "
+        "[ini talos_cert_warn_days; env $TALOS_CERT_WARN_DAYS]")
+    group.addoption(
+        "--talos-cert-fail-days", type=float, default=None, metavar="DAYS",
+        help=f"a certificate expiring within DAYS fails (default {DEFAULT_CERT_FAIL_DAYS:g}) "
+        "[ini talos_cert_fail_days; env $TALOS_CERT_FAIL_DAYS]")
+    for ini, what in (("talos_desired", "the desired-state directory (--talos-desired)"),
+                      ("talos_cert_warn_days", "days before expiry a certificate warns"),
+                      ("talos_cert_fail_days", "days before expiry a certificate fails")):
+        parser.addini(ini, what, default=None)
+    group.addoption(
         "--talos-docker", action="store_true", default=False,
         help="the nodes are local Docker containers named after their hostnames (talosctl "
         "cluster create docker): also require `docker exec <node> sh` to fail with 127")
@@ -134,6 +166,52 @@ def _snapshot(config: pytest.Config) -> tuple[SnapshotMode | None, Path | None]:
         "upgrade and --talos-snapshot compare PATH after it")
 
 
+def _layered(config: pytest.Config, dest: str) -> tuple[Any, str] | None:
+    """The first of command line, ini, environment that sets ``dest``, and its source."""
+    value = config.getoption(dest)
+    if value not in (None, ""):
+        return value, "--" + dest.replace("_", "-")
+    value = config.getini(dest)
+    if value not in (None, ""):
+        return value, f"ini {dest}"
+    value = os.environ.get(dest.upper(), "").strip()
+    return (value, f"${dest.upper()}") if value else None
+
+
+def _desired(config: pytest.Config) -> tuple[Path | str | None, str]:
+    found = _layered(config, "talos_desired")
+    if found is None:
+        return None, ""
+    value, source = str(found[0]).strip(), found[1]
+    if value == DESIRED_FROM_EMULATOR:
+        return value, source
+    base = config.rootpath if source.startswith("ini") else config.invocation_params.dir
+    return base / Path(value).expanduser(), source
+
+
+def _days(config: pytest.Config, dest: str, default: float) -> float:
+    found = _layered(config, dest)
+    if found is None:
+        return default
+    try:
+        days = float(found[0])
+    except (TypeError, ValueError):
+        days = -1.0
+    if not days >= 0:
+        raise pytest.UsageError(f"{found[1]}: {found[0]!r} is not a number of days (0 or more)")
+    return days
+
+
+def _cert_days(config: pytest.Config) -> tuple[float, float]:
+    warn = _days(config, "talos_cert_warn_days", DEFAULT_CERT_WARN_DAYS)
+    fail = _days(config, "talos_cert_fail_days", DEFAULT_CERT_FAIL_DAYS)
+    if fail > warn:
+        raise pytest.UsageError(f"--talos-cert-fail-days {fail:g} is more than "
+                                f"--talos-cert-warn-days {warn:g}; a certificate must warn "
+                                "before it fails")
+    return warn, fail
+
+
 def read_settings(config: pytest.Config) -> SuiteSettings:
     """Parse and validate every conformance option; pytest.UsageError names what to fix."""
     try:
@@ -149,6 +227,8 @@ def _read(config: pytest.Config) -> SuiteSettings:
     snapshot_mode, snapshot_path = _snapshot(config)
     fail_under = config.getoption("talos_fail_under")
     report = config.getoption("talos_report")
+    desired, desired_source = _desired(config)
+    warn_days, fail_days = _cert_days(config)
     return SuiteSettings(
         suite=SUITES[suite_name] if suite_name else None,
         vendor_profile=load_vendor_profile(profile_path) if profile_path else None,
@@ -166,4 +246,8 @@ def _read(config: pytest.Config) -> SuiteSettings:
                                  config.getoption("talos_restart_window"),
                                  DEFAULT_RESTART_WINDOW),
         docker=bool(config.getoption("talos_docker")),
+        desired=desired,
+        cert_warn_days=warn_days,
+        cert_fail_days=fail_days,
+        sources={"desired": desired_source} if desired_source else {},
     )

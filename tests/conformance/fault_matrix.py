@@ -40,6 +40,23 @@ _SERVICE_DOWN = _failed(
 
 FAULT_MATRIX: Mapping[str, FaultCase] = {
     "cidr-overlap": FaultCase(("cidr-overlap",), _failed("kubernetes.cidrs-clear-of-nodes")),
+    "config-drift": FaultCase(("config-drift",), _failed("config.matches-desired")),
+    "config-staged": FaultCase(
+        ("config-staged",), _failed("config.persisted-matches-active"),
+        why="the staged change is not drift (the active config matches git) but the next "
+        "boot changes the node",
+    ),
+    "client-cert-expiring": FaultCase(("client-cert-expiring",),
+                                      _failed("certs.client-certificate")),
+    "apid-cert-missing-san": FaultCase(("apid-cert-missing-san",),
+                                       _failed("certs.api-certificate")),
+    "kube-cert-expired": FaultCase(
+        ("kube-cert-expired",),
+        _failed("certs.kubernetes-api", "kubernetes.kubeconfig-obtainable",
+                "kubernetes.node-ready", "config.label-applies-without-reboot"),
+        why="an expired kube-apiserver certificate stops every Kubernetes client: the checks "
+        "that talk to Kubernetes fail with the TLS error",
+    ),
     "client-certs-unverified": FaultCase(
         ("client-certs-unverified",),
         _failed("api.mtls-required", "api.foreign-ca-refused", "api.reader-cannot-apply",
@@ -48,7 +65,11 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
         "reader's, from none; Python's ssl cannot ask for one and then accept any CA",
     ),
     "cosi-writable": FaultCase(("cosi-writable",), _failed("api.resource-writes-refused")),
-    "dry-run-applies": FaultCase(("dry-run-applies",), _failed("config.dry-run-changes-nothing")),
+    "dry-run-applies": FaultCase(
+        ("dry-run-applies",), _failed("config.dry-run-changes-nothing", "config.matches-desired"),
+        why="the dry run's label stays on every node (nothing guards a dry run), so the nodes "
+        "then differ from their desired state",
+    ),
     "etcd-member-missing": FaultCase(
         ("etcd-member-missing",),
         _failed("cluster.etcd-members-are-control-planes", "cluster.health-check-passes"),
@@ -80,7 +101,7 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
     "no-kubeconfig": FaultCase(
         ("no-kubeconfig",),
         {"kubernetes.kubeconfig-obtainable": "failed", "kubernetes.node-ready": "error",
-         "config.label-applies-without-reboot": "error"},
+         "config.label-applies-without-reboot": "error", "certs.kubernetes-api": "error"},
         why="without a kubeconfig the Kubernetes-side checks cannot be measured (errors)",
     ),
     "no-mtls": FaultCase(("no-mtls",), _failed("api.mtls-required")),

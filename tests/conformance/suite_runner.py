@@ -36,7 +36,10 @@ TIME_SCALE = "20"  # the emulator's clock runs 20x: try windows and crash loops 
 # (added to every run that starts the emulator: --talos-emulator-time-scale)
 # Make every run deterministic: the whole life of the emulator is "recent history", and the
 # watch lasts longer than the slowest periodic fault (a 30 s flap, plus its 5 s restart).
-MATRIX_ARGS = ("--talos-restart-window", "100000", "--talos-observe", "40")
+# Every run also compares each node with the desired state the emulator was generated from,
+# so the drift checks pass healthy and under every fault that leaves the configs alone.
+MATRIX_ARGS = ("--talos-restart-window", "100000", "--talos-observe", "40",
+               "--talos-desired", "emulator:")
 RUN_TIMEOUT = 240.0
 
 

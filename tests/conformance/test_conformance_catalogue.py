@@ -95,8 +95,16 @@ def test_snapshot_saving_runs_whatever_the_profile(tmp_path: Path) -> None:
     assert "upgrade.snapshot-recorded" in checks_of(chosen)
 
 
+# Config checks that only read: the node against its desired state (--talos-desired).
+READ_ONLY_CONFIG_CHECKS = frozenset({"config.matches-desired", "config.persisted-matches-active"})
+
+
 def test_config_checks_are_all_opt_in(catalogue: list[dict[str, Any]]) -> None:
-    config = [e for e in catalogue if e["id"].startswith("config.")]
+    read_only = {e["id"] for e in catalogue if e["id"] in READ_ONLY_CONFIG_CHECKS}
+    assert read_only == READ_ONLY_CONFIG_CHECKS
+    assert all(not {"talos_mutating", "talos_disruptive"} & set(e["markers"])
+               for e in catalogue if e["id"] in read_only)
+    config = [e for e in catalogue if e["id"].startswith("config.") and e["id"] not in read_only]
     assert config
     assert all({"talos_mutating", "talos_disruptive"} & set(e["markers"]) for e in config)
     disruptive = {e["id"] for e in config if "talos_disruptive" in e["markers"]}

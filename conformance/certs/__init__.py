@@ -1,0 +1,1 @@
+"""Certificate hygiene: the talosconfig, apid and kube-apiserver certificates."""

@@ -1,0 +1,164 @@
+"""Certificate hygiene (read-only): the certificates the cluster's management rests on.
+
+Lose the talosconfig certificate and a path to apid, and a node cannot be repaired; let
+kube-apiserver's certificate lapse, and Kubernetes stops. Long-lived certificates warn under
+``--talos-cert-warn-days`` (default 30) and fail under ``--talos-cert-fail-days`` (default 7)
+days to expiry; apid's, which Talos renews itself every 12 hours, must be valid and renewed
+on time. Evidence shows subjects, issuers, serials, names and dates, never key material.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from conformance._support.settings import SuiteSettings
+from pytest_talos.certs import (
+    CertificateReport,
+    ExpiryPolicy,
+    apid_certificate,
+    ca_certificates,
+    client_certificate,
+    kubernetes_certificates,
+)
+from pytest_talos.cluster import TalosCluster
+from pytest_talos.errors import ConformanceFailure, PermissionDenied, TalosError
+from pytest_talos.node import TalosNode
+from pytest_talos.talosconfig import Context
+
+ADMIN = "os:admin"
+
+
+class CertificateWarning(UserWarning):
+    """A certificate close to expiry, or more privilege than the run needs."""
+
+
+def _policy(settings: SuiteSettings) -> ExpiryPolicy:
+    return ExpiryPolicy(settings.cert_warn_days, settings.cert_fail_days)
+
+
+def _context(cluster: TalosCluster) -> Context:
+    if cluster.talosconfig is None:
+        pytest.skip("the run has no talosconfig to read certificates from")
+    return cluster.talosconfig.context
+
+
+def _changes_selected(session: pytest.Session) -> bool:
+    """Whether any check selected for this run may change a node (and is allowed to)."""
+    return any(
+        (item.get_closest_marker("talos_mutating") or item.get_closest_marker("talos_disruptive"))
+        and not item.get_closest_marker("skip")
+        for item in session.items
+    )
+
+
+def _verdict(
+    check: str,
+    node: str | None,
+    reports: Sequence[CertificateReport],
+    evidence: dict[str, Any],
+    extra_warnings: Sequence[str] = (),
+) -> None:
+    evidence["certificates"] = [report.to_json() for report in reports]
+    notes = [*(w for r in reports for w in r.warnings), *extra_warnings]
+    if notes:
+        evidence["warnings"] = notes
+        for note in notes:
+            warnings.warn(CertificateWarning(f"{node or 'run'}: {note}"), stacklevel=2)
+    failures = [f for report in reports for f in report.failures]
+    if failures:
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise ConformanceFailure(
+            check,
+            failures[0] + more,
+            node=node,
+            evidence={"failures": "\n".join(failures)} if more else {},
+        )
+
+
+@pytest.mark.talos_check(
+    "certs.client-certificate",
+    severity="high",
+    claim="The talosconfig's client certificate is not close to expiry, and the run holds no "
+    "more privilege than its checks need",
+)
+def test_client_certificate_far_from_expiry(
+    talos_cluster: TalosCluster,
+    talos_suite: SuiteSettings,
+    talos_evidence: dict[str, Any],
+    request: pytest.FixtureRequest,
+) -> None:
+    report = client_certificate(_context(talos_cluster), _policy(talos_suite))
+    roles = report.facts.organizations if report.facts else ()
+    talos_evidence["roles"] = list(roles)
+    extra = []
+    if ADMIN in roles and not _changes_selected(request.session):
+        extra.append(
+            f"the talosconfig carries {ADMIN} but every selected check is read-only: "
+            "a read-only run can use an os:reader talosconfig (talosctl config new "
+            "--roles os:reader); the checks that need more then skip and say why"
+        )
+    _verdict("certs.client-certificate", None, [report], talos_evidence, extra)
+
+
+@pytest.mark.talos_check(
+    "certs.api-certificate",
+    severity="high",
+    claim="apid's certificate is issued by the talosconfig's CA, valid, renewed on time and "
+    "names the address the node is reached on, its hostname and FQDN; the CA is not close "
+    "to expiry",
+)
+def test_apid_certificate_trusted_and_names_node(
+    talos_node: TalosNode,
+    talos_cluster: TalosCluster,
+    talos_suite: SuiteSettings,
+    talos_evidence: dict[str, Any],
+) -> None:
+    context = _context(talos_cluster)
+    report = apid_certificate(talos_node, context, timeout=talos_cluster.client.timeout)
+    cas = ca_certificates(context, _policy(talos_suite))
+    _verdict("certs.api-certificate", talos_node.name, [report, *cas], talos_evidence)
+
+
+@pytest.fixture
+def node_kubeconfig(talos_node: TalosNode) -> bytes:
+    """The node's admin kubeconfig (os:admin); without one the certificates are unmeasured."""
+    try:
+        return talos_node.client.kubeconfig()
+    except PermissionDenied as exc:
+        roles = talos_node.client.roles
+        if ADMIN in roles:
+            raise
+        pytest.skip(
+            f"needs {ADMIN} to fetch the kubeconfig; this talosconfig has "
+            f"{', '.join(roles) or 'no role'} ({exc.details})"
+        )
+    except TalosError as exc:
+        problem = str(exc)
+    pytest.fail(
+        f"no kubeconfig from {talos_node.name} to find kube-apiserver by: {problem}", pytrace=False
+    )
+
+
+@pytest.mark.talos_role("controlplane")
+@pytest.mark.talos_check(
+    "certs.kubernetes-api",
+    severity="high",
+    claim="kube-apiserver's certificate (at the kubeconfig's server and at the node) is "
+    "issued by the kubeconfig's CA and not close to expiry, and so is the kubeconfig's "
+    "client certificate",
+)
+def test_kube_apiserver_certificates_valid_and_trusted(
+    talos_node: TalosNode,
+    node_kubeconfig: bytes,
+    talos_cluster: TalosCluster,
+    talos_suite: SuiteSettings,
+    talos_evidence: dict[str, Any],
+) -> None:
+    reports = kubernetes_certificates(
+        talos_node, node_kubeconfig, _policy(talos_suite), timeout=talos_cluster.client.timeout
+    )
+    _verdict("certs.kubernetes-api", talos_node.name, reports, talos_evidence)
