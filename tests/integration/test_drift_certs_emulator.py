@@ -4,6 +4,9 @@ desired state and certificate faults."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -158,3 +161,34 @@ def test_healthy_certificates_pass_and_faulty_ones_fail() -> None:
         assert len(failures) == 1
         assert "kube-apiserver's certificate at" in failures[0]
         assert "expired on" in failures[0]
+
+
+def test_emulator_cli_writes_the_desired_state_the_drift_cli_finds_in_sync(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    talosconfig, directory = tmp_path / "talosconfig", tmp_path / "desired"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest_talos.emulator",
+            "--talosconfig",
+            str(talosconfig),
+            "--write-desired",
+            str(directory),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        assert first == f"desired state: {directory / 'talos-desired.yaml'}\n"
+        for _ in range(2):  # one line per node once every node serves
+            process.stdout.readline()
+        assert drift_main(["--talosconfig", str(talosconfig), "--desired", str(directory)]) == 0
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+    assert "drift: 0 of 2 node(s) differ" in capsys.readouterr().out
