@@ -38,7 +38,7 @@ from google.protobuf.message import Message
 from grpclib.const import Cardinality
 
 from pytest_talos.errors import ConfigError, TransportError
-from pytest_talos.talosconfig import load_client_identity, normalize_endpoint
+from pytest_talos.talosconfig import SecretBytes, load_client_identity, normalize_endpoint
 from pytest_talos.transport._channel import Session, TalosChannel
 from pytest_talos.transport._errors import (
     DEFAULT_TIMEOUT,
@@ -132,6 +132,7 @@ def build_ssl_context(ca_pem: bytes, crt_pem: bytes, key_pem: bytes) -> ssl.SSLC
 
     The key may carry talosctl's ``ED25519 PRIVATE KEY`` label; it is loaded from memory.
     """
+    key_pem = SecretBytes(key_pem)  # no plain key bytes in this frame, even from a caller
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED + check_hostname
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_ciphers("ECDHE+AESGCM:ECDHE+CHACHA20")  # TLS 1.2 only; 1.3 suites are fixed

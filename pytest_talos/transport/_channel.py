@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -18,7 +20,7 @@ from pytest_talos.transport._errors import (
     ConnectPhase,
     connect_failure,
     endpoint_text,
-    not_tls_message,
+    not_talos_message,
 )
 
 
@@ -86,7 +88,7 @@ class TalosChannel(Channel):
         host, port = self._host, self._port
         self.phase = "resolve"
         try:
-            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            infos = await resolve(host, port)
             self.phase = "tcp"
             sock = await _connect_any(loop, infos)
             self.phase = "tls"
@@ -116,14 +118,49 @@ class TalosChannel(Channel):
         alpn = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
         if ssl_object is not None:
             session.peer_certificate = ssl_object.getpeercert(binary_form=True)
-        if alpn not in (None, "h2"):
+        if alpn != "h2":  # grpc-go servers such as apid always negotiate h2 by ALPN
             transport.close()
             endpoint = endpoint_text(self._host, self._port)
-            raise ConnectError(
-                not_tls_message(endpoint, f"it speaks TLS but offers {alpn!r}, not h2")
-            )
+            offered = f"offers {alpn!r}" if alpn else "negotiates no application protocol"
+            raise ConnectError(not_talos_message(endpoint, f"it speaks TLS but {offered}"))
         self.session = session
         return protocol
+
+
+async def resolve(host: str, port: int) -> list[tuple[Any, ...]]:
+    """``getaddrinfo`` that never holds up Ctrl-C or the process's exit.
+
+    An address literal resolves at once. A name is looked up on a daemon thread of its own,
+    not on the loop's default executor: when the call's deadline passes first, the thread is
+    simply left behind, whereas the interpreter joins executor threads at exit, so a blocked
+    lookup (30 s of resolver retries) would hold the process long after the deadline.
+    """
+    with contextlib.suppress(socket.gaierror):
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+    loop = asyncio.get_running_loop()
+    found: asyncio.Future[list[tuple[Any, ...]]] = loop.create_future()
+
+    def lookup() -> None:
+        try:
+            outcome: tuple[Any, BaseException | None] = (
+                socket.getaddrinfo(host, port, type=socket.SOCK_STREAM), None)
+        except Exception as exc:  # a gaierror, or anything the resolver raised
+            outcome = (None, exc)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(_settle, found, outcome)
+
+    threading.Thread(target=lookup, name=f"pytest-talos resolve {host}", daemon=True).start()
+    return await found
+
+
+def _settle(found: asyncio.Future[Any], outcome: tuple[Any, BaseException | None]) -> None:
+    if found.done():  # the deadline or a Ctrl-C cancelled the wait
+        return
+    result, error = outcome
+    if error is not None:
+        found.set_exception(error)
+    else:
+        found.set_result(result)
 
 
 async def _connect_any(

@@ -123,6 +123,13 @@ def _client_cert_rejected(endpoint: str, why: str) -> str:
     )
 
 
+def not_talos_message(endpoint: str, why: str) -> str:
+    return (
+        f"{endpoint} is not a Talos API endpoint ({why}; apid serves gRPC over HTTP/2, "
+        "offered as h2 in the TLS handshake): check the host and port (apid listens on 50000)"
+    )
+
+
 def not_tls_message(endpoint: str, why: str) -> str:
     return (
         f"{endpoint} is not a TLS/Talos API endpoint ({why}): check the host and port "

@@ -332,16 +332,7 @@ ERROR_CASES: list[tuple[str, Mutation, str]] = [
         lambda d, c, a: d["contexts"].update(prod=["x"]),
         "contexts[prod]: must be a mapping with endpoints, ca, crt and key",
     ),
-    (
-        "no-endpoints",
-        lambda d, c, a: _ctx(d).pop("endpoints"),
-        "contexts[prod].endpoints: no endpoints; set them with talosctl config endpoint <ip>",
-    ),
-    (
-        "empty-endpoints",
-        lambda d, c, a: _ctx(d).update(endpoints=[]),
-        "contexts[prod].endpoints: no endpoints; set them with talosctl config endpoint",
-    ),
+    # No endpoints at all is not an error until they are used: tests/unit/test_secrets.py
     (
         "endpoints-not-list",
         lambda d, c, a: _ctx(d).update(endpoints="10.5.0.2"),
