@@ -57,6 +57,7 @@ from pytest_talos.journal import (
     write_journal,
 )
 from pytest_talos.node import TalosNode
+from pytest_talos.restarts import note_guarded_change
 from pytest_talos.wait import MACHINE_CONFIG_RESOURCE, config_summary
 
 __all__ = [
@@ -278,6 +279,8 @@ class _RecordingClient:
         self._guard._note(self._snapshot, change)
         reply = self._inner.apply_configuration(raw, mode, try_timeout=try_timeout)
         self._guard._note(self._snapshot, replace(change, state="applied"), update=True)
+        # the node's time of it: restarts it causes are the kit's, not the node's
+        note_guarded_change(self._inner, self._snapshot, mode=mode, try_timeout=seconds)
         return reply
 
 
@@ -528,6 +531,7 @@ def _restore(snapshot: _Snapshot, *, force: bool = False) -> bool:
         if not force and _matches(client, snapshot):
             return False
         _apply_original(client, snapshot.raw, "no-reboot")  # sets active and persistent
+        note_guarded_change(client, snapshot, mode="no-reboot", restore=True)
         if snapshot.persistent is not None and snapshot.persistent != snapshot.raw:
             _apply_original(client, snapshot.persistent, "staged")  # a change staged before us
         after = client.machine_config()

@@ -40,6 +40,8 @@ class Observation:
     node: str
     events: list[models.ServiceStateEvent] = field(default_factory=list)
     error: str | None = None  # the stream failed; the check reports it as an error
+    # every event seen, with its id (an rs/xid: the node's time of it) and machine status
+    records: list[models.Event] = field(default_factory=list)
 
     def troubles(self) -> dict[str, ServiceTrouble]:
         """Per service, the restarts and failures seen (only services with trouble)."""
@@ -67,6 +69,7 @@ def _observe(node: TalosNode, history: float, duration: float) -> Observation:
         return observation
     try:
         for event in stream:
+            observation.records.append(event)
             if isinstance(event.payload, models.ServiceStateEvent):
                 observation.events.append(event.payload)
     except DeadlineExceeded:
