@@ -8,6 +8,7 @@ Check logic lives in the area folders; helpers in ``conformance/_support``.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 
 from conformance._support.catalogue import AREAS, SUITES, CheckSpec, check_spec_from_marker
 from conformance._support.context import ReaderAccess, Timing
-from conformance._support.observe import Observation, observe_nodes
+from conformance._support.observe import READY_STABLE_FOR, Observation, WatchWindow
 from conformance._support.results import (
     PROP_CHECK,
     PROP_CLAIM,
@@ -53,6 +54,7 @@ _SPEC = pytest.StashKey[CheckSpec]()
 _GATE = pytest.StashKey[str]()
 _REPORTS = pytest.StashKey[str]()
 _EVIDENCE = pytest.StashKey[dict[str, Any]]()
+_WATCHED = pytest.StashKey[frozenset[str]]()
 _UNREACHABLE_PARAMS = ("<unreachable>",)
 ADMIN = "os:admin"
 
@@ -189,21 +191,79 @@ def talos_suite(request: pytest.FixtureRequest) -> SuiteSettings:
 
 
 @pytest.fixture(scope="session")
-def talos_timing(talos_emulator: Any) -> Timing:
-    """Timing of this run: real nodes run at 1x, the emulator at its time scale."""
-    return Timing(talos_emulator.clock.time_scale if talos_emulator is not None else 1.0)
+def talos_timing(talos_emulator: Any, talos_cluster: TalosCluster) -> Timing:
+    """How fast the nodes' clock runs: the emulator's time scale (--talos-emulator), the rate
+    the talosconfig advertises (an emulator reached through --talosconfig), else 1x."""
+    if talos_emulator is not None:
+        return Timing(talos_emulator.clock.time_scale, "--talos-emulator-time-scale")
+    config = talos_cluster.talosconfig
+    if config is not None and config.context.time_scale != 1:
+        return Timing(config.context.time_scale, f"advertised by the talosconfig {config.path}")
+    return Timing()
+
+
+# Fixtures that read the run's watch window, and what each needs watched.
+_WATCHERS = ("talos_observations", "talos_machine_watch")
+
+
+def _watched(session: pytest.Session) -> frozenset[str]:
+    """Which parts of the watch window the selected checks read (computed once)."""
+    if _WATCHED not in session.config.stash:
+        names = {n for item in session.items for n in getattr(item, "fixturenames", ())}
+        session.config.stash[_WATCHED] = frozenset(names.intersection(_WATCHERS))
+    return session.config.stash[_WATCHED]
+
+
+def _progress(config: pytest.Config, line: str) -> None:
+    """One line on the terminal while checks run (not captured; nothing under xdist)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or _is_worker(config):
+        return
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        reporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
-def talos_observations(
-    talos_cluster: TalosCluster, talos_suite: SuiteSettings, talos_timing: Timing
-) -> dict[str, Observation]:
-    """Service state events of every node: recent history plus a watch of all nodes at once."""
-    return observe_nodes(
-        talos_cluster.reachable,
-        history=talos_suite.restart_window,
-        duration=talos_timing.real(talos_suite.observe),
-    )
+def talos_watch(
+    request: pytest.FixtureRequest, talos_cluster: TalosCluster, talos_suite: SuiteSettings,
+    talos_timing: Timing
+) -> WatchWindow:
+    """The run's one watch window: every target node watched at once, each check over time
+    (service restarts, machine hold) reading its node's part of it."""
+    wanted = _watched(request.session)
+    window = WatchWindow(
+        talos_cluster.reachable, talos_timing, history=talos_suite.restart_window,
+        observe=talos_suite.observe if "talos_observations" in wanted else None,
+        hold=READY_STABLE_FOR if "talos_machine_watch" in wanted else None)
+    if window.start():
+        _progress(request.config, window.describe())
+    return window
+
+
+@pytest.fixture(autouse=True)
+def _conformance_watch(request: pytest.FixtureRequest) -> None:
+    """Opens the watch window with the first check, so it runs beside the other checks; a
+    check that changes nodes first lets it end (what it changes is not the nodes' doing)."""
+    item = request.node
+    if (_SPEC not in item.stash or "talos_cluster" not in request.fixturenames
+            or not _watched(request.session)):
+        return
+    window: WatchWindow = request.getfixturevalue("talos_watch")
+    if _changes(item) is not None:
+        window.wait()
+
+
+@pytest.fixture(scope="session")
+def talos_observations(talos_watch: WatchWindow) -> dict[str, Observation]:
+    """Service state events of every node: recent history plus the run's watch window."""
+    return talos_watch.observations()
+
+
+@pytest.fixture(scope="session")
+def talos_machine_watch(talos_watch: WatchWindow) -> WatchWindow:
+    """The run's watch window, with every node's machine hold (``.machine(name)``)."""
+    return talos_watch
 
 
 @pytest.fixture(scope="session")

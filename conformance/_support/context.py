@@ -13,9 +13,13 @@ __all__ = ["ReaderAccess", "Timing"]
 
 @dataclass(frozen=True)
 class Timing:
-    """Converts node time to real time: the emulator may run its clock faster."""
+    """Converts node time to real time: the emulator may run its clock faster.
+
+    ``source`` says where the rate was learned (shown with it); a real node runs at 1.
+    """
 
     scale: float = 1.0
+    source: str = "real time"
 
     def real(self, node_seconds: float) -> float:
         return node_seconds / self.scale

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conformance._support.context import Timing
+from conformance._support.observe import READY_STABLE_FOR, STAGE_SETTLE, WatchWindow
 from conformance._support.settings import SuiteSettings
 from conformance._support.snapshot import (
     NodeSnapshot,
@@ -29,26 +29,11 @@ from conformance._support.snapshot import (
     save_snapshot,
 )
 from conformance._support.vendor_profile import version_matches
-from pytest_talos import models
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
-from pytest_talos.errors import (
-    ConfigError,
-    ConformanceFailure,
-    DeadlineExceeded,
-    TalosError,
-    WaitTimeout,
-)
+from pytest_talos.errors import ConfigError, ConformanceFailure, TalosError, WaitTimeout
 from pytest_talos.node import TalosNode
-from pytest_talos.wait import wait_until
 
 EXTENSIONS = ("ExtensionStatuses.runtime.talos.dev", "runtime")
-MACHINE_STATUS = ("MachineStatuses.runtime.talos.dev", "machine", "runtime")
-STAGE_SETTLE = 30.0  # node seconds a node may still need to finish booting
-# Node seconds "running and ready" must then hold without a lapse. Long enough that a
-# crash-looping kubelet (restarts about every 5 s, field report B4) and a service that fails
-# every 30 s cannot slip through between failures; a node fresh from an upgrade should be
-# able to hold still for this long.
-READY_STABLE_FOR = 36.0
 
 
 def installed_extensions(node: TalosNode) -> dict[str, str]:
@@ -140,63 +125,34 @@ def test_node_runs_expected_kubernetes_version(
                                  node=talos_node.name, expected=wanted, observed=kubelet)
 
 
-def _stage(node: TalosNode) -> tuple[str, bool, str]:
-    return _stage_of(node.resource(*MACHINE_STATUS))
-
-
-def _stage_of(status: models.Resource) -> tuple[str, bool, str]:
-    spec = status.typed_spec
-    if isinstance(spec, models.MachineStatusSpec):
-        unmet = "; ".join(f"{c.name}: {c.reason}" for c in spec.unmet_conditions)
-        return spec.stage, spec.ready, unmet
-    data = status.spec or {}
-    ready = bool((data.get("status") or {}).get("ready"))
-    return str(data.get("stage", "?")), ready, ""
-
-
-def _first_lapse(node: TalosNode, window: float) -> tuple[str, bool, str] | None:
-    """The first machine status that is not "running and ready" within ``window`` real
-    seconds, watched (not polled) so a short dip is seen; None when it held throughout."""
-    try:
-        with node.watch(MACHINE_STATUS[0], MACHINE_STATUS[1], MACHINE_STATUS[2],
-                        timeout=window) as events:
-            for event in events:
-                seen = _stage_of(event.resource) if event.resource else ("gone", False, "")
-                if not (seen[0] == "running" and seen[1]):
-                    return seen
-    except DeadlineExceeded:
-        return None  # the window ended with the machine running and ready throughout
-    return None
-
-
 @pytest.mark.talos_check(
     "upgrade.nodes-running", severity="critical",
     claim="No node is stuck outside the running stage: every machine reports running and ready")
 def test_node_finished_booting_and_is_ready(
-    talos_node: TalosNode, talos_timing: Timing, talos_evidence: dict[str, Any]
+    talos_node: TalosNode, talos_machine_watch: WatchWindow, talos_evidence: dict[str, Any]
 ) -> None:
+    # Every node is watched at once in the run's window (conformance/_support/observe.py):
+    # up to STAGE_SETTLE to finish booting, then READY_STABLE_FOR without a lapse.
     try:
-        stage, ready, _ = wait_until(
-            lambda: _stage(talos_node), lambda s: s[0] == "running" and s[1],
-            timeout=talos_timing.real(STAGE_SETTLE), node=talos_node.name,
-            description="the machine to be running and ready")
+        held = talos_machine_watch.machine(talos_node.name)
     except WaitTimeout as exc:
         seen = exc.last_observation
         stage, ready, unmet = seen if isinstance(seen, tuple) else (str(seen), False, "")
         raise ConformanceFailure(
-            "upgrade.nodes-running", "the machine is not running and ready",
+            "upgrade.nodes-running",
+            f"the machine is not running and ready within {STAGE_SETTLE:g}s",
             node=talos_node.name, expected="stage running, ready",
             observed=f"stage {stage}, ready {ready}",
             evidence={"unmet conditions": unmet} if unmet else None) from None
-    lapse = _first_lapse(talos_node, talos_timing.real(READY_STABLE_FOR))
-    if lapse is not None:
-        stage, ready, unmet = lapse
+    if held.lapse is not None:
+        stage, ready, unmet = held.lapse
         raise ConformanceFailure(
             "upgrade.nodes-running", "the machine did not stay running and ready",
-            node=talos_node.name, expected=f"stage running, ready for {READY_STABLE_FOR:g}s",
+            node=talos_node.name, expected=f"stage running, ready for {held.hold:g}s",
             observed=f"stage {stage}, ready {ready}",
             evidence={"unmet conditions": unmet} if unmet else None)
-    talos_evidence.update(stage=stage, ready=ready, stable_for=READY_STABLE_FOR)
+    talos_evidence.update(stage=held.reached.stage, ready=held.reached.ready,
+                          stable_for=READY_STABLE_FOR)
 
 
 @pytest.mark.talos_check(

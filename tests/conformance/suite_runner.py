@@ -120,6 +120,7 @@ def run_suite(
 
 def target_args(emulator: Any) -> list[str]:
     """Options that point the suite at an emulator started in this process, as if it were a
-    real cluster (talosconfig + endpoint; no ``--talos-emulator``)."""
+    real cluster (talosconfig + endpoint; no ``--talos-emulator``). The suite learns the
+    emulated clock's rate from the talosconfig, which advertises it (pki.TIME_SCALE_KEY)."""
     return ["--talosconfig", str(emulator.talosconfig_path), "--talos-endpoint",
             emulator.endpoint]

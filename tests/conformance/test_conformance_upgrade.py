@@ -2,7 +2,9 @@
 the API, compare after — and each comparison check failing when its fact changed.
 
 The emulated cluster runs in this process (metal platform, so it can upgrade); the suite
-runs in a subprocess against it like against a real cluster.
+runs in a subprocess against it like against a real cluster, through its talosconfig — which
+advertises the emulated clock's 20x rate, so the suite's watch windows last 1/20 of their
+node time.
 """
 
 from __future__ import annotations
@@ -103,6 +105,19 @@ def test_wrong_expected_kubernetes_version_fails(cluster: EmulatedCluster, tmp_p
     result = suite(cluster, tmp_path, "k8s", "--talos-expect-kubernetes-version", "v1.35")
     assert result.broken() == {"upgrade.kubernetes-version": "failed"}, result.describe()
     assert "v1.36.0" in result.output
+
+
+def test_the_suite_learns_the_emulated_clock_rate_from_the_talosconfig(
+    cluster: EmulatedCluster, tmp_path: Path
+) -> None:
+    result = suite(cluster, tmp_path, "rate")
+    assert result.outcomes()["upgrade.nodes-running"] == {"passed"}, result.describe()
+    # One line for the run's one window, both nodes in it, at the rate the file advertises.
+    lines = [line for line in result.output.splitlines() if "watching" in line]
+    assert lines == [
+        "conformance: watching 2 nodes at once for 36s (machine running and ready 36s once "
+        "booted); the node clock runs 20x (advertised by the talosconfig "
+        f"{cluster.talosconfig_path}), so 1.8s real"], result.describe()
 
 
 def test_config_and_label_changes_after_the_snapshot_fail_their_checks(
