@@ -38,10 +38,17 @@ class FaultProfile:
 
 _PROFILES = (
     FaultProfile("ssh-open", "every node runs sshd and answers on TCP port 22"),
-    FaultProfile("shell-present", "/bin/sh and /bin/bash exist in every node's root filesystem"),
+    FaultProfile(
+        "shell-present",
+        "/usr/bin/sh, bash and busybox exist in every node's root (/bin/sh: /bin is usr/bin)",
+    ),
+    FaultProfile(
+        "host-shell-process",
+        "a sh process runs on every node's host (a child of PID 1, not under a pod's shim)",
+    ),
     FaultProfile(
         "package-manager-present",
-        "/usr/bin/apk and /sbin/apk exist in every node's root filesystem",
+        "/usr/bin/apk (also seen as /sbin/apk) exists in every node's root filesystem",
     ),
     FaultProfile("extra-port", "every node also listens on TCP port 8080, which Talos never opens"),
     FaultProfile(
@@ -99,7 +106,14 @@ _PROFILES = (
         "apid never asks for a client certificate, so any CA's (or none) is accepted as os:admin",
     ),
     FaultProfile("rw-rootfs", "the root filesystem is mounted read-write (/proc/mounts)"),
-    FaultProfile("pid1-not-machined", "PID 1 is systemd instead of machined"),
+    FaultProfile(
+        "pid1-not-machined",
+        "PID 1 is systemd installed as /sbin/init (executable /usr/lib/systemd/systemd)",
+    ),
+    FaultProfile(
+        "pid1-systemd-as-init",
+        "PID 1 is systemd copied to /sbin/init (executable /sbin/init, command systemd)",
+    ),
     FaultProfile("service-down",
         "trustd stops 2 s after boot (Finished) and nothing starts it again",
         scope="controlplanes",

@@ -61,19 +61,24 @@ INFERRED: tuple[str, ...] = (
     "`resetting` or `shutting down` (not ready) when a lifecycle sequence starts. Those carry "
     "the sequence's actor id; boot events carry none. Rollback's stage is `rebooting`.",
     # system data
-    "Root filesystem layout (/sbin/init plus symlinks apid, trustd, dashboard, ...; "
-    "/usr/bin/containerd, runc, ...), /etc/os-release keys other than `ID=talos`, mount "
-    "devices and sizes (`/dev/loop0 / squashfs ro,relatime` in /proc/mounts), the 8 GiB "
-    "meminfo, the process table (one process per running service), and netstat entries "
-    "(apid, trustd, kube-apiserver, kubelet on `::` tcp6; etcd on the node address; "
-    "loopback-only 127.0.0.1:10248 kubelet and 127.0.0.1:7445 KubePrism, which a scan of "
-    "the node address never sees).",
+    "Which programs of each package the image holds (a representative subset in /usr/bin), "
+    "/etc/os-release keys other than `ID=talos`, the runtime directories under /system and "
+    "/var, extension files beyond iscsi-tools and qemu-guest-agent, mount devices, options "
+    "and sizes other than the root's type and `ro`, and the 8 GiB meminfo.",
+    "Process table details: PIDs, thread counts and memory; shims' parent is PID 1 (shims "
+    "daemonize); apid's and trustd's executable is their path inside their container "
+    "(`/apid`); udevd's executable is `/usr/bin/udevadm` (siderolabs/pkgs links "
+    "systemd-udevd to udevadm); the subset of each component's flags in its args; extension "
+    "services run `/usr/local/bin/<name>`; the pod-shell variant's busybox pod.",
+    "Netstat details: Go wildcard listeners (`0.0.0.0`, `:N`) appear as dual-stack "
+    "`tcp6 ::`, kube-proxy's healthz included; the VXLAN socket's bind address; the CRI "
+    "streaming port number; pod network namespace names (`cni-<uuid>`) and that a host "
+    "socket's netns is empty.",
     "Every file and directory of the root filesystem has the image's build time as its "
     "modification time (reproducible builds stamp one time; we picked 2026-08-20 09:30 UTC "
     "for every version), also in Copy archives; `/proc/mounts` has the boot time.",
-    "Read of a directory answers InvalidArgument `path must be a regular file`; a missing "
-    "path NotFound `lstat <path>: no such file or directory`; Copy of a relative path "
-    "InvalidArgument `path must be absolute`. List includes the root itself as `.`.",
+    "Copy of a relative path answers InvalidArgument `path must be absolute`. A symlink "
+    "loop in a List root stops after 40 links (the kernel answers ELOOP).",
     "Version reports sha `3ebd10a7c` for v1.13.9 (a hash of the tag otherwise) and "
     "go_version `go1.25.9`.",
     # COSI
@@ -122,8 +127,8 @@ INFERRED: tuple[str, ...] = (
     "are added). kube-system holds the control-plane static pods and one kube-proxy pod per "
     "node, ready while kubelet runs. The kubeconfig's client certificate is ECDSA with "
     "O=system:masters, CN=admin.",
-    "trustd (50001), etcd (2379/2380) and kubelet (10250) listeners accept a TCP connection "
-    "and close it; no TLS is spoken there.",
+    "trustd (50001), etcd (2379/2380), kubelet (10250) and kube-proxy's healthz (10256) "
+    "listeners accept a TCP connection and close it; no TLS or HTTP is spoken there.",
     "Emulated time runs `time_scale` times faster for timestamps too (events, resources), "
     "so periods look real in the data while tests run fast.",
 )

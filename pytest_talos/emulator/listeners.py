@@ -1,10 +1,12 @@
-"""The minimal extra listeners of an emulated node (issue #3 'Shape').
+"""The real TCP sockets of an emulated node, opened on its own loopback address.
 
 apid (50000) is :mod:`.server` and the Kubernetes API (6443) is :mod:`.kubeapi`; the other
-ports a real node opens are present but minimal: trustd (50001), etcd (2379/2380) and
-kubelet (10250) accept a TCP connection and close it. Fault ``ssh-open`` adds port 22 with an
-OpenSSH banner, fault ``extra-port`` port 8080 with an HTTP answer. A scan of the node's
-address therefore finds exactly the node's listening sockets.
+reachable sockets of :func:`.sockets.listeners_for` (trustd 50001, etcd 2379/2380, kubelet
+10250, kube-proxy's healthz 10256 unless ``cluster.proxy.disabled``) accept a TCP connection
+and close it. Fault ``ssh-open`` adds port 22 with an OpenSSH banner, fault ``extra-port``
+port 8080 with an HTTP answer. Sockets a real node binds to 127.0.0.1, 127.0.0.53 or
+169.254.116.108, and UDP sockets, exist only in Netstat: a TCP scan of the node's address
+therefore finds exactly what it would find on a real node.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import contextlib
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
-from pytest_talos.emulator.system import EXTRA_PORT, SSH_PORT, Listener
+from pytest_talos.emulator.sockets import EXTRA_PORT, SSH_PORT, Listener
 
 __all__ = ["ExtraListeners", "ListenerError"]
 

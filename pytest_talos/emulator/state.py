@@ -37,6 +37,7 @@ from pytest_talos.emulator.machineconfig.accessors import (
     cni_name,
     coredns_enabled,
     discovery_enabled,
+    proxy_disabled,
 )
 from pytest_talos.emulator.network import COREDNS_REPLICAS, NodeNetwork
 from pytest_talos.emulator.nodeapply import (
@@ -233,6 +234,7 @@ class NodeState(ConfigMixin):
             shell=self._fault("shell-present"),
             sshd=self._fault("ssh-open"),
             package_manager=self._fault("package-manager-present"),
+            extensions=identity.extensions,
         )
 
     # ---- small helpers ---------------------------------------------------------------
@@ -764,28 +766,54 @@ class NodeState(ConfigMixin):
         return WRONG_VERSION if self._fault("wrong-version") else self.talos_version
 
     def processes(self) -> list[system.ProcessEntry]:
+        pid1 = "machined"
+        if self._fault("pid1-not-machined"):
+            pid1 = "systemd"
+        elif self._fault("pid1-systemd-as-init"):
+            pid1 = "systemd-as-init"
         return system.processes_for(
+            hostname=self.hostname,
+            address=self.identity.address,
             running_services=self.running_services(),
             controlplane=self.identity.controlplane,
-            pid1_machined=not self._fault("pid1-not-machined"),
+            proxy=not proxy_disabled(self.active_config),
+            flannel=cni_name(self.active_config) == "flannel",
+            coredns=self._pod_network_pods() > 0,
+            pod_shell=self.variant(Variant.POD_SHELL),
+            pid1=pid1,
             sshd=self._fault("ssh-open"),
+            host_shell=self._fault("host-shell-process"),
         )
 
     def mounts(self) -> list[system.MountEntry]:
-        return system.mounts_for(platform=self.identity.platform, rw_root=self._fault("rw-rootfs"))
-
-    def listeners(self) -> list[system.Listener]:
-        return system.listeners_for(
-            controlplane=self.identity.controlplane,
-            sshd=self._fault("ssh-open"),
-            extra_port=self._fault("extra-port"),
+        return system.mounts_for(
+            platform=self.identity.platform,
+            extensions=len(self.identity.extensions),
+            rw_root=self._fault("rw-rootfs"),
         )
 
-    def file(self, path: str) -> system.FileEntry | None:
+    def listeners(self) -> list[system.Listener]:
+        """The host's sockets (kube-proxy's only while the config enables it), then those in
+        pod network namespaces (``Listener.netns`` set: CoreDNS where it runs)."""
+        return [
+            *system.listeners_for(
+                controlplane=self.identity.controlplane,
+                proxy=not proxy_disabled(self.active_config),
+                flannel=cni_name(self.active_config) == "flannel",
+                sshd=self._fault("ssh-open"),
+                extra_port=self._fault("extra-port"),
+            ),
+            *system.pod_listeners(
+                coredns=self._pod_network_pods() > 0, node_id=self.identity.node_id
+            ),
+        ]
+
+    def file(self, path: str, *, follow: bool = False) -> system.FileEntry | None:
+        """The entry at ``path`` as lstat (``follow``: stat) sees it, symlinked parents resolved."""
         if path == "/proc/mounts":  # generated: shows the root filesystem read-only
             content = system.proc_mounts(self.mounts())
             return system.FileEntry(path, "file", 0o444, content, mtime=int(self.booted_at))
-        return self.rootfs.get(path)
+        return self.rootfs.get(system.resolve(self.rootfs, path, follow_last=follow))
 
     def etcd_members(self) -> list[NodeIdentity]:
         """The etcd members: the control planes, named by their short hostname

@@ -1,19 +1,35 @@
-"""The static side of an emulated node: root filesystem, processes, mounts, memory, sockets.
+"""The static side of an emulated node: root filesystem, mounts, memory (and, re-exported
+from :mod:`.processes` and :mod:`.sockets`, its processes and sockets).
 
-Facts §13: the root filesystem is a read-only SquashFS image; PID 1 is machined; there is no
-shell, SSH, GNU utilities or busybox, and no package manager. Fault profiles bend exactly
-these (``shell-present``, ``ssh-open``, ``rw-rootfs``, ``pid1-not-machined``, ``extra-port``).
+The root is the Talos image: usr-merged (siderolabs/pkgs ``fhs/pkg.yaml``: ``/bin`` and
+``/sbin`` link to ``usr/bin``, ``/usr/sbin`` to ``bin``), machined installed as
+``/usr/bin/init`` with ``poweroff``, ``shutdown``, ``reboot`` and ``dashboard`` linked to it
+(``Dockerfile``, the rootfs stage), no shell, SSH, GNU utilities, busybox or package manager,
+and no ``/usr/local/bin``, ``/usr/local/sbin`` or ``/opt/bin``. Fault profiles bend exactly
+these (``shell-present``, ``ssh-open``, ``package-manager-present``, ``rw-rootfs``).
 Plain Python data; the servicers render it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from pytest_talos.emulator.processes import ProcessEntry, processes_for
+from pytest_talos.emulator.sockets import (
+    EXTRA_PORT,
+    SSH_PORT,
+    Listener,
+    listeners_for,
+    pod_listeners,
+)
+
 __all__ = [
+    "EXTRA_PORT",
     "IMAGE_BUILT",
+    "SSH_PORT",
     "FileEntry",
     "Listener",
     "MountEntry",
@@ -23,14 +39,17 @@ __all__ = [
     "meminfo",
     "mounts_for",
     "os_release",
+    "pod_listeners",
     "processes_for",
+    "resolve",
 ]
 
-# Go os.FileMode bits (facts §3: FileInfo.mode is Go's os.FileMode).
+# Go os.FileMode bits (FileInfo.mode is Go's os.FileMode, api/machine/machine.proto).
 MODE_DIR = 1 << 31
 MODE_SYMLINK = 1 << 27
+MODE_STICKY = 1 << 20
 # When the image was built (INFERRED: Talos builds are reproducible, so every file of the
-# SquashFS root carries the build's timestamp; v1.13.6 was released 2026-07-09, facts §13).
+# SquashFS root carries the build's timestamp).
 IMAGE_BUILT = int(dt.datetime(2026, 8, 20, 9, 30, tzinfo=dt.UTC).timestamp())
 
 
@@ -41,15 +60,15 @@ class FileEntry:
     perm: int = 0o644
     content: bytes = b""
     link: str = ""
-    mtime: int = IMAGE_BUILT  # Unix seconds (facts §3: FileInfo.modified)
+    mtime: int = IMAGE_BUILT  # Unix seconds (FileInfo.modified)
 
     @property
     def mode(self) -> int:
         if self.kind == "dir":
-            return MODE_DIR | self.perm
+            return MODE_DIR | (MODE_STICKY if self.perm & 0o1000 else 0) | self.perm & 0o777
         if self.kind == "symlink":
             return MODE_SYMLINK | 0o777
-        return self.perm
+        return self.perm & 0o777
 
     @property
     def size(self) -> int:
@@ -61,7 +80,7 @@ class FileEntry:
 
 
 def os_release(version: str) -> bytes:
-    # facts §11: /etc/os-release says ID=talos. The other keys are INFERRED from a Talos image.
+    # pkg/machinery/version/os-release says ID=talos. The other keys are INFERRED.
     return (
         'NAME="Talos"\n'
         "ID=talos\n"
@@ -74,39 +93,92 @@ def os_release(version: str) -> bytes:
     ).encode()
 
 
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
 _ELF_STUB = b"\x7fELF\x02\x01\x01" + bytes(57)  # a 64-byte ELF header stand-in
 
-_DIRS = (
-    "/",
-    "/dev",
-    "/etc",
-    "/etc/cri",
-    "/etc/kubernetes",
-    "/etc/ssl",
-    "/etc/ssl/certs",
-    "/opt",
-    "/proc",
-    "/run",
-    "/sbin",
-    "/sys",
-    "/system",
-    "/system/state",
-    "/tmp",
-    "/usr",
-    "/usr/bin",
-    "/usr/lib",
-    "/usr/local",
-    "/usr/share",
-    "/var",
-    "/var/lib",
-    "/var/lib/kubelet",
-    "/var/log",
-    "/var/run",
+# siderolabs/pkgs fhs/pkg.yaml: the skeleton every Talos image starts from.
+_FHS_DIRS = {
+    **dict.fromkeys(("/", "/dev", "/proc", "/sys", "/etc", "/opt", "/run", "/run/lock"), 0o755),
+    **dict.fromkeys(("/usr", "/usr/bin", "/usr/lib", "/usr/var", "/usr/include"), 0o755),
+    **dict.fromkeys(("/usr/src", "/var", "/var/log", "/var/mail", "/var/spool"), 0o755),
+    "/root": 0o750,
+    "/tmp": 0o1777,
+    "/var/tmp": 0o1777,
+}
+_FHS_LINKS = {
+    "/bin": "usr/bin",
+    "/sbin": "usr/bin",
+    "/lib": "usr/lib",
+    "/lib64": "usr/lib",
+    "/usr/sbin": "bin",
+    "/usr/lib64": "lib",
+    "/var/run": "../run",
+    "/var/lock": "../run/lock",
+}
+# Dockerfile, rootfs stage: the directories it creates after the packages.
+_IMAGE_DIRS = _words(
+    """
+    /boot /boot/EFI /mnt /system /.extra /etc/iscsi /etc/nvme /etc/cri /etc/cri/conf.d
+    /etc/cri/conf.d/hosts /etc/kubernetes /etc/kubernetes/manifests /etc/cni /etc/cni/net.d
+    /etc/ssl /etc/ssl/certs /etc/containerd /etc/lvm /etc/selinux /etc/selinux/targeted
+    /etc/selinux/targeted/contexts /etc/selinux/targeted/contexts/files /usr/etc
+    /usr/lib/firmware /usr/lib/modules /usr/lib/udev /usr/lib/udev/rules.d /usr/libexec
+    /usr/libexec/kubernetes /usr/local /usr/local/share /usr/local/lib /usr/local/lib/kubelet
+    /usr/local/lib/kubelet/credentialproviders /usr/share /usr/share/zoneinfo
+    /usr/share/zoneinfo/Etc /opt/containerd /opt/containerd/bin /opt/containerd/lib /opt/cni
+    /opt/cni/bin
+    """
 )
-
-# Talos ships one machined binary; the other daemons are symlinks to it (INFERRED layout).
-_SBIN_LINKS = ("apid", "dashboard", "poweroff", "shutdown", "trustd", "wrapperd")
-_USR_BINARIES = ("containerd", "containerd-shim-runc-v2", "runc", "udevadm", "xfs_repair")
+_IMAGE_FILES = _words(  # Dockerfile: copied (hack/...) or touched
+    """
+    /etc/nfsmount.conf /etc/containerd/config.toml /etc/cri/conf.d/00-base.part
+    /etc/cri/conf.d/cri.toml /etc/cri/conf.d/01-registries.part
+    /etc/cri/conf.d/20-customization.part /etc/cri/conf.d/base-spec.json /etc/lvm/lvm.conf
+    /etc/extensions.yaml /etc/iscsi/initiatorname.iscsi /etc/nvme/hostid /etc/nvme/hostnqn
+    /etc/selinux/targeted/contexts/files/file_contexts /usr/share/zoneinfo/Etc/UTC
+    """
+)
+_IMAGE_LINKS = {
+    "/etc/localtime": "/usr/share/zoneinfo/Etc/UTC",
+    "/etc/ssl/certs/ca-certificates": "ca-certificates.crt",
+    "/etc/pki": "/etc/ssl",
+    "/etc/ca-certificates": "/etc/ssl",
+    "/usr/share/ca-certificates": "/etc/ssl",
+    "/usr/local/share/ca-certificates": "/etc/ssl",
+    # Dockerfile: poweroff, shutdown, reboot and dashboard are links to init (machined)
+    **{f"/usr/bin/{name}": "init" for name in ("dashboard", "poweroff", "reboot", "shutdown")},
+    # siderolabs/pkgs systemd-udevd: systemd-udevd is udevadm under another name
+    "/usr/bin/systemd-udevd": "udevadm",
+}
+# Binaries of the packages the rootfs stage copies (containerd without ctr, runc, udevd,
+# kmod as modprobe, xfsprogs, e2fsprogs, dosfstools, cryptsetup, lvm2, iptables, nftables);
+# a representative subset of each package's programs (INFERRED selection).
+_USR_BINARIES = _words(
+    """
+    containerd containerd-shim-runc-v2 cryptsetup dmsetup e2fsck fsck.fat iptables lvm mke2fs
+    mkfs.fat mkfs.xfs modprobe nft resize2fs runc udevadm xfs_growfs xfs_repair
+    xtables-nft-multi
+    """
+)
+_CNI_PLUGINS = ("bridge", "firewall", "flannel", "host-local", "loopback", "portmap")
+# siderolabs/extensions: what the default extensions of the `extensions` variant install
+# (storage/iscsi-tools/pkg.yaml, iscsid.yaml; guest-agents/qemu-guest-agent).
+_EXTENSION_FILES: Mapping[str, tuple[str, ...]] = {
+    "iscsi-tools": _words(
+        """
+        /usr/local/etc/containers/iscsid.yaml /usr/local/etc/containers/tgtd.yaml
+        /usr/local/etc/iscsi/iscsid.conf /usr/local/sbin/iscsiadm /usr/local/sbin/iscsid
+        /usr/local/sbin/iscsid-wrapper /usr/local/sbin/tgtd
+        """
+    ),
+    "qemu-guest-agent": (
+        "/usr/local/etc/containers/qemu-guest-agent.yaml",
+        "/usr/local/lib/containers/qemu-guest-agent/usr/local/bin/qemu-ga",
+    ),
+}
 
 
 def build_rootfs(
@@ -117,41 +189,110 @@ def build_rootfs(
     shell: bool,
     sshd: bool,
     package_manager: bool = False,
+    extensions: Iterable[str] = (),
     extra_files: Mapping[str, bytes] | None = None,
 ) -> dict[str, FileEntry]:
-    """The node's read-only root filesystem as ``{path: entry}``."""
-    entries: dict[str, FileEntry] = {d: FileEntry(d, "dir", 0o755) for d in _DIRS}
+    """The node's root filesystem as ``{path: entry}``: the image plus what boot creates."""
+    dirs = {**_FHS_DIRS, **dict.fromkeys(_IMAGE_DIRS, 0o755), **_runtime_dirs(controlplane)}
     files: dict[str, bytes] = {
+        **dict.fromkeys(_IMAGE_FILES, b""),
         "/etc/os-release": os_release(version),
+        "/etc/cri/containerd.toml": b"version = 3\n",
+        "/etc/ssl/certs/ca-certificates.crt": b"# system trust bundle\n",
+        "/usr/bin/init": _ELF_STUB,
+        **{f"/usr/bin/{name}": _ELF_STUB for name in _USR_BINARIES},
+        **{f"/opt/cni/bin/{name}": _ELF_STUB for name in _CNI_PLUGINS},
+        **_runtime_files(hostname, controlplane),
+    }
+    links = {**_FHS_LINKS, **_IMAGE_LINKS}
+    if shell:  # fault shell-present (the usr-merged root puts /bin/sh in /usr/bin)
+        files.update(dict.fromkeys(("/usr/bin/sh", "/usr/bin/bash", "/usr/bin/busybox"), _ELF_STUB))
+    if sshd:  # fault ssh-open
+        files["/usr/bin/sshd"] = _ELF_STUB
+    if package_manager:  # fault package-manager-present
+        files["/usr/bin/apk"] = _ELF_STUB
+    for name in extensions:
+        files.update(_extension_files(name))
+    files.update(extra_files or {})
+    entries = {path: FileEntry(path, "dir", perm) for path, perm in dirs.items()}
+    for path, content in files.items():
+        _add_parents(entries, path)
+        perm = 0o755 if content.startswith(b"\x7fELF") else 0o644
+        entries[path] = FileEntry(path, "file", perm, content)
+    for path, target in links.items():
+        entries[path] = FileEntry(path, "symlink", link=target)
+    return entries
+
+
+def _runtime_dirs(controlplane: bool) -> dict[str, int]:
+    """What boot creates on /system (tmpfs) and /var (EPHEMERAL); INFERRED beyond the paths
+    Talos's constants name (system/services/utils.go: /system/libexec/<id>, 0o711)."""
+    made = """
+        /system/state /system/run /system/run/containerd /system/secrets /system/var /var/lib
+        /var/lib/containerd /var/lib/kubelet /var/log/pods /var/log/containers /run/containerd
+    """
+    dirs = dict.fromkeys(_words(made), 0o755)
+    dirs["/system/libexec"] = 0o755
+    for service in ("apid", "trustd") if controlplane else ("apid",):
+        dirs[f"/system/libexec/{service}"] = 0o711
+    if controlplane:
+        dirs["/var/lib/etcd"] = 0o700
+    return dirs
+
+
+def _runtime_files(hostname: str, controlplane: bool) -> dict[str, bytes]:
+    files = {
         "/etc/hostname": f"{hostname}\n".encode(),
         "/etc/hosts": f"127.0.0.1 localhost\n::1 localhost\n127.0.1.1 {hostname}\n".encode(),
         "/etc/resolv.conf": b"nameserver 127.0.0.53\n",
         "/etc/machine-id": b"3c0f0f1a2b3c4d5e6f708192a3b4c5d6\n",
-        "/etc/ssl/certs/ca-certificates.crt": b"# system trust bundle\n",
-        "/etc/cri/containerd.toml": b"version = 3\n",
         "/etc/kubernetes/kubelet.yaml": b"apiVersion: kubelet.config.k8s.io/v1beta1\n",
-        "/sbin/init": _ELF_STUB,
-        **{f"/usr/bin/{name}": _ELF_STUB for name in _USR_BINARIES},
+        # utils.go prepareRootfs: /sbin/init bind-mounted over an empty /system/libexec/<id>/<id>
+        "/system/libexec/apid/apid": _ELF_STUB,
     }
     if controlplane:
-        entries["/etc/kubernetes/manifests"] = FileEntry("/etc/kubernetes/manifests", "dir", 0o755)
-        entries["/var/lib/etcd"] = FileEntry("/var/lib/etcd", "dir", 0o700)
-    if shell:  # fault shell-present
-        entries["/bin"] = FileEntry("/bin", "dir", 0o755)
-        files["/bin/sh"] = files["/bin/bash"] = files["/bin/busybox"] = _ELF_STUB
-    if sshd:  # fault ssh-open
-        files["/usr/sbin/sshd"] = _ELF_STUB
-        entries["/usr/sbin"] = FileEntry("/usr/sbin", "dir", 0o755)
-    if package_manager:  # fault package-manager-present
-        files["/usr/bin/apk"] = files["/sbin/apk"] = _ELF_STUB
-    files.update(extra_files or {})
-    for path, content in files.items():
-        perm = 0o755 if content.startswith(b"\x7fELF") else 0o644
-        entries[path] = FileEntry(path, "file", perm, content)
-    for name in _SBIN_LINKS:
-        entries[f"/sbin/{name}"] = FileEntry(f"/sbin/{name}", "symlink", link="/sbin/init")
-    entries["/lib"] = FileEntry("/lib", "symlink", link="/usr/lib")
-    return entries
+        files["/system/libexec/trustd/trustd"] = _ELF_STUB
+    return files
+
+
+def _extension_files(name: str) -> dict[str, bytes]:
+    # Every extension brings a container directory and its service definition (INFERRED for
+    # names not in the table).
+    paths = _EXTENSION_FILES.get(name) or (f"/usr/local/etc/containers/{name}.yaml",)
+    return {path: _ELF_STUB if "/bin/" in path or "/sbin/" in path else b"" for path in paths}
+
+
+def _add_parents(entries: dict[str, FileEntry], path: str) -> None:
+    parent = posixpath.dirname(path)
+    while parent not in entries:
+        entries[parent] = FileEntry(parent, "dir", 0o755)
+        parent = posixpath.dirname(parent)
+
+
+def resolve(rootfs: Mapping[str, FileEntry], path: str, *, follow_last: bool = True) -> str:
+    """``path`` with its symlinks resolved against ``rootfs`` (like Go's filepath.EvalSymlinks).
+
+    ``follow_last=False`` keeps a final symlink itself (as lstat does). A missing component
+    ends the walk: the rest is appended as it is, so a lookup of the result finds nothing.
+    """
+    parts = [part for part in path.split("/") if part and part != "."]
+    current, hops = "/", 0
+    while parts:
+        part = parts.pop(0)
+        if part == "..":
+            current = posixpath.dirname(current)
+            continue
+        candidate = posixpath.join(current, part)
+        entry = rootfs.get(candidate)
+        if entry is None:
+            return posixpath.join(candidate, *parts)
+        if entry.kind != "symlink" or (not parts and not follow_last) or hops > 40:
+            current = candidate  # more than 40 links: the kernel's ELOOP (INFERRED: stop)
+            continue
+        hops += 1
+        parts = [p for p in entry.link.split("/") if p and p != "."] + parts
+        current = "/" if entry.link.startswith("/") else current
+    return current
 
 
 @dataclass(frozen=True)
@@ -167,20 +308,65 @@ class MountEntry:
 _GIB = 1 << 30
 
 
-def mounts_for(*, platform: str, rw_root: bool) -> list[MountEntry]:
-    # facts §13: the root filesystem is a read-only SquashFS image (fault rw-rootfs flips it).
-    root_options = "rw,relatime" if rw_root else "ro,relatime"
-    var_device = "/dev/sda6" if platform == "metal" else "/dev/vda1"  # INFERRED devices
+def mounts_for(*, platform: str, extensions: int, rw_root: bool) -> list[MountEntry]:
+    """/proc/mounts of the node, with the sizes statfs reports (Mounts API)."""
+    return [_root_mount(platform, extensions, rw_root), *_other_mounts(platform)]
+
+
+def _root_mount(platform: str, extensions: int, rw_root: bool) -> MountEntry:
+    ro = "rw" if rw_root else "ro"  # fault rw-rootfs flips it
+    if platform == "container":
+        # pkg/provision/providers/docker/node.go: ReadonlyRootfs, so Docker mounts its overlay
+        # read-only; statfs reports the host disk under it (sizes INFERRED)
+        docker = "/var/lib/docker/overlay2"
+        options = (
+            f"{ro},relatime,lowerdir={docker}/l/TALOS:{docker}/l/BASE,"
+            f"upperdir={docker}/talos/diff,workdir={docker}/talos/work"
+        )
+        return MountEntry("overlay", "/", "overlay", options, 100 * _GIB, 61 * _GIB)
+    if extensions:
+        # internal/app/init/main.go mountRootFS: a read-only overlay of the squashfs layers
+        # (one per extension, then the root image); fsopen without a source shows "none"
+        lowers = ":".join(f"/layers/layer{i}" for i in reversed(range(extensions)))
+        options = f"{ro},relatime,lowerdir={lowers}:/layers/root"
+        return MountEntry("none", "/", "overlay", options, 96 << 20, 0)
+    # internal/app/init/main.go mountRootFS: the squashfs image on a loop device
+    return MountEntry("/dev/loop0", "/", "squashfs", f"{ro},relatime,errors=continue", 86 << 20, 0)
+
+
+def _other_mounts(platform: str) -> list[MountEntry]:
+    # Pseudo filesystems, tmpfs and the EPHEMERAL/STATE partitions; devices and sizes INFERRED
+    # (docker/node.go: tmpfs /run, /system, /tmp and volumes for /var, /system/state).
+    var_device, state_device = (
+        ("/dev/sda6", "/dev/sda5") if platform != "container" else ("/dev/vda1", "/dev/vda1")
+    )
+    var_fs = "xfs" if platform != "container" else "ext4"
     return [
-        MountEntry("/dev/loop0", "/", "squashfs", root_options, 86 << 20, 0),
         MountEntry("devtmpfs", "/dev", "devtmpfs", "rw,nosuid,size=4096k", 4 << 20, 4 << 20),
         MountEntry("proc", "/proc", "proc", "rw,nosuid,nodev,noexec,relatime", 0, 0),
         MountEntry("sysfs", "/sys", "sysfs", "rw,nosuid,nodev,noexec,relatime", 0, 0),
         MountEntry("tmpfs", "/run", "tmpfs", "rw,nosuid,nodev,relatime", 4 * _GIB, 4 * _GIB),
         MountEntry("tmpfs", "/system", "tmpfs", "rw,relatime", 4 * _GIB, 4 * _GIB),
         MountEntry("tmpfs", "/tmp", "tmpfs", "rw,nosuid,nodev,relatime", 64 << 20, 64 << 20),
-        MountEntry(var_device, "/var", "xfs", "rw,relatime", 20 * _GIB, 17 * _GIB),
+        MountEntry(var_device, "/var", var_fs, "rw,relatime", 20 * _GIB, 17 * _GIB),
+        MountEntry(state_device, "/system/state", var_fs, "rw,relatime", 100 << 20, 90 << 20),
+        *(_overlay(path, platform) for path in _OVERLAYS),
     ]
+
+
+# constants.Overlays: writable overlays (metal) or Docker volumes (docker/node.go).
+_OVERLAYS = ("/etc/cni", "/etc/kubernetes", "/usr/libexec/kubernetes", "/opt")
+
+
+def _overlay(path: str, platform: str) -> MountEntry:
+    if platform == "container":
+        return MountEntry("/dev/vda1", path, "ext4", "rw,relatime", 100 * _GIB, 61 * _GIB)
+    name = path.strip("/").replace("/", "-")  # mount/v3 NewOverlayWithBasePath
+    options = (
+        f"rw,relatime,lowerdir={path},upperdir=/var/system/overlays/{name}-diff,"
+        f"workdir=/var/system/overlays/{name}-workdir"
+    )
+    return MountEntry("overlay", path, "overlay", options, 20 * _GIB, 17 * _GIB)
 
 
 def proc_mounts(mounts: Iterable[MountEntry]) -> bytes:
@@ -190,7 +376,7 @@ def proc_mounts(mounts: Iterable[MountEntry]) -> bytes:
 
 
 def meminfo() -> dict[str, int]:
-    """/proc/meminfo values in kB (facts §3: MemInfo is in kB), for an 8 GiB machine."""
+    """/proc/meminfo values in kB (MemInfo is in kB), for an 8 GiB machine."""
     return {
         "memtotal": 8_148_128,
         "memfree": 5_032_448,
@@ -227,115 +413,3 @@ def meminfo() -> dict[str, int]:
         "directmap2m": 8_175_616,
         "directmap1g": 2_097_152,
     }
-
-
-@dataclass(frozen=True)
-class ProcessEntry:
-    pid: int
-    ppid: int
-    command: str
-    executable: str
-    args: str
-    threads: int = 8
-    state: str = "S"
-    rss: int = 50 << 20
-    vms: int = 1 << 30
-
-
-# The processes each running service contributes (command, executable, args).
-_SERVICE_PROCESSES: Mapping[str, tuple[str, str, str]] = {
-    "apid": ("apid", "/sbin/apid", "/apid"),
-    "trustd": ("trustd", "/sbin/trustd", "/trustd"),
-    "containerd": (
-        "containerd",
-        "/usr/bin/containerd",
-        "/bin/containerd --address /system/run/containerd/containerd.sock",
-    ),
-    "cri": (
-        "containerd",
-        "/usr/bin/containerd",
-        "/bin/containerd --config /etc/cri/containerd.toml",
-    ),
-    "udevd": ("udevd", "/sbin/udevd", "/sbin/udevd --resolve-names=never"),
-    "etcd": ("etcd", "/usr/local/bin/etcd", "/usr/local/bin/etcd --name=node"),
-    "kubelet": (
-        "kubelet",
-        "/usr/local/bin/kubelet",
-        "/usr/local/bin/kubelet --config=/etc/kubernetes/kubelet.yaml",
-    ),
-    "dashboard": ("dashboard", "/sbin/dashboard", "/sbin/dashboard"),
-}
-_CONTROL_PLANE_PODS = (
-    ("kube-apiserver", "/usr/local/bin/kube-apiserver", "/usr/local/bin/kube-apiserver"),
-    (
-        "kube-controller-manager",
-        "/usr/local/bin/kube-controller-manager",
-        "/usr/local/bin/kube-controller-manager",
-    ),
-    ("kube-scheduler", "/usr/local/bin/kube-scheduler", "/usr/local/bin/kube-scheduler"),
-)
-
-
-def processes_for(
-    *, running_services: Iterable[str], controlplane: bool, pid1_machined: bool, sshd: bool
-) -> list[ProcessEntry]:
-    """The process table: PID 1 machined (facts §13), then one process per running service."""
-    if pid1_machined:
-        first = ProcessEntry(1, 0, "init", "/sbin/init", "/sbin/init", threads=20)
-    else:  # fault pid1-not-machined
-        first = ProcessEntry(1, 0, "systemd", "/usr/lib/systemd/systemd", "/sbin/init")
-    processes = [first]
-    pid = 100
-    for service in running_services:
-        if service in _SERVICE_PROCESSES:
-            command, executable, args = _SERVICE_PROCESSES[service]
-            processes.append(ProcessEntry(pid, 1, command, executable, args))
-            pid += 37
-    if controlplane and "kubelet" in running_services:
-        for command, executable, args in _CONTROL_PLANE_PODS:
-            processes.append(ProcessEntry(pid, 1, command, executable, args))
-            pid += 37
-    if sshd:  # fault ssh-open
-        processes.append(ProcessEntry(pid, 1, "sshd", "/usr/sbin/sshd", "/usr/sbin/sshd -D"))
-    return processes
-
-
-@dataclass(frozen=True)
-class Listener:
-    """A listening TCP socket as the node's netstat shows it."""
-
-    port: int
-    process: str
-    bind: str  # "::" (tcp6 wildcard), "0.0.0.0", "127.0.0.1" or "node" (the node address)
-    reachable: bool = True  # whether the emulator opens it on the node address
-
-    @property
-    def l4proto(self) -> str:
-        return "tcp6" if ":" in self.bind else "tcp"
-
-
-SSH_PORT = 22
-EXTRA_PORT = 8080
-
-
-def listeners_for(*, controlplane: bool, sshd: bool, extra_port: bool) -> list[Listener]:
-    """Listening sockets (issue #3: CPs 50000/50001/6443/2379/2380/10250, workers 50000/10250)."""
-    sockets = [Listener(50000, "apid", "::")]
-    if controlplane:
-        sockets += [
-            Listener(50001, "trustd", "::"),
-            Listener(6443, "kube-apiserver", "::"),
-            Listener(2379, "etcd", "node"),
-            Listener(2380, "etcd", "node"),
-        ]
-    sockets.append(Listener(10250, "kubelet", "::"))
-    # Loopback-only sockets a real node has; a scan of the node address never sees them.
-    sockets += [
-        Listener(10248, "kubelet", "127.0.0.1", reachable=False),
-        Listener(7445, "machined", "127.0.0.1", reachable=False),
-    ]
-    if sshd:  # fault ssh-open
-        sockets.append(Listener(SSH_PORT, "sshd", "0.0.0.0"))
-    if extra_port:  # fault extra-port
-        sockets.append(Listener(EXTRA_PORT, "python3", "0.0.0.0"))
-    return sockets

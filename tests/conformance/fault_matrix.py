@@ -83,6 +83,10 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
         why="containerd fails every 30 s; the machine is not ready while it is down, and the "
         "36 s stability window of upgrade.nodes-running always spans one failure",
     ),
+    "host-shell-process": FaultCase(
+        ("host-shell-process",), _failed("immutability.no-shell-or-ssh"),
+        why="a shell outside every pod's containerd shim is a way into the host itself",
+    ),
     "kubelet-crashloop": FaultCase(
         ("kubelet-crashloop",),
         _failed("services.expected-running-healthy", "services.no-recent-restarts",
@@ -111,6 +115,8 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
                                          _failed("immutability.no-package-manager")),
     "pid1-not-machined": FaultCase(("pid1-not-machined",),
                                    _failed("immutability.pid1-is-machined")),
+    "pid1-systemd-as-init": FaultCase(("pid1-systemd-as-init",),
+                                      _failed("immutability.pid1-is-machined")),
     "reader-can-apply": FaultCase(("reader-can-apply",), _failed("api.reader-cannot-apply")),
     "reader-reads-secrets": FaultCase(("reader-reads-secrets",),
                                       _failed("api.reader-cannot-read-secrets")),

@@ -110,7 +110,10 @@ def test_ssh_open_shows_in_processes_and_netstat(setup: Setup) -> None:
         p.command for p in client.call(address, M + "Processes", EMPTY).messages[0].processes
     }
     assert "sshd" in commands
-    request = m.NetstatRequest(l4proto=m.NetstatRequest.L4proto(tcp=True, tcp6=True))
+    request = m.NetstatRequest(
+        l4proto=m.NetstatRequest.L4proto(tcp=True, tcp6=True),
+        netns=m.NetstatRequest.NetNS(hostnetwork=True),  # host sockets only when asked
+    )
     ports = {
         r.localport for r in client.call(address, M + "Netstat", request).messages[0].connectrecord
     }

@@ -67,56 +67,7 @@ def test_memory_is_in_kilobytes(admin: RawClient, cp: str) -> None:
     assert 0 < meminfo.memfree < meminfo.memtotal < 64 * 1024 * 1024
 
 
-def test_mounts_have_a_root_filesystem(admin: RawClient, cp: str) -> None:
-    stats = admin.call(cp, M + "Mounts", EMPTY).messages[0].stats
-    root = next(stat for stat in stats if stat.mounted_on == "/")
-    assert root.available == 0  # a read-only image
-    proc_mounts = admin.call(cp, M + "Read", m.ReadRequest(path="/proc/mounts"))
-    root_line = next(
-        line
-        for line in b"".join(f.bytes for f in proc_mounts).decode().splitlines()
-        if line.split()[1] == "/"
-    )
-    assert root_line.split()[2:4] == ["squashfs", "ro,relatime"]
-
-
-def test_processes_pid1_is_machined_without_shell_or_sshd(admin: RawClient, cp: str) -> None:
-    processes = admin.call(cp, M + "Processes", EMPTY).messages[0].processes
-    first = next(p for p in processes if p.pid == 1)
-    assert first.executable == "/sbin/init"
-    commands = {p.command for p in processes}
-    assert {"apid", "containerd", "kubelet"} <= commands
-    assert not commands & {"sshd", "sh", "bash", "busybox"}
-
-
-def test_netstat_shows_the_listeners(admin: RawClient, cp: str, worker: str) -> None:
-    request = m.NetstatRequest(
-        filter=m.NetstatRequest.LISTENING,
-        feature=m.NetstatRequest.Feature(pid=True),
-        l4proto=m.NetstatRequest.L4proto(tcp=True, tcp6=True),
-    )
-    records = admin.call(cp, M + "Netstat", request).messages[0].connectrecord
-    apid = next(r for r in records if r.localport == 50000)
-    assert (apid.l4proto, apid.localip, apid.state, apid.process.name) == (
-        "tcp6",
-        "::",
-        m.ConnectRecord.LISTEN,
-        "apid",
-    )
-    assert {50000, 50001, 6443, 2379, 2380, 10250} <= {r.localport for r in records}
-    worker_ports = {
-        r.localport for r in admin.call(worker, M + "Netstat", request).messages[0].connectrecord
-    }
-    assert 6443 not in worker_ports
-    assert 22 not in worker_ports
-    tcp4_only = m.NetstatRequest(l4proto=m.NetstatRequest.L4proto(tcp=True))
-    assert all(
-        r.l4proto == "tcp"
-        for r in admin.call(cp, M + "Netstat", tcp4_only).messages[0].connectrecord
-    )
-
-
-# ---- files ----------------------------------------------------------------------------------
+# ---- files (the system model, List and Read errors: test_emulator_system.py) ---------------
 
 
 def test_list_etc_contains_os_release(admin: RawClient, cp: str) -> None:
@@ -128,35 +79,11 @@ def test_list_etc_contains_os_release(admin: RawClient, cp: str) -> None:
     assert root.mode & MODE_DIR
 
 
-def test_root_filesystem_has_no_shell(admin: RawClient, cp: str) -> None:
-    everything = admin.call(cp, M + "List", m.ListRequest(root="/", recurse=True))
-    paths = {info.name for info in everything}
-    assert "/sbin/init" in paths
-    assert not paths & {"/bin/sh", "/bin/bash", "/bin/busybox", "/usr/sbin/sshd"}
-
-
-def test_list_depth_and_types(admin: RawClient, cp: str) -> None:
-    shallow = admin.call(cp, M + "List", m.ListRequest(root="/"))
-    assert all(info.name.count("/") <= 1 for info in shallow)
-    links = admin.call(cp, M + "List", m.ListRequest(root="/sbin", types=[m.ListRequest.SYMLINK]))
-    assert links
-    assert all(info.link == "/sbin/init" for info in links)
-
-
 def test_read_os_release_says_talos(admin: RawClient, cp: str) -> None:
     data = b"".join(
         f.bytes for f in admin.call(cp, M + "Read", m.ReadRequest(path="/etc/os-release"))
     )
     assert "ID=talos" in data.decode().splitlines()
-
-
-def test_read_errors(admin: RawClient, cp: str) -> None:
-    with pytest.raises(GRPCError) as missing:
-        admin.call(cp, M + "Read", m.ReadRequest(path="/bin/sh"))
-    assert missing.value.status == Status.NOT_FOUND
-    with pytest.raises(GRPCError) as directory:
-        admin.call(cp, M + "Read", m.ReadRequest(path="/etc"))
-    assert directory.value.message == "path must be a regular file"
 
 
 def test_copy_is_a_tar_gz(admin: RawClient, cp: str) -> None:

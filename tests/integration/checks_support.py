@@ -14,11 +14,19 @@ TIME_SCALE = 20.0
 
 @contextlib.contextmanager
 def connected(
-    faults: Sequence[str] = (), *, controlplanes: int = 1, workers: int = 1
+    faults: Sequence[str] = (),
+    *,
+    controlplanes: int = 1,
+    workers: int = 1,
+    variants: Sequence[str] = (),
 ) -> Iterator[tuple[EmulatedCluster, TalosCluster]]:
     """Start an emulated cluster and connect to it over real mTLS, as a user would."""
     with EmulatedCluster(
-        controlplanes=controlplanes, workers=workers, faults=faults, time_scale=TIME_SCALE
+        controlplanes=controlplanes,
+        workers=workers,
+        faults=faults,
+        variants=variants,
+        time_scale=TIME_SCALE,
     ) as emulator:
         cluster = TalosCluster.connect(
             emulator.talosconfig_path,

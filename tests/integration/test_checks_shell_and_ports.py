@@ -5,16 +5,20 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from pytest_talos import models
 from pytest_talos.checks import (
     assert_no_shell,
     assert_only_api_port,
     assert_only_expected_ports,
+    default_expected_ports,
 )
 from pytest_talos.cluster import TalosCluster
-from pytest_talos.errors import ConformanceFailure
+from pytest_talos.errors import APIError, ConformanceFailure, NotFound, PermissionDenied, Unknown
+from pytest_talos.node import NodeFiles, TalosNode, expected_ports_for
 from tests.integration.checks_support import connected
 
 # Enough to cover every port Talos or a fault opens, and quick: full scans are shown once.
@@ -53,20 +57,85 @@ def test_no_shell_fails_on_shells_sshd_and_port_22(faulty: TalosCluster) -> None
         "no-shell on talos-default-worker-1: the node offers a way in besides the Talos API\n"
         "  expected: no shell, no busybox, no sshd, port 22 closed\n"
     )
-    assert "  shells on disk: /bin/bash, /bin/busybox, /bin/sh\n" in text
-    assert re.search(r"  shell or remote-login processes: pid \d+: /usr/sbin/sshd", text)
+    # the usr-merged root: /bin, /sbin and /usr/sbin all list /usr/bin; each shell once
+    assert "  shells on disk: /usr/bin/bash, /usr/bin/busybox, /usr/bin/sh\n" in text
+    assert re.search(r"  shell or remote-login processes: pid \d+: /usr/bin/sshd", text)
     assert re.search(r"  port 22: open \(tcp 0\.0\.0\.0:22 pid \d+ \(sshd\)\)", text)
     assert set(failure.value.evidence) == {
-        "shells on disk", "shell or remote-login processes", "port 22"
+        "shells on disk",
+        "shell or remote-login processes",
+        "port 22",
     }
 
 
 def test_no_shell_fails_on_shell_present_alone() -> None:
-    with connected(["shell-present"], workers=0) as (_, cluster), pytest.raises(
-        ConformanceFailure, match=r"shells on disk: /bin/bash, /bin/busybox, /bin/sh"
-    ) as failure:
+    with (
+        connected(["shell-present"], workers=0) as (_, cluster),
+        pytest.raises(
+            ConformanceFailure,
+            match=r"shells on disk: /usr/bin/bash, /usr/bin/busybox, /usr/bin/sh",
+        ) as failure,
+    ):
         assert_no_shell(cluster.controlplane())
     assert set(failure.value.evidence) == {"shells on disk"}
+
+
+def test_no_shell_counts_missing_directories_as_empty(healthy: TalosCluster) -> None:
+    """/usr/local/bin and /usr/local/sbin do not exist on a stock image: List answers
+    Unknown ``lstat <path>: no such file or directory``, which is not an error."""
+    result = assert_no_shell(healthy.worker())
+    assert result.evidence["directories absent"] == "/usr/local/bin, /usr/local/sbin"
+    assert "shells in pods (not the host's)" not in result.evidence
+
+
+@pytest.mark.parametrize("error", [Unknown, NotFound])
+def test_no_shell_treats_no_such_file_as_absent_whatever_the_code(
+    healthy: TalosCluster, monkeypatch: pytest.MonkeyPatch, error: type[APIError]
+) -> None:
+    real_list = NodeFiles.list
+
+    def listing(self: NodeFiles, path: str = "/", **kwargs: Any) -> list[models.FileInfo]:
+        if path == "/usr/sbin":
+            raise error(f"lstat {path}: no such file or directory")
+        return real_list(self, path, **kwargs)
+
+    monkeypatch.setattr(NodeFiles, "list", listing)
+    result = assert_no_shell(healthy.worker())
+    assert result.evidence["directories absent"] == "/usr/sbin, /usr/local/bin, /usr/local/sbin"
+
+
+def test_no_shell_raises_any_other_list_error(
+    healthy: TalosCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def listing(self: NodeFiles, path: str = "/", **kwargs: Any) -> list[models.FileInfo]:
+        raise Unknown(f"lstat {path}: permission denied")
+
+    monkeypatch.setattr(NodeFiles, "list", listing)
+    with pytest.raises(Unknown, match="permission denied"):
+        assert_no_shell(healthy.worker())
+
+
+def test_no_shell_passes_with_a_shell_in_a_pod() -> None:
+    """Variant pod-shell: a pod whose entrypoint is /bin/sh runs under a k8s.io shim."""
+    with connected(variants=["pod-shell"], workers=0) as (_, cluster):
+        result = assert_no_shell(cluster.controlplane())
+    in_pods = result.evidence["shells in pods (not the host's)"].splitlines()
+    assert [re.sub(r"pid \d+", "pid N", line) for line in in_pods] == [
+        "pid N: /bin/busybox /bin/sh -c while true; do sleep 3600; done",
+        "pid N: /bin/busybox sleep 3600",  # busybox's sleep, in the same pod
+    ]
+
+
+def test_no_shell_fails_on_a_shell_on_the_host() -> None:
+    with (
+        connected(["host-shell-process"], workers=0) as (_, cluster),
+        pytest.raises(ConformanceFailure) as failure,
+    ):
+        assert_no_shell(cluster.controlplane())
+    assert set(failure.value.evidence) == {"shell or remote-login processes"}
+    assert re.fullmatch(
+        r"pid \d+: /tmp/busybox sh", failure.value.evidence["shell or remote-login processes"]
+    )
 
 
 def test_no_shell_docker_part_is_skipped_without_docker(
@@ -95,13 +164,13 @@ def test_no_shell_docker_part_requires_exit_127(
 
 def test_only_expected_ports_passes_on_a_full_scan(healthy: TalosCluster) -> None:
     result = assert_only_expected_ports(healthy.worker())
-    assert result.evidence["open"] == [10250, 50000]
+    assert result.evidence["open"] == [10250, 10256, 50000]
     assert "65535 ports" in result.evidence["scan"]
 
 
 def test_only_expected_ports_passes_on_a_control_plane(healthy: TalosCluster) -> None:
     result = assert_only_expected_ports(healthy.controlplane(), port_spec=TALOS_RANGE)
-    assert result.evidence["open"] == [2379, 2380, 6443, 10250, 50000, 50001]
+    assert result.evidence["open"] == [2379, 2380, 6443, 10250, 10256, 50000, 50001]
 
 
 def test_only_expected_ports_fails_on_extra_ports_naming_the_listener(
@@ -112,8 +181,8 @@ def test_only_expected_ports_fails_on_extra_ports_naming_the_listener(
     text = str(failure.value)
     assert text.startswith(
         "only-expected-ports on talos-default-worker-1: unexpected open TCP ports: 22, 8080\n"
-        "  expected: at most 10250, 50000 open\n"
-        "  observed: open: 22, 8080, 10250, 50000\n"
+        "  expected: at most 10250, 10256, 50000 open\n"
+        "  observed: open: 22, 8080, 10250, 10256, 50000\n"
     )
     listeners = failure.value.evidence["listeners (node's Netstat)"]
     assert re.fullmatch(
@@ -124,21 +193,56 @@ def test_only_expected_ports_fails_on_extra_ports_naming_the_listener(
 
 def test_allowlist_can_be_given_or_taken_from_the_node(faulty: TalosCluster) -> None:
     worker = faulty.worker()
-    assert_only_expected_ports(worker, {22, 8080, 10250, 50000}, port_spec=TALOS_RANGE)
-    worker.expected_ports = frozenset({22, 8080, 10250, 50000})
+    assert_only_expected_ports(worker, {22, 8080, 10250, 10256, 50000}, port_spec=TALOS_RANGE)
+    worker.expected_ports = frozenset({22, 8080, 10250, 10256, 50000})
     try:
         assert_only_expected_ports(worker, port_spec=TALOS_RANGE)
     finally:
         worker.expected_ports = None
 
 
+def test_expected_ports_come_from_the_machine_config() -> None:
+    """Variant kube-proxy-disabled (cluster.proxy.disabled: true): no 10256, none expected."""
+    with connected(variants=["kube-proxy-disabled"]) as (_, cluster):
+        worker = cluster.worker()
+        assert expected_ports_for(worker) == {50000, 10250}
+        assert expected_ports_for(cluster.controlplane()) == {50000, 50001, 6443, 2379, 2380, 10250}
+        result = assert_only_expected_ports(worker, port_spec=TALOS_RANGE)
+    assert result.evidence["open"] == [10250, 50000]
+
+
+def test_kube_proxy_port_fails_where_the_config_disables_kube_proxy(
+    healthy: TalosCluster,
+) -> None:
+    """A node whose config disables kube-proxy must not have 10256 open."""
+    worker = healthy.worker()
+    disabled = {"version": "v1alpha1", "cluster": {"proxy": {"disabled": True}}}
+    config = models.MachineConfig(raw=b"", documents=[disabled], version=1)
+    allowed = default_expected_ports(worker.role, config)
+    with pytest.raises(ConformanceFailure, match="unexpected open TCP port: 10256"):
+        assert_only_expected_ports(worker, allowed, port_spec=TALOS_RANGE)
+
+
+def test_expected_ports_without_admin_assume_talos_defaults(
+    healthy: TalosCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(self: TalosNode) -> models.MachineConfig:
+        raise PermissionDenied("not authorized")
+
+    monkeypatch.setattr(TalosNode, "machine_config", property(refused))
+    assert expected_ports_for(healthy.worker()) == {50000, 10250, 10256}
+
+
 def test_only_api_port_fails_where_kubernetes_runs(healthy: TalosCluster) -> None:
     with pytest.raises(ConformanceFailure) as failure:
         assert_only_api_port(healthy.worker(), port_spec=TALOS_RANGE)
     text = str(failure.value)
-    assert "only-api-port on talos-default-worker-1: unexpected open TCP port: 10250\n" in text
+    assert (
+        "only-api-port on talos-default-worker-1: unexpected open TCP ports: 10250, 10256\n" in text
+    )
     assert "  expected: at most 50000 open\n" in text
     assert re.search(r"10250: tcp6 :::10250 pid \d+ \(kubelet\)", text)
+    assert re.search(r"10256: tcp6 :::10256 pid \d+ \(kube-proxy\)", text)
 
 
 def test_only_api_port_passes_on_the_talos_range(healthy: TalosCluster) -> None:

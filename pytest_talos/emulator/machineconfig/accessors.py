@@ -125,3 +125,10 @@ def cni_name(data: bytes) -> str:
 def coredns_enabled(data: bytes) -> bool:
     """Not ``cluster.coreDNS.disabled: true`` (v1alpha1_provider.go CoreDNS.Enabled)."""
     return _dig(_main_document(data), "cluster", "coreDNS", "disabled") is not True
+
+
+def proxy_disabled(data: bytes) -> bool:
+    """``cluster.proxy.disabled: true`` (v1alpha1_clusterconfig.go Proxy: kube-proxy runs
+    unless disabled)."""
+    return _dig(_main_document(data), "cluster", "proxy", "disabled") is True
+

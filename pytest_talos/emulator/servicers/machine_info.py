@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import posixpath
 import tarfile
 import weakref
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from google.protobuf import any_pb2, empty_pb2, timestamp_pb2
@@ -67,6 +68,22 @@ def _chunks(data: bytes) -> Iterable[bytes]:
 
 def _sha_for(tag: str) -> str:
     return _KNOWN_SHAS.get(tag) or hashlib.sha1(tag.encode(), usedforsecurity=False).hexdigest()[:9]
+
+
+def _children_index(rootfs: Mapping[str, system.FileEntry]) -> dict[str, list[system.FileEntry]]:
+    """Each directory's entries in the order filepath.Walk visits them (by name)."""
+    index: dict[str, list[system.FileEntry]] = {}
+    for path in sorted(rootfs):
+        if path != "/":
+            index.setdefault(posixpath.dirname(path), []).append(rootfs[path])
+    return index
+
+
+def _at_max_depth(depth: int, root: str, path: str) -> bool:
+    """pkg/archiver/walker.go atMaxDepth: separators counted against the root's."""
+    if depth < 0 or path == root:
+        return False
+    return path.count("/") - root.count("/") >= depth
 
 
 class MachineInfoMixin:
@@ -129,30 +146,48 @@ class MachineInfoMixin:
         return m.ProcessesResponse(messages=[m.Process(processes=infos)])
 
     async def Netstat(self, request: m.NetstatRequest, call: Call) -> m.NetstatResponse:
+        # internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go Netstat: only the
+        # protocols flagged are read; the host namespace only with netns.hostnetwork
+        # (NoHostNetwork = !hostnetwork), pod namespaces with allnetns or by name.
+        listening = (m.NetstatRequest.ALL, m.NetstatRequest.LISTENING)
+        if request.filter not in (*listening, m.NetstatRequest.CONNECTED):
+            raise RPCFailure("INVALID_ARGUMENT", f"invalid filter: {request.filter}")
+        netns = request.netns
         records: list[m.ConnectRecord] = []
-        if request.filter != m.NetstatRequest.CONNECTED:  # the node has only listeners
+        if request.filter in listening:  # the node has only listeners, no connections
+            pids = {}
+            for process in reversed(call.state.processes()):
+                pids[process.command] = process.pid  # the first process of each name wins
             records = [
-                self._listen_record(listener, call, with_pid=request.feature.pid)
+                self._listen_record(listener, call, pids if request.feature.pid else None)
                 for listener in call.state.listeners()
-                if getattr(request.l4proto, listener.l4proto, False)  # facts §3: flagged only
+                if getattr(request.l4proto, listener.l4proto, False)
+                and (
+                    netns.hostnetwork
+                    if not listener.netns
+                    else netns.allnetns or listener.netns in netns.netns
+                )
             ]
         return m.NetstatResponse(messages=[m.Netstat(connectrecord=records)])
 
     @staticmethod
-    def _listen_record(listener: system.Listener, call: Call, *, with_pid: bool) -> m.ConnectRecord:
+    def _listen_record(
+        listener: system.Listener, call: Call, pids: dict[str, int] | None
+    ) -> m.ConnectRecord:
         local = call.state.identity.address if listener.bind == "node" else listener.bind
         record = m.ConnectRecord(
             l4proto=listener.l4proto,
             localip=local,
             localport=listener.port,
-            remoteip="::" if listener.l4proto == "tcp6" else "0.0.0.0",
+            remoteip="::" if ":" in local else "0.0.0.0",
             remoteport=0,
-            state=m.ConnectRecord.LISTEN,
-            inode=20000 + listener.port,
-            netns="",
+            # Linux socket states: a listening TCP socket is LISTEN, a bound UDP one CLOSE
+            state=m.ConnectRecord.CLOSE if listener.udp else m.ConnectRecord.LISTEN,
+            inode=0 if not listener.process else 20000 + listener.port,  # kernel: no inode
+            netns=listener.netns,
+            process=m.ConnectRecord.Process(),
         )
-        if with_pid:
-            pids = {p.command: p.pid for p in call.state.processes()}
+        if pids is not None and listener.process:
             pid = pids.get(listener.process, 1)
             record.process.CopyFrom(m.ConnectRecord.Process(pid=pid, name=listener.process))
         return record
@@ -166,19 +201,11 @@ class MachineInfoMixin:
         return entry
 
     @staticmethod
-    def _children(call: Call, directory: str) -> list[system.FileEntry]:
-        prefix = directory.rstrip("/") + "/"
-        return sorted(
-            (
-                entry
-                for path, entry in call.state.rootfs.items()
-                if path != "/" and path.startswith(prefix) and "/" not in path[len(prefix) :]
-            ),
-            key=lambda entry: entry.path,
-        )
-
-    def _file_info(self, entry: system.FileEntry, root: str) -> m.FileInfo:
-        relative = "." if entry.path == root else entry.path[len(root.rstrip("/")) + 1 :]
+    def _file_info(entry: system.FileEntry, root: str) -> m.FileInfo:
+        if entry.path == root:
+            relative = "." if entry.kind == "dir" else posixpath.basename(root)
+        else:
+            relative = posixpath.relpath(entry.path, root)
         return m.FileInfo(
             name=entry.path,
             size=entry.size,
@@ -192,28 +219,49 @@ class MachineInfoMixin:
         )
 
     async def List(self, request: m.ListRequest, call: Call) -> AsyncIterator[m.FileInfo]:
-        root = request.root or "/"  # facts §3: root defaults to /
-        top = self._entry(call, root)
-        # facts §3: without recurse only depth 1; recurse with depth 0 = unlimited.
-        max_depth = request.recursion_depth if request.recurse else 1
+        # v1alpha1_server.go List: the root made absolute, a trailing / dropped; the walker's
+        # errors are returned as they are (code Unknown): pkg/archiver/walker.go.
+        root = "/" + request.root.lstrip("/") if not request.root.startswith("/") else request.root
+        root = root.rstrip("/") or "/"
+        top = call.state.file(root)
+        if top is None:
+            raise RPCFailure("UNKNOWN", f"lstat {root}: no such file or directory")
+        if top.kind == "symlink":  # walker.go: a symlinked root is followed (EvalSymlinks)
+            resolved = system.resolve(call.state.rootfs, root)
+            found = call.state.rootfs.get(resolved)
+            if found is None:
+                raise RPCFailure("UNKNOWN", f"lstat {resolved}: no such file or directory")
+            root, top = resolved, found
+        # recurse with depth 0 = unlimited (-1); without recurse the walker's depth is 0
+        depth = (request.recursion_depth or -1) if request.recurse else 0
         kinds = {
             m.ListRequest.REGULAR: "file",
             m.ListRequest.DIRECTORY: "dir",
             m.ListRequest.SYMLINK: "symlink",
         }
-        wanted = {kinds[t] for t in request.types} if request.types else None
-        pending: list[tuple[system.FileEntry, int]] = [(top, 0)]
+        wanted = {kinds[t] for t in request.types if t in kinds} if request.types else None
+        children = _children_index(call.state.rootfs)
+        pending = [top]
         while pending:
-            entry, depth = pending.pop(0)
-            if wanted is None or entry.kind in wanted:
+            entry = pending.pop(0)
+            if wanted is not None and entry.kind not in wanted:
+                # walker.go returns nil for a filtered-out entry before its depth check, so
+                # a filtered-out directory is always walked into
+                descend = entry.kind == "dir"
+            else:
                 yield self._file_info(entry, root)
-            if entry.kind == "dir" and (max_depth <= 0 or depth < max_depth):
-                pending[0:0] = [(child, depth + 1) for child in self._children(call, entry.path)]
+                descend = entry.kind == "dir" and not _at_max_depth(depth, root, entry.path)
+            if descend:
+                pending[0:0] = children.get(entry.path, [])
 
     async def Read(self, request: m.ReadRequest, call: Call) -> AsyncIterator[common_pb2.Data]:
-        entry = self._entry(call, request.path)
+        # v1alpha1_server.go Read: os.Stat (symlinks followed); missing -> NotFound with the
+        # stat error, anything but a regular file -> a plain error (code Unknown)
+        entry = call.state.file(request.path, follow=True)
+        if entry is None:
+            raise RPCFailure("NOT_FOUND", f"stat {request.path}: no such file or directory")
         if entry.kind != "file":
-            raise RPCFailure("INVALID_ARGUMENT", "path must be a regular file")  # facts §3
+            raise RPCFailure("UNKNOWN", "path must be a regular file")
         for chunk in _chunks(entry.content):
             yield common_pb2.Data(bytes=chunk)
 
