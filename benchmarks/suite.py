@@ -3,6 +3,13 @@ serial and with pytest-xdist, measured side by side in the same run.
 
     python benchmarks/suite.py                     # 3, 10 and 30 nodes; -n 0 vs -n 2
     python benchmarks/suite.py --nodes 3,10 --xdist 4 --repeat 3 --time-scale 1
+    python benchmarks/suite.py --readme            # README command 1, 2 nodes, real time
+    python benchmarks/suite.py --readme --nodes 2,10,30 --time-scale 1
+
+``--readme`` times the README's first command (every check, the emulator's clock at real
+time unless ``--time-scale`` says otherwise) and shows it as a ratio of the suite's longest
+watch window (the machine hold, node time): every node is watched at once in one window per
+run, so the ratio stays near 1 however many nodes there are.
 
 Each measurement is one ``pytest conformance --talos-emulator=CP:W --talos-suite quick``
 subprocess (emulator start, collection and every check included), exactly what a user runs.
@@ -55,11 +62,13 @@ def _environment() -> dict[str, str]:
     return env
 
 
-def measure(nodes: int, workers: int, scratch: Path, time_scale: float) -> Measurement:
+def measure(nodes: int, workers: int, scratch: Path, time_scale: float | None,
+            profile: str | None = "quick") -> Measurement:
     xdist = ["-n", str(workers), "--dist", "loadgroup"] if workers else ["-p", "no:xdist"]
+    suite = ["--talos-suite", profile] if profile else []
+    scale = ["--talos-emulator-time-scale", f"{time_scale:g}"] if time_scale else []
     argv = [sys.executable, "-m", "pytest", *_plugin_args(), str(SUITE),
-            f"--talos-emulator={_layout(nodes)}", "--talos-suite", "quick", "-q",
-            "--talos-emulator-time-scale", f"{time_scale:g}",
+            f"--talos-emulator={_layout(nodes)}", *suite, "-q", *scale,
             "-p", "no:cacheprovider", *xdist]
     started = time.perf_counter()
     done = subprocess.run(argv, cwd=scratch, env=_environment(), capture_output=True,
@@ -92,20 +101,65 @@ def table(rows: dict[int, dict[int, Measurement]], workers: int) -> str:
     return "\n".join(lines)
 
 
+def _hold_window() -> float:
+    """Node seconds of the suite's longest watch (the machine hold of upgrade.nodes-running)."""
+    sys.path.insert(0, str(REPO))
+    from conformance._support.observe import READY_STABLE_FOR
+
+    return READY_STABLE_FOR
+
+
+def readme_table(rows: dict[int, Measurement], time_scale: float, window: float) -> str:
+    """README command 1 per cluster size, as ratios of the watch window and of the smallest."""
+    real_window = window / time_scale
+    smallest = min(rows)
+    head = (f"{'nodes':>5} | {'wall s':>7} | {f'x window ({real_window:g}s)':>16} | "
+            f"{'growth vs ' + str(smallest):>13}")
+    lines = [head, "-" * len(head)]
+    for nodes in sorted(rows):
+        run = rows[nodes]
+        flag = "" if run.passed else "  (the run failed)"
+        lines.append(f"{nodes:>5} | {run.seconds:>7.1f} | {run.seconds / real_window:>15.2f}x | "
+                     f"{run.seconds / rows[smallest].seconds:>12.2f}x{flag}")
+    return "\n".join(lines)
+
+
+def readme(sizes: Sequence[int], repeat: int, time_scale: float | None) -> int:
+    rows: dict[int, Measurement] = {}
+    with tempfile.TemporaryDirectory(prefix="pytest-talos-bench-") as scratch:
+        for nodes in sizes:
+            samples = [measure(nodes, 0, Path(scratch), time_scale, profile=None)
+                       for _ in range(repeat)]
+            rows[nodes] = best(samples)
+            print(f"  {nodes:>3} nodes: {rows[nodes].seconds:.1f}s", file=sys.stderr)
+    scale = time_scale or 1.0
+    print(f"README command 1 (pytest conformance --talos-emulator[=CP:W]), emulator time scale "
+          f"{scale:g}x, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
+    print(readme_table(rows, scale, _hold_window()))
+    return 0 if all(m.passed for m in rows.values()) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", default="3,10,30",
-                        help="cluster sizes, comma-separated (default 3,10,30)")
+    parser.add_argument("--nodes", default=None,
+                        help="cluster sizes, comma-separated (default 3,10,30; --readme: 2)")
     parser.add_argument("--xdist", type=int, default=2,
                         help="pytest-xdist workers for the parallel column (default 2)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per cell; best is kept")
-    parser.add_argument("--time-scale", type=float, default=20.0,
-                        help="the emulator's time scale (default 20; 1 shows the real-time "
-                        "cost of the restart watch)")
+    parser.add_argument("--time-scale", type=float, default=None,
+                        help="the emulator's time scale (default 20, with --readme 1 as the "
+                        "README runs it; 1 shows the real-time cost of the watch window)")
+    parser.add_argument("--readme", action="store_true",
+                        help="time README command 1 (every check; default --nodes 2)")
     args = parser.parse_args(argv)
-    sizes = sorted({int(n) for n in args.nodes.split(",") if n.strip()})
-    if not sizes or min(sizes) < 2 or args.xdist < 1 or args.repeat < 1 or args.time_scale <= 0:
+    nodes_text = args.nodes if args.nodes is not None else ("2" if args.readme else "3,10,30")
+    sizes = sorted({int(n) for n in nodes_text.split(",") if n.strip()})
+    bad_scale = args.time_scale is not None and args.time_scale <= 0
+    if not sizes or min(sizes) < 2 or args.xdist < 1 or args.repeat < 1 or bad_scale:
         parser.error("need cluster sizes >= 2, --xdist >= 1, --repeat >= 1, --time-scale > 0")
+    if args.readme:
+        return readme(sizes, args.repeat, args.time_scale)
+    args.time_scale = args.time_scale or 20.0
     rows: dict[int, dict[int, Measurement]] = {}
     with tempfile.TemporaryDirectory(prefix="pytest-talos-bench-") as scratch:
         for nodes in sizes:
