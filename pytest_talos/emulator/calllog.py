@@ -1,7 +1,7 @@
 """The record of the RPCs the nodes of an emulated cluster received: a bounded ring buffer.
 
 A long-running emulator (``python -m pytest_talos.emulator``, a soak test) must not grow
-without end, so only the newest ``maxlen`` records are kept (default 100 000, about 30 MB;
+without end, so only the newest ``maxlen`` records are kept (default 20 000, about 11 MB;
 ``$TALOS_EMULATOR_CALL_LOG_SIZE`` or ``CallLog(maxlen=...)`` / ``.maxlen = n`` changes it).
 Records are numbered from 0 for the cluster's lifetime: :attr:`CallLog.total` is the number
 ever received and :meth:`CallLog.since` returns those from a number on, so "the calls this
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 __all__ = ["DEFAULT_CALL_LOG_SIZE", "SIZE_ENV", "CallLog", "CallRecord"]
 
-DEFAULT_CALL_LOG_SIZE = 100_000
+DEFAULT_CALL_LOG_SIZE = 20_000  # about 540 bytes a record
 SIZE_ENV = "TALOS_EMULATOR_CALL_LOG_SIZE"
 
 
