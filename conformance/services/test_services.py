@@ -70,7 +70,7 @@ HEALTH_CHECKED = frozenset(
     }
 )
 SETTLE = 30.0  # node seconds a service may take to come back after a restart
-RECENT = 30.0  # node seconds: a crash this recent means the service crash-loops now
+RECENT = 60.0  # node seconds: a crash this recent means the service crash-loops now
 MACHINE_STATUS = ("MachineStatuses.runtime.talos.dev", "machine", "runtime")
 _EVENTS = 6
 _LOG_LINES = 20

@@ -1,8 +1,10 @@
 """Runtime events of an emulated node: xid ids, payloads and the bounded event buffer.
 
-facts §3 (Events): every event has an ``rs/xid`` id (20 characters, sortable), an optional
-actor id and a payload whose ``type_url`` is ``talos/runtime/<proto full name>``. The payloads
-here are plain dataclasses; the servicer turns them into ``machine.*Event`` messages.
+Every event has an ``rs/xid`` id made when it is published (20 characters, sortable, its
+first 4 bytes the node's Unix second: internal/app/machined/pkg/runtime/events.go), an
+optional actor id and a payload whose ``type_url`` is ``talos/runtime/<proto full name>``
+(internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go Events). The payloads here
+are plain dataclasses; the servicer turns them into ``machine.*Event`` messages.
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ class RuntimeEvent:
 class EventBuffer:
     """The node's event ring buffer plus live subscribers (the Events streams)."""
 
-    capacity: int = 1000  # INFERRED size; facts only say tail -1 returns >20 events
+    capacity: int = 1000  # runtime/v1alpha1/v1alpha1_controller.go: NewEvents(1000, 10)
     _events: deque[RuntimeEvent] = field(default_factory=deque)
     _subscribers: list[Callable[[RuntimeEvent], None]] = field(default_factory=list)
 
@@ -142,7 +144,8 @@ class EventBuffer:
     def backlog(
         self, *, tail_events: int, tail_id: str, tail_seconds: int, now: float
     ) -> list[RuntimeEvent]:
-        """The buffered events an Events request asks for (facts §3 tail options)."""
+        """The buffered events an Events request asks for: the last N, those after an id,
+        or those of the last seconds by the node's clock (v1alpha1_server.go Events)."""
         events = self.snapshot()
         if tail_id:
             return [e for e in events if e.id > tail_id]

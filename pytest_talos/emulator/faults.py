@@ -114,13 +114,15 @@ _PROFILES = (
         "pid1-systemd-as-init",
         "PID 1 is systemd copied to /sbin/init (executable /sbin/init, command systemd)",
     ),
-    FaultProfile("service-down",
+    FaultProfile(
+        "service-down",
         "trustd stops 2 s after boot (Finished) and nothing starts it again",
         scope="controlplanes",
     ),
     FaultProfile(
         "machined-unhealthy",
-        "machined runs, but its health check (a dial of its socket) fails on every node",
+        "2 s after boot machined's health check (a dial of its socket) starts failing on "
+        "every node; machined keeps running",
     ),
     FaultProfile(
         "etcd-member-missing",

@@ -32,24 +32,23 @@ INFERRED: tuple[str, ...] = (
     "own admin check (v1alpha1_server.go ApplyConfiguration) is the one that answers (same "
     "status and text).",
     # services, logs, events
-    "Services per node: apid, auditd, containerd, cri, kubelet, machined, syslogd, udevd; "
-    "control planes add etcd and trustd; metal nodes add dashboard. Health checks exist for "
-    "apid, containerd, cri, etcd, kubelet and trustd; the others report health unknown.",
-    'Service event texts: first `Waiting for service "cri" to be "up", …` for services '
-    "with dependencies (apid, trustd, cri, etcd, kubelet), then `Running pre stage`, "
-    "`Creating service runner`, `Started task <id> "
-    "(PID n) for container <id>` (or `Service started as goroutine`), `Health check "
-    "successful`, `Service stopping`, `Service finished successfully`, and on a crash `Error "
-    'running Containerd(<id>), going to restart forever: task "<id>" failed: exit code 1` '
-    "(state Failed). Delays (emulated): 0.3 s to Running, 1 s to the first health check, "
-    "0.5 s until a kubelet with a bad flag exits, 5 s before a restart.",
+    "Service timing: a boot starts every service at once, each reaching Running and its "
+    "first health result in the same instant (in the sequencer's order); later starts take "
+    "0.1 s until the conditions are met and 0.3 s to Running; a kubelet with a bad flag "
+    "exits 0.5 s after it starts. A start shows one `Waiting for <conditions>` event with "
+    "every condition; the ones Talos adds as conditions are met one by one are not shown.",
+    "Health check failures say what Go's dialers say when nothing listens (`dial tcp "
+    "127.0.0.1:10248: connect: connection refused` and the like); udevd's says `file "
+    '"/run/udev/control" does not exist`. PIDs count up from 1000 per node.',
     "Service logs are a few synthetic lines; a kubelet with an unknown flag logs `Error: "
-    "failed to parse kubelet flag: unknown flag: --<flag>` (the first unknown flag, sorted). "
+    "failed to parse kubelet flag: unknown flag: --<flag>` (the first unknown flag, sorted), "
+    "and that is the last log in its crash message. "
     'Logs outside namespace `system` (containers) answer NotFound `container "<id>" not '
-    "found`; logs are registered for the service ids only.",
+    "found`.",
     "Fault `kubelet-crashloop` fails kubelet with a CRI error in its log; fault "
-    "`flapping-service` fails containerd every 30 s (restart after 5 s); fault "
-    "`service-down` leaves udevd Failed without restarts.",
+    "`flapping-service` kills containerd every 30 s; fault `service-down` stops trustd 2 s "
+    "after boot; fault `machined-unhealthy` fails machined's health check 2 s after boot "
+    "with `connect: resource temporarily unavailable` (a full listen backlog).",
     "The event buffer keeps the last 1000 events; two tail options at once answer "
     "InvalidArgument `only one of tail_events, tail_id, tail_seconds can be set`. A boot emits "
     "sequence/phase/task events (initialize, boot), an AddressEvent and every service's state "

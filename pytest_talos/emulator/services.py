@@ -701,6 +701,11 @@ class ServiceManager:
         self._runner_done(service)
         self.record(service, "Finished", "Service finished successfully")
 
+    def health_fault_later(self, service_id: str, delay: float, message: str) -> None:
+        """Make a service's health check fail with ``message`` from ``delay`` s from now."""
+        service = self.services[service_id]
+        self._later(service, delay, lambda: self.set_health_fault(service_id, message))
+
     def stop_later(self, service_id: str, delay: float) -> None:
         """Stop a service ``delay`` emulated seconds from now (and leave it stopped)."""
         service = self.services[service_id]

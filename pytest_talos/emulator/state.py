@@ -82,7 +82,8 @@ SHUTDOWN_DELAY = 0.5
 # Node whose kubelet has not posted status for this long turns Unknown (INFERRED, emulated s).
 NODE_MONITOR_GRACE = 40.0
 FLAP_PERIOD = 30.0  # fault flapping-service
-SERVICE_DOWN_AFTER = 2.0  # fault service-down: emulated seconds after boot trustd stops
+# faults service-down, machined-unhealthy: emulated seconds after boot the defect shows
+FAULT_AFTER_BOOT = 2.0
 # fault machined-unhealthy: what the dial of the machine socket says when machined's listen
 # backlog is full (INFERRED cause; the check is services/machined.go HealthFunc)
 MACHINED_UNHEALTHY = (
@@ -282,18 +283,18 @@ class NodeState(ConfigMixin):
         self.emit(AddressPayload(self.hostname, (self.identity.address,)))
         self._publish_static_resources()
         self._publish_machine_config()
-        # fault machined-unhealthy: machined runs, its health check (a dial of its socket,
-        # services/machined.go HealthFunc) fails
-        self.services.set_health_fault(
-            "machined", MACHINED_UNHEALTHY if self._fault("machined-unhealthy") else None
-        )
+        self.services.set_health_fault("machined", None)
         with self._status_held_back():  # then one status: the stage the boot reached
             self._emit_boot_sequence()
+        if self._fault("machined-unhealthy"):
+            # fault machined-unhealthy: a little after boot, machined's health check (a dial
+            # of its socket, services/machined.go HealthFunc) starts failing; it keeps running
+            self.services.health_fault_later("machined", FAULT_AFTER_BOOT, MACHINED_UNHEALTHY)
         if self._fault("flapping-service"):
             self._schedule_flap()
         if self._fault("service-down") and "trustd" in self.services.services:
             # fault service-down: trustd stops a little after boot and nothing starts it again
-            self.services.stop_later("trustd", SERVICE_DOWN_AFTER)
+            self.services.stop_later("trustd", FAULT_AFTER_BOOT)
         self.hooks.kube_changed()
 
     def _emit_boot_sequence(self) -> None:

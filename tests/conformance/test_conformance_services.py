@@ -131,7 +131,7 @@ def test_a_restart_the_kit_did_not_cause_still_fails(
     # a crash moments ago: a crash loop caught between two restarts, and a recent restart
     assert run.broken() == {RESTARTS: "failed", HEALTHY: "failed"}, run.describe()
     crashed = _check(run, HEALTHY, worker)
-    assert crashed["message"].endswith("but crashed in the last 30s (node time): containerd"), (
+    assert crashed["message"].endswith("but crashed in the last 60s (node time): containerd"), (
         crashed
     )
     failed = _check(run, RESTARTS, worker)

@@ -191,14 +191,20 @@ def test_flapping_service(setup: Setup) -> None:
 
 
 def test_machined_unhealthy(setup: Setup) -> None:
-    _, client, address = setup("machined-unhealthy")
-    machined = _services(client, address)["machined"]
+    cluster, client, address = setup("machined-unhealthy", time_scale=20)
+    machined = wait_for(
+        lambda: _services(client, address)["machined"],
+        lambda m: not m.health.healthy and not m.health.unknown,
+        what="machined's health check to fail",
+    )
     assert machined.state == "Running"
-    assert not machined.health.healthy and not machined.health.unknown
     assert machined.events.events[-1].msg == (
         "Health check failed: dial unix /system/run/machined/machine.sock: connect: resource "
         "temporarily unavailable"
     )
+    # the boot had ended; the machine is not ready any more (machine_status.go servicesCheck)
+    stage, unhealthy = cluster.node(address).run(lambda st: (st.stage, st.unhealthy_services()))
+    assert (stage, unhealthy) == ("running", ["machined"])
 
 
 def test_services_resource_stale(setup: Setup) -> None:
