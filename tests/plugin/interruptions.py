@@ -250,7 +250,8 @@ class Run:
         self.result: tuple[int, str] | None = None
         self.after_output = ""
 
-    def start(self) -> Run:
+    def start(self, *, group: bool = False) -> Run:
+        """Start the run (``group``: in a process group of its own, signalled as a whole)."""
         self.process = subprocess.Popen(
             self.args,
             cwd=self.work,
@@ -258,8 +259,14 @@ class Run:
             text=True,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
+            start_new_session=group,
         )
         return self
+
+    def signal_group(self, signum: int) -> None:
+        """As a terminal's Ctrl-C or a CI runner does: every process of the run gets it."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signum)
 
     def wait_mark(self, name: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -400,6 +407,20 @@ def xdist(emu: Emulator, workers: int, tests: int = 8) -> Outcome:
         )
 
 
+def xdist_signal(emu: Emulator, signum: int, workers: int = 2) -> Outcome:
+    """-n 2, a worker mid-change, and the signal to the whole process group."""
+    before = emu.config()
+    with tempfile.TemporaryDirectory(prefix=f"xdist{workers}-signal-") as work:
+        run = Run(emu, Path(work), extra=("-n", str(workers), "-p", "xdist"))
+        run.start(group=True)
+        run.wait_mark("applied")
+        time.sleep(0.2)
+        run.signal_group(signum)
+        code, output = run.finish()
+        name = f"xdist-n{workers}-{signal.Signals(signum).name}"
+        return Outcome(name, code, output, before, emu.config(), run.journals())
+
+
 SCENARIOS: dict[str, Callable[[Emulator], Outcome]] = {
     "SIGINT once": lambda e: sigint_once(e, "after-change"),
     "SIGINT once (before any change)": lambda e: sigint_once(e, "before-change"),
@@ -422,6 +443,8 @@ SCENARIOS: dict[str, Callable[[Emulator], Outcome]] = {
     ),
     "-n 2": lambda e: xdist(e, 2),
     "-n 4": lambda e: xdist(e, 4),
+    "-n 2 + Ctrl-C to the process group": lambda e: xdist_signal(e, signal.SIGINT),
+    "-n 2 + SIGTERM to the process group": lambda e: xdist_signal(e, signal.SIGTERM),
 }
 
 

@@ -206,6 +206,15 @@ def test_xdist_workers_never_overlap_on_a_node(emu: Emulator, workers: int) -> N
     assert time.monotonic() - started < 120
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_xdist_workers_restore_when_the_process_group_is_signalled(
+    emu: Emulator, signum: int
+) -> None:
+    outcome = scenarios.xdist_signal(emu, signum)
+    assert outcome.returncode == pytest.ExitCode.INTERRUPTED, outcome.output
+    _restored(outcome)
+
+
 def test_the_emulator_stayed_quiet_through_all_of_it(emu: Emulator) -> None:
     """Clients killed mid-call must not fill the emulator's stderr."""
     assert emu.stderr().strip() == ""
