@@ -63,7 +63,8 @@ __all__ = [
     "pod_workload_pids",
 ]
 
-# Kubelet restarts about every 5 s when it crash-loops (talos-facts B4): 12 s covers two periods.
+# A crash-looping service is restarted every 5 s (internal/app/machined/pkg/system/runner/
+# restart/restart.go); 12 s covers two periods.
 DEFAULT_STABLE_FOR = 12.0
 SHELL_DIRECTORIES = ("/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin")
 SHELL_NAMES = frozenset(

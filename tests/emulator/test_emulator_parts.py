@@ -298,7 +298,8 @@ def test_crash_loop_period_and_heal_time_on_a_manual_clock() -> None:
     assert "unknown flag: --bogus-flag" in _crashes(kubelet)[-1].msg
     # service_runner.go: each crash marks it unhealthy ("service not running"); the health
     # loop's checks in between fail too (nothing listens on the healthz port)
-    assert not kubelet.health.healthy and not kubelet.health.unknown
+    assert not kubelet.health.healthy
+    assert not kubelet.health.unknown
     assert kubelet.health.last_message in (
         "service not running",
         'Get "http://127.0.0.1:10248/healthz": dial tcp 127.0.0.1:10248: connect: connection '

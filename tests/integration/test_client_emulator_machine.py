@@ -55,7 +55,6 @@ from tests.integration.conftest import EMULATOR_TIME_SCALE
 from tests.integration.emulator_support import (
     WAIT,
     changes_until_healthy,
-    first,
     items_until,
     poll,
     spec_of,
