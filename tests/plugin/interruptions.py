@@ -93,6 +93,11 @@ def test_change(talos_node):
 XDIST_TESTS = """
 import time
 import pytest
+from pytest_talos.checks import (
+    assert_config_unchanged_after_rejection,
+    assert_service_healthy_after_patch,
+    assert_try_reverts,
+)
 
 LABEL = "xdist-owner"
 
@@ -107,7 +112,30 @@ def test_exclusive_change(talos_node, n):
         owners = [line.strip() for line in raw.splitlines() if LABEL in line]
         assert owners == [f"{{LABEL}}: t{{n}}"], owners  # nobody else's change is live
         time.sleep(0.05)
+
+
+# The mutating checks, mixed in: each changes the worker through the same guard and lock.
+@pytest.mark.talos_mutating
+@pytest.mark.talos_role("worker")
+def test_check_rejection(talos_node):
+    assert_config_unchanged_after_rejection(
+        talos_node, {{"machine": {{"nodeLabels": {{"bad label": "x"}}}}}})
+
+
+@pytest.mark.talos_mutating
+@pytest.mark.talos_role("worker")
+def test_check_try_reverts(talos_node):
+    assert_try_reverts(talos_node, {{"machine": {{"nodeLabels": {{LABEL: "try"}}}}}},
+                       try_timeout=20)
+
+
+@pytest.mark.talos_mutating
+@pytest.mark.talos_role("worker")
+def test_check_kubelet_healthy(talos_node):
+    assert_service_healthy_after_patch(
+        talos_node, {{"machine": {{"nodeLabels": {{LABEL: "svc"}}}}}}, stable_for=1)
 """
+XDIST_CHECKS = 3  # tests besides the ``count`` exclusive changes
 
 
 # --------------------------------------------------------------------------- the emulator
