@@ -102,10 +102,14 @@ _announce: Callable[[str], None] | None = None
 _shield_active = threading.Event()
 
 
-def set_announcer(announce: Callable[[str], None] | None) -> None:
-    """Where deferred-signal notices go (default: stderr). The pytest plugin sets its own."""
+def set_announcer(announce: Callable[[str], None] | None) -> Callable[[str], None] | None:
+    """Where deferred-signal notices go (default: stderr); returns the one it replaces.
+
+    The pytest plugin sets its own (past pytest's output capture) and puts the previous back.
+    """
     global _announce
-    _announce = announce
+    previous, _announce = _announce, announce
+    return previous
 
 
 def _say(text: str) -> None:

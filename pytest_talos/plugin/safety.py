@@ -56,7 +56,7 @@ class RunSafety:
                 if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
                     signal.signal(signal.SIGTERM, _raise_terminated)
                     self._sigterm_installed = True
-        set_announcer(self.announce)
+        self._previous_announcer = set_announcer(self.announce)
 
     def uninstall(self) -> None:
         self.end_shield()
@@ -64,7 +64,7 @@ class RunSafety:
             with contextlib.suppress(ValueError, OSError):
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
             self._sigterm_installed = False
-        set_announcer(None)
+        set_announcer(self._previous_announcer)
 
     def announce(self, text: str) -> None:
         """Print past pytest's output capture (a notice must reach the person waiting)."""
