@@ -359,12 +359,18 @@ class ConfigGuard:
             if claim is not None:
                 return self._share(node, client, claim)
         lock = NodeLock(self.state_dir, key, label=self.label)
-        lock.acquire(self.lock_timeout, node.name)
+        try:
+            lock.acquire(self.lock_timeout, node.name)
+        except OSError as exc:
+            raise _state_dir_error(self.state_dir, node, exc) from None
         try:
             _refuse_stale_journal(self.state_dir, key, node)
             config = client.machine_config()
             persistent = _persistent_config(client)
             record = self._write_record(node, client, key, config, persistent)
+        except OSError as exc:
+            lock.release()
+            raise _state_dir_error(self.state_dir, node, exc) from None
         except BaseException:
             lock.release()
             raise
@@ -508,6 +514,15 @@ def _unwrapped(client: TalosClient) -> TalosClient:
     while isinstance(client, _RecordingClient):
         client = client._inner
     return client
+
+
+def _state_dir_error(state_dir: Path, node: TalosNode, exc: OSError) -> TalosError:
+    return TalosError(
+        f"cannot lock and journal node {node.name} in the state directory {state_dir} "
+        f"({exc.strerror or exc}); no change was made. Point --talos-state-dir (or "
+        "$TALOS_STATE_DIR) at a directory this user can write",
+        node=node.name,
+    )
 
 
 def _refuse_stale_journal(state_dir: Path, key: str, node: TalosNode) -> None:

@@ -94,3 +94,34 @@ def test_a_node_locked_elsewhere_waits_then_says_who_holds_it(
         ]
     )
     assert active_config(emulated, WORKER) == original
+
+
+def test_an_unusable_state_directory_refuses_the_change_clearly(
+    run: Run, pytester: pytest.Pytester, emulated: EmulatedCluster, tmp_path: Path
+) -> None:
+    original = active_config(emulated, WORKER)
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.talos_mutating
+        @pytest.mark.talos_role("worker")
+        def test_change(talos_node):
+            talos_node.apply_patch({"machine": {"nodeLabels": {"never": "applied"}}})
+    """)
+    result = run(
+        *target_args(emulated),
+        "--talos-allow",
+        "mutating",
+        "--no-header",
+        f"--talos-state-dir={blocker / 'state'}",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"*cannot lock and journal node {WORKER} in the state directory */not-a-directory/state"
+            " (Not a directory); no change was made. Point --talos-state-dir*",
+        ]
+    )
+    assert active_config(emulated, WORKER) == original
