@@ -111,7 +111,10 @@ def test_the_kits_own_restarts_are_not_the_nodes_fault(
 
     # The same node history, without knowing the kit made those changes: they count.
     unknown = _services(cluster, tmp_path, "kit-unknown", tmp_path / "other-state")
-    assert unknown.broken() == {RESTARTS: "failed"}, unknown.describe()
+    # (a crash in the last 60 s would fail services.expected-running-healthy too: how long
+    # ago the crashes were in node time depends on how fast this machine runs the suite)
+    assert unknown.broken().get(RESTARTS) == "failed", unknown.describe()
+    assert set(unknown.broken()) <= {RESTARTS, HEALTHY}, unknown.describe()
     failed = _check(unknown, RESTARTS, worker)
     assert "kubelet" in failed["message"], failed
 
@@ -128,12 +131,13 @@ def test_a_restart_the_kit_did_not_cause_still_fails(
     )
 
     run = _services(cluster, tmp_path, "real-crash", state)
-    # a crash moments ago: a crash loop caught between two restarts, and a recent restart
-    assert run.broken() == {RESTARTS: "failed", HEALTHY: "failed"}, run.describe()
-    crashed = _check(run, HEALTHY, worker)
-    assert crashed["message"].endswith("but crashed in the last 60s (node time): containerd"), (
-        crashed
-    )
+    assert run.broken().get(RESTARTS) == "failed", run.describe()
+    assert set(run.broken()) <= {RESTARTS, HEALTHY}, run.describe()
+    if HEALTHY in run.broken():  # the suite started within 60 s (node time) of the crash
+        crashed = _check(run, HEALTHY, worker)
+        assert crashed["message"].endswith("but crashed in the last 60s (node time): containerd"), (
+            crashed
+        )
     failed = _check(run, RESTARTS, worker)
     assert "containerd" in failed["message"], failed
     assert "kubelet" not in failed["message"], failed
