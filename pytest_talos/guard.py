@@ -609,18 +609,31 @@ def _restore_failure(snapshot: _Snapshot, why: str) -> ConfigRestoreError:
 
 @contextlib.contextmanager
 def _guarding(node: TalosNode, guard: ConfigGuard | None) -> Iterator[ConfigGuard]:
-    """The guard a changing helper uses, restoring at the end only if it is private."""
+    """The guard a changing helper uses, restoring at the end only if it is private.
+
+    The node is locked and snapshotted on entry, before the helper reads its "before"
+    config: read outside the lock, that could be another worker's change in flight.
+    """
     if guard is not None:
+        _hold(node, guard)
         yield guard
         return
     if isinstance(node.guard, ConfigGuard):
+        _hold(node, node.guard)
         yield node.guard
         return
     private = ConfigGuard()
     try:
+        _hold(node, private)
         yield private
     finally:
         private.restore()
+
+
+def _hold(node: TalosNode, guard: ConfigGuard) -> None:
+    """What a change does first, in the same order: the node's own guard, then ``guard``."""
+    for chosen in dict.fromkeys(g for g in (node.guard, guard) if g is not None):
+        chosen.protect(node)
 
 
 # --------------------------------------------------------------------------- recovery

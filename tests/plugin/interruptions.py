@@ -496,6 +496,12 @@ def main() -> int:
                 except Exception as exc:  # report and go on
                     print(f"{name}: ERROR {exc}", flush=True)
                     ok = False
+                else:
+                    if not ok:
+                        print(
+                            f"{name}: exit {outcome.returncode}, same bytes {outcome.same}, "
+                            f"journals {outcome.journals}\n{outcome.output[-4000:]}"
+                        )
                 tally.setdefault(name, []).append(ok)
                 print(f"{name}: {'same bytes' if ok else 'DIFFERENT'}", flush=True)
         spam = [line for line in emu.stderr().splitlines() if line.strip()]
