@@ -1,4 +1,4 @@
-"""Where the emulator's behaviour is a guess rather than a fact from talos-facts.md.
+"""Where the emulator's behaviour is a guess rather than read in the Talos v1.13.9 source.
 
 ``docs/emulator.md`` prints this list (``scripts/gen_emulator_docs.py``) next to
 :data:`pytest_talos.emulator.machineconfig.INFERRED` and the Kubernetes API limits. Code

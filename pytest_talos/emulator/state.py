@@ -1,7 +1,8 @@
 """The truth of one emulated Talos node, in plain Python (no gRPC).
 
 A :class:`NodeState` owns the machine config (active and persisted) and the MachineConfig
-resource versions (facts §8), the services (:mod:`.services`), the runtime event buffer
+resource versions (``runtime/v1alpha2/v1alpha2_state.go``), the services (:mod:`.services`),
+the runtime event buffer
 (:mod:`.events`), the COSI resources (:mod:`.resources`), the static system data
 (:mod:`.system`), the try-mode timer and the power state. The servicers translate protobuf
 requests into calls here and raise gRPC statuses from :class:`NodeFailure`.
@@ -89,7 +90,7 @@ FAULT_AFTER_BOOT = 2.0
 MACHINED_UNHEALTHY = (
     "dial unix /system/run/machined/machine.sock: connect: resource temporarily unavailable"
 )
-CONTAINER_ONLY = "method is not supported in container mode"  # facts §10
+CONTAINER_ONLY = "method is not supported in container mode"  # runtime/mode.go capabilities
 WRONG_VERSION = "v1.12.6"  # fault wrong-version
 OWNER_SERVICES = "v1alpha1.ServiceController"
 
@@ -213,7 +214,7 @@ class NodeState(ConfigMixin):
         self.powered = False
         self._boot_pending = False  # the boot sequence waits for every service to be up
         self.stage = "booting"
-        self.rebooting = False  # a REBOOT-mode apply was accepted (facts §9 step 2)
+        self.rebooting = False  # a REBOOT-mode apply was accepted (v1alpha1_server.go)
         self._applying = False
         self._try_timer: Cancellable | None = None
         self._try_target: bytes | None = None
@@ -573,7 +574,8 @@ class NodeState(ConfigMixin):
             )
 
     def _publish_machine_status(self) -> None:
-        """The MachineStatuses resource and, when it changes, a MachineStatusEvent (facts §3, §8).
+        """The MachineStatuses resource and, when it changes, a MachineStatusEvent
+        (``controllers/runtime/machine_status.go``).
 
         The event carries exactly what the resource says: stage, ready, unmet conditions.
         """
@@ -854,7 +856,7 @@ class NodeState(ConfigMixin):
             unknown_since=self._kube_status_unknown_since if unknown else None,
         )
 
-    # ---- lifecycle (facts §3, §10) ---------------------------------------------------------
+    # ---- lifecycle (v1alpha1_server.go, runtime/mode.go) -------------------------------------
 
     def _require_metal(self) -> None:
         if self.container:
@@ -875,7 +877,7 @@ class NodeState(ConfigMixin):
         return actor
 
     def reset(self) -> str:
-        # facts §10: accepted in container mode, where it stops services and shuts down.
+        # container.go: accepted in container mode, where it stops services and shuts down.
         actor = str(uuid.uuid4())
         self.clock.call_later(LIFECYCLE_DELAY, lambda: self._go_down(actor, "reset", "resetting"))
         return actor
@@ -910,7 +912,7 @@ class NodeState(ConfigMixin):
             self._lifecycle_timer.cancel()
         self._sequence_actor = actor
         self.emit(SequencePayload(sequence, "START"), actor)
-        self.cancel_try()  # facts §9: try never persists, a reboot reverts it
+        self.cancel_try()  # v1alpha1_runtime.go: try never persists, a reboot reverts it
         if self._flap_timer is not None:
             self._flap_timer.cancel()
         with self._status_held_back():  # then one status: the new stage, not ready

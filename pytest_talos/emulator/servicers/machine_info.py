@@ -1,5 +1,5 @@
 """machine.MachineService, the read-only half: version, system data, files, services, logs,
-events (facts §3)."""
+events (``api/machine/machine.proto``, ``v1alpha1_server.go``)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ __all__ = ["MachineInfoMixin", "timestamp"]
 
 CHUNK = 64 * 1024
 GO_VERSION = "go1.25.9"  # INFERRED toolchain of Talos 1.13
-# facts §0: v1.13.9 is commit 3ebd10a7c1bd...; Talos reports the short sha.
+# Talos v1.13.9 is commit 3ebd10a7c1bd...; Version reports the short sha.
 _KNOWN_SHAS = {"v1.13.9": "3ebd10a7c"}
 _KERNEL_LOG = (
     "[    0.000000] Linux version 6.18.24-talos (@buildkitsandbox) (gcc (GCC) 15.2.0) #1 SMP",
@@ -101,7 +101,7 @@ class MachineInfoMixin:
                 os="linux",
                 arch="amd64",
             ),
-            # facts §3/§10: container platform -> name `container`, mode `container`.
+            # platform/container/container.go, runtime/mode.go: name `container`, mode `container`.
             platform=m.PlatformInfo(name=platform, mode=platform),
             features=m.FeaturesInfo(rbac=True),  # a config is loaded: rbac on
         )
@@ -267,7 +267,7 @@ class MachineInfoMixin:
 
     async def Copy(self, request: m.CopyRequest, call: Call) -> AsyncIterator[common_pb2.Data]:
         if not request.root_path.startswith("/"):
-            raise RPCFailure("INVALID_ARGUMENT", "path must be absolute")  # facts §3
+            raise RPCFailure("INVALID_ARGUMENT", "path must be absolute")  # v1alpha1_server.go Copy
         self._entry(call, request.root_path)
         archive = self._tar_gz(call, request.root_path)
         for chunk in _chunks(archive):
@@ -359,7 +359,7 @@ class MachineInfoMixin:
         return m.LogsContainersResponse(messages=[m.LogsContainer(ids=ids)])
 
     async def Logs(self, request: m.LogsRequest, call: Call) -> AsyncIterator[common_pb2.Data]:
-        # facts §3: namespace "system" or id "kubelet" -> the service log.
+        # v1alpha1_server.go Logs: namespace "system" or id "kubelet" -> the service log.
         if request.namespace != "system" and request.id != "kubelet":
             if not request.namespace:
                 raise RPCFailure("INVALID_ARGUMENT", "namespace can't be empty")
@@ -386,7 +386,7 @@ class MachineInfoMixin:
 
     async def Events(self, request: m.EventsRequest, call: Call) -> AsyncIterator[m.Event]:
         options = [request.tail_events != 0, bool(request.tail_id), request.tail_seconds != 0]
-        if sum(options) > 1:  # facts §3: only one tail option may be set (wording INFERRED)
+        if sum(options) > 1:  # v1alpha1_server.go Events: one tail option (wording INFERRED)
             raise RPCFailure(
                 "INVALID_ARGUMENT", "only one of tail_events, tail_id, tail_seconds can be set"
             )
@@ -402,7 +402,7 @@ class MachineInfoMixin:
         actor = request.with_actor_id
         try:
             if not state.faults.on("events-no-hello", state.hostname):
-                # facts §3: an empty "hello" event first, carrying the requested actor id.
+                # v1alpha1_server.go Events: an empty "hello" event first (actor id as asked)
                 yield m.Event(
                     data=any_pb2.Any(), id=new_xid(call.node.clock.time()), actor_id=actor
                 )
@@ -449,7 +449,7 @@ def _payload_message(event: RuntimeEvent) -> Message:
 
 def encode_event(event: RuntimeEvent) -> m.Event:
     message = _payload_message(event)
-    # facts §3: type_url is talos/runtime/<full name>, not type.googleapis.com/.
+    # pkg/machinery/client/events.go: type_url talos/runtime/<full name>, not type.googleapis.com/.
     data = any_pb2.Any(
         type_url=f"talos/runtime/{message.DESCRIPTOR.full_name}",
         value=message.SerializeToString(),
