@@ -1,4 +1,5 @@
-"""apid of the emulator: mutual TLS, roles, node/nodes proxying (facts §5, §6, §2)."""
+"""apid of the emulator: mutual TLS, roles, node/nodes proxying (apid service.go, director.go,
+machined.go)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def _handshake_refused(client: RawClient, address: str) -> None:
 def test_admin_certificate_is_accepted(admin: RawClient, shared_cluster: EmulatedCluster) -> None:
     reply = admin.call(shared_cluster.nodes[0].address, VERSION, EMPTY)
     assert reply.messages[0].version.tag == "v1.13.9"
-    assert not reply.messages[0].HasField("metadata")  # facts §2.1: metadata unset locally
+    assert not reply.messages[0].HasField("metadata")  # reply.go: metadata unset locally
 
 
 def test_client_without_certificate_is_refused(shared_cluster: EmulatedCluster) -> None:
@@ -197,7 +198,7 @@ def test_call_log_records_method_roles_and_mutation(
     assert records[0].client_serial == cluster.admin_client_identity.serial
 
 
-# ---- node / nodes routing (facts §6) ------------------------------------------------------
+# ---- node / nodes routing (director.go) ------------------------------------------------------
 
 
 def test_nodes_fans_out_with_per_node_metadata(

@@ -1,5 +1,5 @@
 """Cluster-level behaviour of the emulator: Kubernetes API and kubeconfig, etcd members,
-client configuration, health checks, listeners and addresses (issue #3, facts §3, §11)."""
+client configuration, health checks, listeners and addresses (machine.proto, integration/api)."""
 
 from __future__ import annotations
 
@@ -322,7 +322,7 @@ def test_talosconfig_file(shared_cluster: EmulatedCluster) -> None:
     assert shared_cluster.endpoint == f"{shared_cluster.nodes[0].address}:50000"
 
 
-# ---- lifecycle (facts §10) -----------------------------------------------------------------
+# ---- lifecycle (mode.go) -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

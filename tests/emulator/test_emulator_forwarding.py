@@ -1,5 +1,5 @@
 """Forwarding by a control plane when the target goes away, hangs or the client gives up
-(facts §6: a failing node is a per-node error for ``nodes``, the gRPC status for ``node``)."""
+(director.go: a failing node is a per-node error for ``nodes``, the gRPC status for ``node``)."""
 
 from __future__ import annotations
 
@@ -77,9 +77,9 @@ def test_forwarded_stream_to_a_node_going_down_is_unavailable(
 
     one, many, error = client.run(follow_while_reset())
     assert isinstance(error, GRPCError)
-    # facts §6, node: the gRPC status itself, worded like any unreachable node.
+    # director.go, node: the gRPC status itself, worded like any unreachable node.
     assert (error.status, error.message) == (Status.UNAVAILABLE, _dial_error(worker))
-    # facts §6, nodes: the failing node sends one frame with metadata error and status.
+    # director.go, nodes: the failing node sends one frame with metadata error and status.
     last = many[-1].metadata
     assert (last.hostname, last.status.code) == (worker, Status.UNAVAILABLE.value)
     assert last.status.message == _dial_error(worker)

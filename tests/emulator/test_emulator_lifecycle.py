@@ -1,5 +1,5 @@
 """The machine's stages over the wire: MachineStatus events and resource on boot, reboot,
-upgrade, reset and shutdown (facts §3 Events, §8 MachineStatuses, §10), and the Kubernetes
+upgrade, reset and shutdown (machine.proto Events, §8 MachineStatuses, §10), and the Kubernetes
 Node of a node whose kubelet stopped posting status."""
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def test_boot_goes_from_booting_to_running_ready(
     assert "unhealthy services: apid" in booting[2][0][1]
     assert running == ("RUNNING", True, [])
     assert [stage for stage, _, _ in statuses] == ["BOOTING", "RUNNING"]
-    assert _resource_status(client, address) == running  # facts §8: the same status
+    assert _resource_status(client, address) == running  # v1alpha2_state.go: the same status
 
 
 def test_machine_status_follows_a_crash_looping_kubelet(

@@ -1,5 +1,5 @@
 """MachineService read APIs of the emulator: version, system data, files, services, logs,
-events (facts §3, §10, §13)."""
+events (machine.proto, mode.go, field report)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The real TalosClient talks to the emulated cluster over real Ed25519 mutual TLS on loopback.
 Every client method is called the way talosctl calls it: through the control plane's apid,
-with ``node`` metadata for one node (``with_node``) and ``nodes`` for fan-out (facts §6).
+with ``node`` metadata for one node (``with_node``) and ``nodes`` for fan-out (director.go).
 Expected values come from talos-facts.md or, where the emulator is the truth (its node state,
 its event buffer, its log lines), from the emulated node itself.
 
@@ -169,7 +169,7 @@ def restore_worker_config(worker: TalosClient) -> Iterator[MachineConfig]:
     """The worker's config before the test; the same bytes are applied back afterwards.
 
     Re-applying with no-reboot also cancels a pending try-mode timer and replaces a staged
-    config (facts §9), so the next test finds the node exactly as configured before.
+    config (ApplyConfiguration), so the next test finds the node exactly as configured before.
     """
     original = worker.machine_config()
     yield original

@@ -77,9 +77,9 @@ TALOS_COMMIT = "3ebd10a7c1bd0f81742bdcd0c3fe56d727db7401"
 TRY_SECONDS = 4  # emulated; 0.2 s of real time at 20x
 LABEL_PATCH = b"machine:\n  nodeLabels:\n    pytest-talos/checked: client-test\n"
 BAD_LABEL_PATCH = b"machine:\n  nodeLabels:\n    bad label: x\n"  # a space: invalid (B3)
-TYPE_PATCH = b"machine:\n  type: controlplane\n"  # needs a reboot (facts §9)
-CONTAINER_REFUSAL = "method is not supported in container mode"  # facts §10
-# facts §11, `talosctl health` conditions in order.
+TYPE_PATCH = b"machine:\n  type: controlplane\n"  # needs a reboot (ApplyConfiguration)
+CONTAINER_REFUSAL = "method is not supported in container mode"  # mode.go
+# integration/api, `talosctl health` conditions in order.
 HEALTH_CONDITIONS = [
     "etcd to be healthy",
     "etcd members to be consistent across nodes",
@@ -168,8 +168,8 @@ def test_version_of_each_node_through_the_control_plane(
         )
         assert version.go_version.startswith("go")
         assert len(version.sha) >= 7
-        assert TALOS_COMMIT.startswith(version.sha)  # facts §0: the v1.13.9 commit
-        # facts §11 version.go: the API tag is the Versions resource's tag.
+        assert TALOS_COMMIT.startswith(version.sha)  # v1.13.9: the v1.13.9 commit
+        # integration/api version.go: the API tag is the Versions resource's tag.
         assert node.get("version", "version").typed_spec == VersionSpec(TALOS_TAG, "Talos")
 
     forwarded = [
@@ -184,7 +184,7 @@ def test_the_talosconfig_carries_an_ed25519_admin_identity(
     emulated_cluster: EmulatedCluster, talos: TalosClient
 ) -> None:
     context = load_talosconfig(emulated_cluster.talosconfig_path, env={}).context
-    for pem in (context.ca_pem, context.crt_pem):  # facts §5: Talos's default key type
+    for pem in (context.ca_pem, context.crt_pem):  # apid service.go: Talos's default key type
         key = x509.load_pem_x509_certificate(pem).public_key()
         assert isinstance(key, ed25519.Ed25519PublicKey)
     assert talos.roles == ("os:admin",)
@@ -252,7 +252,7 @@ def test_services_per_role(cp: TalosClient, worker: TalosClient) -> None:
     on_cp = {info.id: info for info in cp.services()}
     on_worker = {info.id: info for info in worker.services()}
 
-    # facts §1/§3: etcd and trustd (which hands workers their certificates) run on control
+    # v1alpha1_sequencer.go: etcd and trustd (which hands workers their certificates) run on control
     # planes only.
     assert {"apid", "containerd", "cri", "etcd", "kubelet", "machined", "trustd"} <= set(on_cp)
     assert {"apid", "containerd", "cri", "kubelet", "machined"} <= set(on_worker)
@@ -283,7 +283,7 @@ def test_service_restart_of_kubelet(worker: TalosClient) -> None:
         assert worker.service_restart("kubelet") == 'Service "kubelet" restarted'
         changes = changes_until_healthy(watch)
 
-    # facts §8: the Services resource exists only while the service runs.
+    # v1alpha2_state.go: the Services resource exists only while the service runs.
     assert [e.type for e in changes] == ["destroyed", "created", "updated"]
     assert spec_of(changes[1]) == ServiceSpec(running=True, healthy=False, unknown=True)
     # The talosctl CLI test's expectation: `EVENTS [Running]: Health check successful`.
@@ -293,7 +293,7 @@ def test_service_restart_of_kubelet(worker: TalosClient) -> None:
 
 
 def test_an_event_stream_opened_before_a_restart_sees_all_of_it(worker: TalosClient) -> None:
-    # events() returns once the node's hello event has arrived (facts §3): the stream is
+    # events() returns once the node's hello event has arrived (machine.proto): the stream is
     # subscribed, so even with tail_events=0 nothing the restart causes is lost.
     with worker.events(tail_events=0, timeout=WAIT) as stream:
         assert worker.service_restart("kubelet") == 'Service "kubelet" restarted'
@@ -345,7 +345,7 @@ def test_apply_no_reboot_label_patch_bumps_the_version(
         node=worker_node.address,
     )
     after = worker.machine_config()
-    assert after.version == before.version + 1  # facts §8: NO_REBOOT bumps v1alpha1
+    assert after.version == before.version + 1  # v1alpha2_state.go: NO_REBOOT bumps v1alpha1
     assert after.raw == patched
     assert after.documents[0]["machine"]["nodeLabels"] == {"pytest-talos/checked": "client-test"}
     # A fresh container node has `persistent` (controllers/config/acquire.go); NO_REBOOT
@@ -394,7 +394,7 @@ def test_apply_without_a_v1alpha1_document_is_refused(
     with pytest.raises(InvalidArgument) as caught:
         worker.apply_configuration(hostname_only)
 
-    assert caught.value.details == (  # facts §9 step 6
+    assert caught.value.details == (  # ApplyConfiguration step 6
         "the applied machine configuration doesn't contain v1alpha1 config, "
         "did you mean to patch the machine config instead?"
     )
@@ -431,7 +431,7 @@ def test_apply_dry_run_shows_the_diff_and_changes_nothing(
     dry = worker.apply_configuration(patched, mode="no-reboot", dry_run=True)
 
     assert dry.mode == "no-reboot"
-    assert dry.warnings == ()  # facts §9: warnings are not returned in dry run
+    assert dry.warnings == ()  # ApplyConfiguration: warnings are not returned in dry run
     assert dry.mode_details.startswith(
         "Dry run summary:\nApplied configuration without a reboot (skipped in dry-run).\n"
         "Config diff:\n\n--- a\n+++ b\n"
@@ -489,7 +489,7 @@ def test_apply_try_reverts_when_its_window_ends(
     assert isinstance(spec_of(tried), MachineConfigSpec)
     assert spec_of(tried).yaml == patched
     assert tried.resource is not None
-    assert tried.resource.version == before.version + 1  # facts §8: TRY bumps v1alpha1 ...
+    assert tried.resource.version == before.version + 1  # v1alpha2_state.go: TRY bumps v1alpha1 ...
     assert reverted.resource is not None
     assert reverted.resource.version == before.version + 2  # ... and the revert again
     assert spec_of(reverted).yaml == before.raw
@@ -584,7 +584,7 @@ def test_events_hello_is_skipped(
 
     hello, first_real = asyncio.run(with_transport(emulated_cluster.talosconfig_path, first_two))
 
-    # facts §3: an empty event opens the stream, then payloads typed talos/runtime/...
+    # machine.proto: an empty event opens the stream, then payloads typed talos/runtime/...
     assert (hello.data.type_url, hello.data.value) == ("", b"")
     assert len(hello.id) == 20
     assert first_real.data.type_url.startswith("talos/runtime/machine.")
@@ -783,7 +783,7 @@ def test_generate_client_configuration(
     assert cert.not_valid_after_utc - cert.not_valid_before_utc <= dt.timedelta(minutes=11)
     assert "PRIVATE KEY" not in repr(generated)
     talosconfig = yaml.safe_load(generated.talosconfig)
-    assert talosconfig["context"] == f"reader@{emulated_cluster.name}"  # facts §3
+    assert talosconfig["context"] == f"reader@{emulated_cluster.name}"  # machine.proto
     assert talosconfig["contexts"][talosconfig["context"]]["endpoints"] == []
     with TalosClient(
         emulated_cluster.endpoint, generated.ca_pem, generated.crt_pem, generated.key_pem
@@ -877,7 +877,7 @@ def test_reboot_upgrade_and_rollback_on_metal_nodes() -> None:
         actor = worker.reboot()
 
         assert str(uuid.UUID(actor)) == actor
-        # A reboot boots the persisted config, so the staged one becomes active (facts §9).
+        # A reboot boots the persisted config: the staged one becomes active (ApplyConfiguration).
         poll(worker.machine_config, lambda c: c.raw == staged, "staged config after reboot")
 
         upgrade = worker.upgrade("ghcr.io/siderolabs/installer:v1.13.10")

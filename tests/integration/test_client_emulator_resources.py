@@ -94,7 +94,7 @@ def _store_listeners(cluster: EmulatedCluster, address: str) -> list[object]:
     [
         ("mc", "MachineConfigs.config.talos.dev", "config"),
         ("members", "Members.cluster.talos.dev", "cluster"),
-        ("svc", SERVICES_TYPE, "runtime"),  # facts §8: runtime, not v1alpha1
+        ("svc", SERVICES_TYPE, "runtime"),  # v1alpha2_state.go: runtime, not v1alpha1
         ("Services", SERVICES_TYPE, "runtime"),
         ("members.cluster", "Members.cluster.talos.dev", "cluster"),
         ("MachineStatus", "MachineStatuses.runtime.talos.dev", "runtime"),
@@ -145,7 +145,7 @@ def test_get_machine_config_resource(worker: TalosClient) -> None:
     assert resource.metadata.annotations.get("talos.dev/yaml-spec") == "1"
     assert isinstance(resource.typed_spec, MachineConfigSpec)
     assert resource.typed_spec.yaml == config.raw  # the submitted bytes, comments included
-    assert resource.spec == config.raw.decode()  # yaml_spec: one string scalar (facts §8)
+    assert resource.spec == config.raw.decode()  # yaml_spec: one string scalar (v1alpha2_state.go)
     assert config.version == resource.version
     assert config.kinds[0] == "v1alpha1"
     assert config.documents[0]["machine"]["type"] == "worker"
@@ -229,14 +229,14 @@ def test_watch_of_an_absent_resource_starts_with_a_tombstone(worker: TalosClient
 
 
 def test_a_watch_opened_before_a_restart_sees_all_of_it(worker: TalosClient) -> None:
-    # watch() returns once the server's empty first reply has arrived (facts §7): without
+    # watch() returns once the server's empty first reply has arrived (cosi server.go): without
     # bootstrap nothing is replayed, so only a watch that is already set up sees the restart.
     with worker.watch("svc", bootstrap=False, timeout=WAIT) as watch:
         assert worker.service_restart("kubelet") == 'Service "kubelet" restarted'
         kubelet = (e for e in watch if e.resource is not None and e.resource.id == "kubelet")
         changes = changes_until_healthy(kubelet)
 
-    # facts §8: the Services resource exists only while the service runs.
+    # v1alpha2_state.go: the Services resource exists only while the service runs.
     assert [e.type for e in changes] == ["destroyed", "created", "updated"]
 
 
@@ -283,12 +283,12 @@ def test_cosi_writes_and_fanout_are_refused(
         with_transport(emulated_cluster.talosconfig_path, attempts)
     )
 
-    for refused in (create, update, destroy):  # facts §7: Talos's access policy
+    for refused in (create, update, destroy):  # cosi server.go: Talos's access policy
         assert isinstance(refused, PermissionDenied)
         assert refused.details == "write access is not allowed"
     assert isinstance(unknown, PermissionDenied)
     assert unknown.details == 'resource type "Foos.example.dev" is not supported'
-    assert isinstance(fanout, InvalidArgument)  # facts §6: COSI is one-to-one only
+    assert isinstance(fanout, InvalidArgument)  # director.go: COSI is one-to-one only
     assert fanout.details == (
         "one-2-many proxying is not supported for method /cosi.resource.State/Get"
     )
@@ -320,7 +320,7 @@ def test_reader_may_read_but_not_apply_nor_see_the_machine_config(
             reader.watch("mc", "v1alpha1", timeout=WAIT)
 
     for refused in (apply, config, sensitive, watched):
-        assert refused.value.details == "not authorized"  # facts §6
+        assert refused.value.details == "not authorized"  # director.go
     assert "sensitive resources such as MachineConfig need os:admin" in str(config.value)
     after = worker.machine_config()
     assert (after.version, after.raw) == (before.version, before.raw)
@@ -334,7 +334,7 @@ def test_operator_passes_the_role_check_for_service_actions_but_not_apply(
 
     with TalosClient.from_talosconfig(identity.path, env={}) as operator_client:
         operator = operator_client.with_node(worker_node.address)
-        # Past the role check, the handler itself refuses apid (facts §3).
+        # Past the role check, the handler itself refuses apid (machine.proto).
         with pytest.raises(Unknown, match="doesn't support restart operation via API"):
             operator.service_restart("apid")
         with pytest.raises(PermissionDenied, match="carries os:operator"):
@@ -354,7 +354,7 @@ def test_a_worker_endpoint_refuses_to_forward(
         with pytest.raises(PermissionDenied) as fanout:
             via_worker.fanout_version([cp_node.address, worker_node.address])
 
-    # facts §6: only control planes hold the os:impersonator certificate that forwarding needs.
+    # director.go: only control planes hold the os:impersonator certificate that forwarding needs.
     assert caught.value.details == fanout.value.details == "no request forwarding"
 
 
@@ -398,7 +398,7 @@ def test_apid_rejects_bad_client_certificates(
             not_before=now - dt.timedelta(days=3),
             not_after=now - dt.timedelta(days=1),
         )
-    else:  # facts §5: apid wants ExtKeyUsage exactly [ClientAuth]
+    else:  # apid service.go: apid wants ExtKeyUsage exactly [ClientAuth]
         cert = pki.issue_client_cert(
             emulated_cluster.ca,
             roles=["os:admin"],
