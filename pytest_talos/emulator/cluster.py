@@ -503,7 +503,13 @@ class EmulatedCluster:
                 endpoint=endpoint,
                 pod_subnets=pods,
                 kubernetes_version=self.kubernetes_version,
-                install_image=f"ghcr.io/siderolabs/installer:{self.talos_version}",
+                # talosctl cluster create: docker sets no install image, qemu (metal) does
+                # (clusterops/configmaker/internal/makers/{docker,qemu}.go).
+                install_image=(
+                    f"ghcr.io/siderolabs/installer:{self.talos_version}"
+                    if self.platform == "metal"
+                    else None
+                ),
                 ca_crt_pem=self.ca.cert_pem,
                 kubernetes_ca_crt_pem=self.kube_ca.cert_pem,
             )
