@@ -115,7 +115,7 @@ def assert_no_shell(
     the ``docker`` command is absent.
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
-    check = "no-shell"
+    check = "immutability.no-shell-or-ssh"
     findings: dict[str, str] = {}
     result = CheckResult(check, node.name)
     directories = tuple(directories)
@@ -260,7 +260,9 @@ def assert_only_expected_ports(
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     allow = _allowlist(node, allowed)
-    return _check_ports("only-expected-ports", node, allow, port_spec, timeout, concurrency)
+    return _check_ports(
+        "immutability.only-expected-ports", node, allow, port_spec, timeout, concurrency
+    )
 
 
 def assert_only_api_port(
@@ -273,7 +275,7 @@ def assert_only_api_port(
     """Only the Talos API (50000) answers: the strict form for nodes without Kubernetes."""
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     return _check_ports(
-        "only-api-port", node, frozenset({50000}), port_spec, timeout, concurrency
+        "immutability.only-api-port", node, frozenset({50000}), port_spec, timeout, concurrency
     )
 
 
@@ -352,7 +354,7 @@ def assert_config_unchanged_after_rejection(
     node's reply.
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
-    check = "config-unchanged-after-rejection"
+    check = "config.invalid-patch-rejected"
     with _guarding(node, guard) as chosen:
         before = node.machine_config
         try:
@@ -411,6 +413,7 @@ def assert_service_healthy_after_patch(
     mode: models.ApplyMode = "no-reboot",
     max_restarts: int | None = 3,
     guard: ConfigGuard | None = None,
+    check_id: str = "config.kubelet-flag-failure-detected",
 ) -> CheckResult:
     """After applying ``patch``, ``service`` is running and healthy for ``stable_for`` s on end.
 
@@ -418,9 +421,11 @@ def assert_service_healthy_after_patch(
     service has restarted ``max_restarts`` times (a crash loop), or when it has not been
     stable for a whole window within ``timeout`` (default: ``stable_for`` + 60 s); the
     failure shows the state changes seen, the service's last events and its log tail.
+    ``check_id`` names the failure (the conformance check that heals kubelet this way by
+    default), so it can be pasted into a waiver.
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
-    check = "service-healthy-after-patch"
+    check = check_id
     with _guarding(node, guard) as chosen:
         reply = node.apply_patch(patch, mode=mode, guard=chosen)
         limit = timeout if timeout is not None else stable_for + 60.0
@@ -505,7 +510,7 @@ def assert_try_reverts(
     the revert on this side (default: ``try_timeout`` + 30 s).
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
-    check = "try-reverts"
+    check = "config.try-mode-reverts"
     with _guarding(node, guard) as chosen:
         before = node.machine_config
         reply = node.apply_patch(patch, mode="try", guard=chosen, try_timeout=try_timeout)
@@ -551,7 +556,7 @@ def assert_node_ready(
     With ``timeout`` > 0, waits up to that long for it (polling the API server).
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
-    check = "node-ready"
+    check = "kubernetes.node-ready"
     kube = cluster.kubernetes
 
     def probe() -> dict[str, tuple[str, str]]:

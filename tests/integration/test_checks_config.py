@@ -57,7 +57,7 @@ def test_rejection_fails_when_the_node_accepts_an_invalid_patch() -> None:
             assert_config_unchanged_after_rejection(node, BAD_LABEL)
         assert node.machine_config.raw == before  # restored
     assert str(failure.value) == (
-        "config-unchanged-after-rejection on talos-default-controlplane-1: the node accepted "
+        "config.invalid-patch-rejected on talos-default-controlplane-1: the node accepted "
         "an invalid patch (the original config was restored)\n"
         "  expected: InvalidArgument\n"
         "  observed: accepted (no-reboot): Applied configuration without a reboot"
@@ -72,7 +72,7 @@ def test_rejection_fails_when_a_rejected_patch_bumps_the_version() -> None:
             assert_config_unchanged_after_rejection(node, BAD_LABEL)
     text = str(failure.value)
     assert text.startswith(
-        "config-unchanged-after-rejection on talos-default-controlplane-1: the patch was "
+        "config.invalid-patch-rejected on talos-default-controlplane-1: the patch was "
         f"rejected, but the machine config changed anyway: version {version} -> {version + 1}\n"
     )
     assert "\n  rejection:\n    1 error occurred:\n" in text
@@ -98,7 +98,8 @@ def test_service_unhealthy_after_an_unknown_kubelet_flag(worker: TalosNode) -> N
         assert_service_healthy_after_patch(worker, UNKNOWN_FLAG, stable_for=STABLE_FOR)
     text = str(failure.value)
     assert text.startswith(
-        "service-healthy-after-patch on talos-default-worker-1: kubelet is not healthy after "
+        "config.kubelet-flag-failure-detected on talos-default-worker-1: "
+        "kubelet is not healthy after "
         "the patch: it keeps restarting (3 restarts in "
     )
     assert "  expected: kubelet running and healthy for 1s on end\n" in text
@@ -159,7 +160,8 @@ def test_try_reverts_fails_when_nothing_reverts() -> None:
         assert node.machine_config.raw == before  # the check restored it
     text = str(failure.value)
     assert text.startswith(
-        "try-reverts on talos-default-controlplane-1: the try-mode change was not reverted "
+        "config.try-mode-reverts on talos-default-controlplane-1: "
+        "the try-mode change was not reverted "
         "within 2s (the original config was restored)\n"
         "  expected: back to version "
     )

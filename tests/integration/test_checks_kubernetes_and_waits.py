@@ -32,7 +32,7 @@ def test_node_ready_fails_on_the_not_ready_fault(not_ready: TalosCluster) -> Non
         assert_node_ready(not_ready, not_ready.worker(), timeout=0.5)
     text = str(failure.value)
     assert text.startswith(
-        "node-ready on talos-default-worker-1: the Kubernetes Node is not Ready\n"
+        "kubernetes.node-ready on talos-default-worker-1: the Kubernetes Node is not Ready\n"
         "  expected: Ready=True\n"
         "  observed: Ready=False"
     )
@@ -42,8 +42,8 @@ def test_node_ready_fails_on_the_not_ready_fault(not_ready: TalosCluster) -> Non
 def test_node_ready_fails_for_a_node_kubernetes_does_not_know(not_ready: TalosCluster) -> None:
     worker = not_ready.worker()
     ghost = TalosNode(worker.client, worker.address, hostname="ghost", role="worker")
-    with pytest.raises(ConformanceFailure, match="node-ready on ghost: Kubernetes has no Node "
-                       "named ghost"):
+    with pytest.raises(ConformanceFailure, match=r"kubernetes\.node-ready on ghost: "
+                       "Kubernetes has no Node named ghost"):
         assert_node_ready(not_ready, ghost)
 
 

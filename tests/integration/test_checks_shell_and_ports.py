@@ -44,7 +44,7 @@ def faulty() -> Iterator[TalosCluster]:
 def test_no_shell_passes_on_a_healthy_node(healthy: TalosCluster, role: str) -> None:
     node = healthy.controlplane() if role == "controlplane" else healthy.worker()
     result = assert_no_shell(node)
-    assert result.check == "no-shell"
+    assert result.check == "immutability.no-shell-or-ssh"
     assert result.evidence["port 22"] == "closed"
     assert result.notes == []
 
@@ -54,7 +54,8 @@ def test_no_shell_fails_on_shells_sshd_and_port_22(faulty: TalosCluster) -> None
         assert_no_shell(faulty.worker())
     text = str(failure.value)
     assert text.startswith(
-        "no-shell on talos-default-worker-1: the node offers a way in besides the Talos API\n"
+        "immutability.no-shell-or-ssh on talos-default-worker-1: "
+        "the node offers a way in besides the Talos API\n"
         "  expected: no shell, no busybox, no sshd, port 22 closed\n"
     )
     # the usr-merged root: /bin, /sbin and /usr/sbin all list /usr/bin; each shell once
@@ -180,7 +181,8 @@ def test_only_expected_ports_fails_on_extra_ports_naming_the_listener(
         assert_only_expected_ports(faulty.worker(), port_spec=TALOS_RANGE)
     text = str(failure.value)
     assert text.startswith(
-        "only-expected-ports on talos-default-worker-1: unexpected open TCP ports: 22, 8080\n"
+        "immutability.only-expected-ports on talos-default-worker-1: "
+        "unexpected open TCP ports: 22, 8080\n"
         "  expected: at most 10250, 10256, 50000 open\n"
         "  observed: open: 22, 8080, 10250, 10256, 50000\n"
     )
@@ -238,7 +240,8 @@ def test_only_api_port_fails_where_kubernetes_runs(healthy: TalosCluster) -> Non
         assert_only_api_port(healthy.worker(), port_spec=TALOS_RANGE)
     text = str(failure.value)
     assert (
-        "only-api-port on talos-default-worker-1: unexpected open TCP ports: 10250, 10256\n" in text
+        "immutability.only-api-port on talos-default-worker-1: "
+        "unexpected open TCP ports: 10250, 10256\n" in text
     )
     assert "  expected: at most 50000 open\n" in text
     assert re.search(r"10250: tcp6 :::10250 pid \d+ \(kubelet\)", text)
