@@ -305,6 +305,7 @@ def test_results_json_carries_every_check_with_its_evidence_and_the_gate(tmp_pat
         "evidence": {"unexpected_ports": [22]},
         "waiver": None,
         "test": "",
+        "notes": [],
     }
     assert results["checks"][2]["node"] is None
     assert results["run"]["targets"][0]["talos_version"] == "v1.13.9"
@@ -372,7 +373,7 @@ def test_html_report_escapes_everything_it_shows() -> None:
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "&lt;b&gt;" in page
     assert "x &amp; y" in page
-    assert "<strong>Verdict: FAILED</strong>" in page
+    assert '<div class="verdict FAILED">FAILED</div>' in page
 
 
 def test_long_messages_and_evidence_are_clipped() -> None:
@@ -389,3 +390,67 @@ def test_an_unwritable_report_directory_is_a_clear_error(tmp_path: Path) -> None
     blocker.write_text("")
     with pytest.raises(ConfigError, match="cannot write the conformance report"):
         write_reports(blocker / "sub", [record()], run_info())
+
+
+# ----------------------------------------------------------------- what was tested
+
+
+EMULATED = {"kind": "emulated", "endpoints": ["127.0.0.1:50000"], "context": "emulator",
+            "faults": ["ssh-open"], "variants": ["metal"], "time_scale": 20.0}
+
+
+def test_every_report_says_what_was_tested_and_an_emulator_cannot_be_missed() -> None:
+    run = run_info(tested=EMULATED, settings={"talos_allow": "mutating", "waivers": "w.yaml"},
+                   kit_version="9.9.9")
+    results = build_results([record(outcome="failed")], run)
+    assert results["run"]["tested"]["kind"] == "emulated"
+    assert results["run"]["kit"] == {"name": "pytest-talos", "version": "9.9.9"}
+    md, page = render_markdown(results), render_html(results)
+    for text in (md, page):
+        assert "EMULATED TARGET" in text
+        assert "ssh-open" in text and "metal" in text and "20.0x" in text
+        assert "127.0.0.1:50000" in text and "emulator" in text
+        assert "v1.13.9" in text  # node versions
+        assert "pytest-talos 9.9.9" in text
+        assert "quick" in text and "--talos-allow mutating" in text and "w.yaml" in text
+        assert "2026-06-01 10:00:00 UTC" in text and "1 min 0 s" in text
+    assert md.index("EMULATED TARGET") < md.index("Verdict")
+
+
+def test_a_real_target_says_real_nodes_and_no_emulator_banner() -> None:
+    run = run_info(tested={"kind": "real", "endpoints": ["10.0.0.2:50000"], "context": "prod"})
+    results = build_results([record()], run)
+    for text in (render_markdown(results), render_html(results)):
+        assert "real nodes" in text and "EMULATED" not in text and "prod" in text
+
+
+def test_html_is_a_document_summary_matrix_failures_first_passes_collapsed() -> None:
+    nodes = [f"node-{i:02d}" for i in range(50)]
+    records = [record(check=f"api.check-{j}", node=n, area="api",
+                      outcome="failed" if (j, n) == (3, "node-07") else "passed")
+               for j in range(5) for n in nodes]
+    records.append(record(check="cluster.etcd-healthy", node=None, outcome="skipped",
+                          message="needs os:admin", severity="high"))
+    long_line = "x" * 3000
+    records[0] = record(check="api.check-0", node="node-00", outcome="failed", message=long_line,
+                        evidence={"observed": "line\n" * 3}, notes=["images not verified"])
+    run = run_info(targets=[TargetInfo(n, "worker", "v1.13.9") for n in nodes])
+    page = render_html(build_results(records, run))
+    assert '<section class="summary">' in page
+    assert page.count('class="cell c-') >= 251  # one cell per result (and the legend)
+    assert page.count('<th class="node">') == 51  # 50 nodes and the cluster column
+    assert page.index("<h2>Failures (2)") < page.index("<h2>Passed")
+    assert "<h2>Passed</h2><details>" in page and "<h2>Skipped</h2><details>" in page
+    assert long_line in page  # never clipped in the HTML (JSON clips at 8000 characters)
+    assert "white-space:pre-wrap" in page and "@media print" in page
+    assert "Note: images not verified" in page
+    assert 'href="#api.check-3@node-07"' in page and 'id="api.check-3@node-07"' in page
+
+
+def test_waived_failures_show_their_waiver_in_every_report() -> None:
+    waiver = Waiver("api.mtls-required", "vendor ticket 42", dt.date(2026, 7, 1))
+    results = build_results([record(check="api.mtls-required", outcome="waived",
+                                    waiver=waiver)], run_info())
+    for text in (render_markdown(results), render_html(results)):
+        assert "vendor ticket 42" in text and "2026-07-01" in text
+    assert "<h2>Waived failures (1)</h2>" in render_html(results)
