@@ -33,6 +33,7 @@ __all__ = [
     "AlreadyExists",
     "AuthenticationError",
     "Cancelled",
+    "ChangeNotAllowed",
     "ConfigError",
     "ConfigRestoreError",
     "ConformanceFailure",
@@ -213,6 +214,22 @@ class NodeError(TalosError):
                  method: str | None = None):
         super().__init__(message, node=node, method=method)
         self.cause = cause
+
+
+class ChangeNotAllowed(TalosError):
+    """A client refused to send a call that changes a node: the allow level does not cover it.
+
+    ``.needed`` is the level the call needs (``mutating`` or ``disruptive``), ``.allowed`` the
+    level in force; nothing was sent.
+    """
+
+    def __init__(
+        self, message: str, *, needed: str, allowed: str, node: str | None = None,
+        method: str | None = None,
+    ):
+        super().__init__(message, node=node, method=method)
+        self.needed = needed
+        self.allowed = allowed
 
 
 class ConfigRestoreError(TalosError):

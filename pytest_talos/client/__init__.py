@@ -5,9 +5,9 @@ every failure is a :class:`~pytest_talos.errors.TalosError` (see :mod:`pytest_ta
 for how wire failures are classified).
 
 Layout: ``_rpcs`` (method paths and roles), ``_calls`` (request builders, fan-out table),
-``_convert`` (machine API replies -> models), ``_resources`` (COSI resources and type
-resolution), ``_async`` (the asyncio client), ``_sync`` (the blocking facade on a private
-loop thread).
+``_gate`` (the change gate: which changes a client may send), ``_convert`` (machine API
+replies -> models), ``_resources`` (COSI resources and type resolution), ``_async`` (the
+asyncio client), ``_sync`` (the blocking facade on a private loop thread).
 """
 
 from pytest_talos.client._async import (
@@ -16,6 +16,7 @@ from pytest_talos.client._async import (
     FanoutCall,
     TalosConfigWarning,
 )
+from pytest_talos.client._gate import ChangeGate
 from pytest_talos.client._sync import StreamIterator, TalosClient
 from pytest_talos.transport import DEFAULT_STREAM_TIMEOUT, DEFAULT_TIMEOUT
 
@@ -24,6 +25,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "DEFAULT_WATCH_TIMEOUT",
     "AsyncTalosClient",
+    "ChangeGate",
     "FanoutCall",
     "StreamIterator",
     "TalosClient",

@@ -43,6 +43,7 @@ from pytest_talos.client._calls import (
     netstat_request,
     untar_kubeconfig,
 )
+from pytest_talos.client._gate import ChangeGate
 from pytest_talos.errors import (
     DeadlineExceeded,
     InvalidArgument,
@@ -173,6 +174,7 @@ class _Shared:
 
     transport: Transport
     definitions: dict[str | None, list[models.ResourceDefinitionSpec]] = field(default_factory=dict)
+    gate: ChangeGate | None = None  # None: every call is sent (see ChangeGate)
 
 
 class AsyncTalosClient:
@@ -282,6 +284,15 @@ class AsyncTalosClient:
         return self._transport.timeout
 
     @property
+    def change_gate(self) -> ChangeGate | None:
+        """The gate every client sharing this connection checks before a changing call."""
+        return self._shared.gate
+
+    @change_gate.setter
+    def change_gate(self, gate: ChangeGate | None) -> None:
+        self._shared.gate = gate
+
+    @property
     def peer_certificate(self) -> bytes | None:
         """DER of the endpoint's TLS certificate (apid's), once a call has connected."""
         return self._transport.peer_certificate
@@ -321,6 +332,11 @@ class AsyncTalosClient:
             )
         return Target(nodes=chosen)
 
+    def _gate_check(self, rpc: Rpc[Any, Any], request: Message, target: Target) -> None:
+        gate = self._shared.gate
+        if gate is not None:
+            gate.check(rpc.path, request, target.label or self._transport.host)
+
     def _check(self, message: Any, rpc: Rpc[Any, Any], target: Target) -> None:
         """Raise the NodeError a reply element carries in its metadata, if any."""
         if message.HasField("metadata"):
@@ -339,6 +355,7 @@ class AsyncTalosClient:
     ) -> T:
         """One node, one reply element, converted."""
         target = self._target(rpc.path)
+        self._gate_check(rpc, request, target)
         reply = await self._transport.unary(rpc, request, target, timeout=timeout)
         if not reply.messages:
             info = self._transport.call_info(rpc, target, self._transport.timeout)
@@ -358,6 +375,7 @@ class AsyncTalosClient:
         enveloped: bool = True,
     ) -> AsyncGenerator[Any, None]:
         chosen = target if target is not None else self._target(rpc.path)
+        self._gate_check(rpc, request, chosen)
         stream = self._transport.stream(
             rpc,
             request,

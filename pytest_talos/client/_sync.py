@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from pytest_talos.client._async import AsyncTalosClient, OpenedStream, StreamOpener, present_as
+from pytest_talos.client._gate import ChangeGate
 from pytest_talos.errors import TransportError
 from pytest_talos.transport import DEFAULT_STREAM_TIMEOUT, DEFAULT_TIMEOUT
 
@@ -249,6 +250,15 @@ class TalosClient:
     @property
     def timeout(self) -> float:
         return self._core.timeout
+
+    @property
+    def change_gate(self) -> ChangeGate | None:
+        """The gate every client sharing this connection checks before a changing call."""
+        return self._core.change_gate
+
+    @change_gate.setter
+    def change_gate(self, gate: ChangeGate | None) -> None:
+        self._core.change_gate = gate
 
     @property
     def peer_certificate(self) -> bytes | None:

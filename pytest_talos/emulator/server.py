@@ -21,6 +21,7 @@ Every received call is appended to the cluster's :class:`CallLog`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ipaddress
 import ssl
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import h2.exceptions
+import yaml
 from grpclib.client import Channel
 from grpclib.const import Handler, Status
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
@@ -53,12 +55,18 @@ from pytest_talos.emulator.servicers.cosi import StateServicer
 from pytest_talos.emulator.servicers.machine import MachineServicer
 from pytest_talos.emulator.services import ServiceRefused
 from pytest_talos.emulator.state import NodeFailure
-from pytest_talos.emulator.tls import ext_key_usage_acceptable
+from pytest_talos.emulator.tls import (
+    ext_key_usage_acceptable,
+    ignore_validity_period,
+    trust_also,
+)
+from pytest_talos.talos_api import change_level
 
 __all__ = ["APID_PORT", "NodeServer", "method_table"]
 
 APID_PORT = 50000
 IMPERSONATOR = "os:impersonator"
+ADMIN = "os:admin"
 FORWARD_TIMEOUT = 30.0  # seconds, for forwarded unary calls without a client deadline
 # A forwarded call gets the client's deadline plus this: the client's own deadline (which
 # cancels the forwarded call with it) always ends the call first, never ours.
@@ -154,6 +162,27 @@ def _as_grpc_error(exc: Exception) -> GRPCError:
     return GRPCError(Status.INTERNAL, f"emulator error: {type(exc).__name__}: {exc}")
 
 
+_M = "/machine.MachineService/"
+# Faults that hand os:reader a method its rule (servicers.ROLE_RULES) keeps for os:admin.
+_READER_GRANTS = {
+    "reader-gets-kubeconfig": _M + "Kubeconfig",
+    "reader-mints-admin": _M + "GenerateClientConfiguration",
+}
+READER = "os:reader"
+
+
+def _kubernetes_ca_pem(config: bytes) -> bytes | None:
+    """``cluster.ca.crt`` of a machine config (base64 PEM), for fault kube-ca-trusted."""
+    for doc in yaml.safe_load_all(config):
+        cluster = doc.get("cluster") if isinstance(doc, dict) else None
+        ca = cluster.get("ca") if isinstance(cluster, dict) else None
+        crt = ca.get("crt") if isinstance(ca, dict) else None
+        if isinstance(crt, str) and crt:
+            with contextlib.suppress(ValueError):
+                return base64.b64decode(crt)
+    return None
+
+
 def _certificate_identity(cert: Mapping[str, Any] | None) -> Identity:
     """Roles (Organization values) and serial of a verified client certificate."""
     if not cert:  # only possible with fault no-mtls
@@ -180,7 +209,9 @@ class _CheckedProtocol(H2Protocol):
         assert isinstance(transport, asyncio.Transport)
         ssl_object = transport.get_extra_info("ssl_object")
         der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
-        if not ext_key_usage_acceptable(der):
+        state = self.owner.context.state  # fault any-eku-accepted skips apid's EKU rule
+        lax = state.faults.on("any-eku-accepted", state.hostname)
+        if not lax and not ext_key_usage_acceptable(der):
             self._refused = True
             transport.abort()
             return
@@ -272,9 +303,21 @@ class NodeServer:
             path: Handler(self._entry(path), spec.cardinality, spec.request_type, spec.reply_type)
             for path, (spec, _) in self._table.items()
         }
+        self._tls_faults()
         server = _Server(self, mapping)
         await server.start(self.address, self.port, ssl=self._tls, reuse_address=True)
         self._server = server
+
+    def _tls_faults(self) -> None:
+        """Faults of apid's client-certificate verification (healthy apid: Go crypto/tls with
+        the Talos OS CA as the only client CA, internal/app/apid/pkg/provider/provider.go)."""
+        state = self.context.state
+        if state.faults.on("expired-certs-accepted", state.hostname):
+            ignore_validity_period(self._tls)
+        if state.faults.on("kube-ca-trusted", state.hostname):
+            kube_ca = _kubernetes_ca_pem(state.active_config)
+            if kube_ca is not None:
+                trust_also(self._tls, kube_ca)
 
     async def stop(self) -> None:
         """Close the listener and every open connection (a reboot takes the API down)."""
@@ -334,7 +377,7 @@ class NodeServer:
     def _record(
         self, path: str, identity: Identity, request: Any, md: Mapping[str, list[str]]
     ) -> None:
-        mutating = path in MUTATING_METHODS and not getattr(request, "dry_run", False)
+        mutating = path in MUTATING_METHODS and change_level(path, request) is not None
         self._call_log.append(
             CallRecord(
                 node=self.context.state.hostname,
@@ -387,8 +430,10 @@ class NodeServer:
     async def _local(
         self, path: str, request: Any, roles: frozenset[str], md: Mapping[str, list[str]]
     ) -> AsyncIterator[Any]:
-        if not roles & allowed_roles(path):
+        if not roles & (allowed_roles(path) | self._fault_grants(path, request)):
             raise GRPCError(Status.PERMISSION_DENIED, "not authorized")  # pkg/grpc/middleware/authz
+        if self._reader_applies(path, request, roles):
+            roles = roles | {ADMIN}
         spec, method = self._table[path]
         call = Call(path, roles, self.context, md)
         try:
@@ -399,6 +444,26 @@ class NodeServer:
                 yield await method(request, call)
         except (RPCFailure, NodeFailure, ConfigRejected, ServiceRefused) as exc:
             raise _as_grpc_error(exc) from None
+
+    def _fault_grants(self, path: str, request: Any) -> frozenset[str]:
+        """Roles a fault adds to a method's rule (healthy: none)."""
+        state = self.context.state
+        for fault, method in _READER_GRANTS.items():
+            if path == method and state.faults.on(fault, state.hostname):
+                return frozenset({READER})
+        return frozenset()
+
+    def _reader_applies(self, path: str, request: Any, roles: frozenset[str]) -> bool:
+        """Fault reader-applies-for-real: the handler's admin-only rule (v1alpha1_server.go
+        ApplyConfiguration) is kept for dry runs but not for real applies."""
+        state = self.context.state
+        return (
+            path == _M + "ApplyConfiguration"
+            and READER in roles
+            and ADMIN not in roles
+            and not getattr(request, "dry_run", True)
+            and state.faults.on("reader-applies-for-real", state.hostname)
+        )
 
     # ---- forwarding --------------------------------------------------------------------------
 

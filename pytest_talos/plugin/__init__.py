@@ -32,6 +32,7 @@ from pytest_talos.guard import ConfigGuard, ConfigRestoreError
 from pytest_talos.node import ReadOnlyGuard, TalosNode
 from pytest_talos.plugin.safety import RunSafety, recover_command
 from pytest_talos.plugin.session import SESSION_KEY, TalosSession, header_lines, session_of
+from pytest_talos.talos_api import CHANGING_METHODS
 
 if TYPE_CHECKING:
     from pytest_talos.emulator import EmulatedCluster  # imported lazily, only when asked for
@@ -57,10 +58,6 @@ __all__ = [
 ROLES = ("controlplane", "worker")
 UNREACHABLE = "<unreachable>"
 _CONTAINER_REFUSAL = re.compile(r"not supported in container mode")
-_DISRUPTIVE_METHODS = re.compile(
-    r"/(Reboot|Shutdown|Reset|Upgrade|Rollback|Install|Bootstrap|Etcd(LeaveCluster|RemoveMemberByID"
-    r"|Recover|ForfeitLeadership))$"
-)
 _MARKERS = (
     "talos_role(*roles): run only against nodes of these roles (controlplane, worker)",
     "talos_mutating: changes node configuration (restored afterwards); skipped unless "
@@ -294,7 +291,12 @@ def _skip_unless_capable(item: pytest.Item, node: TalosNode) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    emulator = session_of(item.config).emulator
+    talos = session_of(item.config)
+    # The clients refuse what the test's marker does not declare (its setup and call); a
+    # marker above --talos-allow has skipped the test already.
+    talos.gate.allowed = _changes_level(item) or "none"
+    talos.in_test = True
+    emulator = talos.emulator
     if emulator is not None:
         item.stash[_CALLS_KEY] = emulator.call_log_store.total
 
@@ -310,6 +312,15 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         raise
     _check_call_log(item)
     return result
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    # Teardown (the config guard's restore) runs under the run's level, which covers the
+    # test's: the kit puts back what the test was allowed to change.
+    talos = session_of(item.config)
+    talos.gate.allowed = talos.settings.allow.value
+    talos.in_test = False
 
 
 def _uses_talos(item: pytest.Item) -> bool:
@@ -331,7 +342,8 @@ def _check_call_log(item: pytest.Item) -> None:
         (call.method.rsplit("/", 1)[-1],
          hostnames.get(call.targets[0] if call.targets else call.address, call.node))
         for call in calls
-        if call.mutating and (level is None or _DISRUPTIVE_METHODS.search(call.method))
+        if call.mutating
+        and (level is None or CHANGING_METHODS.get(call.method) == "disruptive")
     }
     if not sent:
         return

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_talos.client import ChangeGate
 from pytest_talos.cluster import TalosCluster, UnreachableNode
 from pytest_talos.errors import TalosError
 from pytest_talos.guard import ConfigGuard, ConfigRestoreError, JournalOrigin
@@ -29,6 +30,10 @@ class TalosSession:
         self._cluster: TalosCluster | None = None
         self._error: TalosError | None = None
         self._ports: dict[str, frozenset[int]] = {}
+        # Every client the plugin hands out checks this gate before a changing call; its level
+        # is the run's --talos-allow outside tests and the test's marker inside one.
+        self.gate = ChangeGate(settings.allow.value, explain=self._refusal)
+        self.in_test = False  # a test's setup or call is running (the gate has its level)
 
     def cluster(self) -> TalosCluster:
         """The cluster of the selected targets; raises the (cached) TalosError if unreachable."""
@@ -39,12 +44,29 @@ class TalosSession:
                 self._error = exc
             else:
                 # One object for the whole run: it owns the connection and the Kubernetes client.
+                connected.client.change_gate = self.gate  # shared by every node's client
                 self._cluster = connected.with_nodes(self._select(connected.nodes))
                 self._recover_journals()
         if self._error is not None:
             raise self._error
         assert self._cluster is not None
         return self._cluster
+
+    def _refusal(self, needed: str, method: str, node: str | None) -> str:
+        what = (
+            "a disruptive change (it reboots, resets or upgrades the node, or changes etcd)"
+            if needed == "disruptive" else "a change to the node"
+        )
+        if self.in_test:
+            return (
+                f"{method} is {what} and this test is not marked talos_{needed}, so its clients "
+                f"refuse it (nothing was sent); mark it @pytest.mark.talos_{needed} and run "
+                f"with --talos-allow {needed}"
+            )
+        return (
+            f"{method} is {what} and the run allows {self.settings.allow.value} changes, so "
+            f"the kit's clients refuse it (nothing was sent); run with --talos-allow {needed}"
+        )
 
     def targets(self) -> list[TalosNode]:
         return self.cluster().nodes

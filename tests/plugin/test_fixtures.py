@@ -138,17 +138,26 @@ def test_unmarked_test_cannot_change_a_node(emulator_run: Run, pytester: pytest.
 def test_call_log_fails_an_unmarked_test_that_changed_a_node(
     emulator_run: Run, pytester: pytest.Pytester
 ) -> None:
+    # The plugin's own clients refuse undeclared changes (test_change_gate.py); the call log
+    # catches a client the test built itself.
     pytester.makepyfile("""
         import pytest
+        from pytest_talos.client import TalosClient
+
+        def own_client(talos_emulator, talos_node):
+            return TalosClient.from_talosconfig(
+                talos_emulator.talosconfig_path, node=talos_node.address)
 
         @pytest.mark.talos_role("worker")
-        def test_sneaky(talos_node):
-            talos_node.client.service_restart("kubelet")
+        def test_sneaky(talos_node, talos_emulator):
+            with own_client(talos_emulator, talos_node) as client:
+                client.service_restart("kubelet")
 
         @pytest.mark.talos_mutating
         @pytest.mark.talos_role("worker")
-        def test_declared(talos_node):
-            talos_node.client.service_restart("kubelet")
+        def test_declared(talos_node, talos_emulator):
+            with own_client(talos_emulator, talos_node) as client:
+                client.service_restart("kubelet")
     """)
     result = emulator_run("--talos-allow", "mutating")
     result.assert_outcomes(passed=1, failed=1)
@@ -165,10 +174,15 @@ def test_call_log_requires_disruptive_for_a_reboot(
     pytester.makepyfile("""
         import pytest
 
+        from pytest_talos.client import TalosClient
+
         @pytest.mark.talos_mutating
         @pytest.mark.talos_role("worker")
-        def test_reboots(talos_node):
-            talos_node.client.reboot()
+        def test_reboots(talos_node, talos_emulator):
+            with TalosClient.from_talosconfig(
+                talos_emulator.talosconfig_path, node=talos_node.address
+            ) as client:
+                client.reboot()
     """)
     result = emulator_run("--talos-allow", "disruptive")
     result.assert_outcomes(failed=1)

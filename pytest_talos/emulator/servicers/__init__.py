@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from pytest_talos.talos_api import CHANGING_METHODS
+
 if TYPE_CHECKING:
     from pytest_talos.emulator.clock import Clock
     from pytest_talos.emulator.state import NodeState
@@ -92,25 +94,9 @@ ROLE_RULES: Mapping[str, frozenset[str]] = {
     "/cosi.resource.State/Destroy": _A,
 }
 
-# Methods that change a node (the plugin flags tests that call them without a marker).
-MUTATING_METHODS = frozenset(
-    {
-        _M + name
-        for name in (
-            "ApplyConfiguration",  # unless dry_run (the server checks the request)
-            "Bootstrap",
-            "ServiceStart",
-            "ServiceStop",
-            "ServiceRestart",
-            "Reboot",
-            "Reset",
-            "Rollback",
-            "Shutdown",
-            "Upgrade",
-        )
-    }
-    | {"/cosi.resource.State/Create", "/cosi.resource.State/Update", "/cosi.resource.State/Destroy"}
-)
+# Methods that change a node (the call log marks them; the plugin flags tests that sent them
+# without a marker): the one table in pytest_talos.talos_api.
+MUTATING_METHODS = frozenset(CHANGING_METHODS)
 
 
 # internal/app/internal/machinehelper: handlers only control planes serve, and the API name in
