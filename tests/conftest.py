@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
+
 import pytest
 
 pytest_plugins = ["pytester"]
+
+# The kit keeps node locks, journals and its change log in a state directory (default under
+# $XDG_STATE_HOME): the kit's own tests, and the suite runs they start, get a private one, so
+# they neither read a developer's nor leave anything in the home directory.
+_STATE_HOME = tempfile.mkdtemp(prefix="pytest-talos-tests-state-")
+os.environ["XDG_STATE_HOME"] = _STATE_HOME
+atexit.register(shutil.rmtree, _STATE_HOME, True)
 
 # A developer's own talosconfig or TALOS_* settings must never leak into the kit's tests.
 _TALOS_ENVIRONMENT = (
