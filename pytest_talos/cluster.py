@@ -190,7 +190,7 @@ class TalosCluster:
 def _first_reachable(config: TalosConfig, endpoints: Sequence[str], timeout: float) -> TalosClient:
     """A client on the first endpoint whose apid answers Version (talosctl tries in turn)."""
     ctx = config.context
-    failures: list[str] = []
+    failures: list[TransportError] = []
     for endpoint in endpoints:
         client = TalosClient(
             endpoint, ctx.ca_pem, ctx.crt_pem, ctx.key_pem,
@@ -200,15 +200,19 @@ def _first_reachable(config: TalosConfig, endpoints: Sequence[str], timeout: flo
             client.version()
         except TransportError as exc:
             client.close()
-            failures.append(str(exc))
+            failures.append(exc)
             continue
         except BaseException:
             client.close()
             raise
         return client
     if len(failures) == 1:
-        raise TransportError(failures[0])
-    raise TransportError("no endpoint answered: " + "; ".join(failures))
+        raise failures[0]  # it names its node and method already
+    raise TransportError(
+        "no endpoint answered: " + "; ".join(map(str, failures)),
+        node=", ".join(endpoints),
+        method=failures[-1].method or "/machine.MachineService/Version",
+    )
 
 
 def _discover(client: TalosClient) -> list[str]:

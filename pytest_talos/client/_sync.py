@@ -32,7 +32,8 @@ _JOIN_TIMEOUT = 5.0  # seconds to wait for the loop thread when closing
 class _LoopThread:
     """An event loop running forever on a daemon thread; ``run`` blocks on a coroutine."""
 
-    def __init__(self) -> None:
+    def __init__(self, endpoint: str = "") -> None:
+        self.endpoint = endpoint  # named in the error of a call after close
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._serve, name="pytest-talos-client", daemon=True)
         self._thread.start()
@@ -45,7 +46,11 @@ class _LoopThread:
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         if self.stopped:
             coro.close()
-            raise TransportError("the Talos client is closed")
+            raise TransportError(
+                "the Talos client is closed",
+                node=self.endpoint or None,
+                method=getattr(coro, "__qualname__", "").split(".")[-1] or None,
+            )
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("TalosClient was called from its own event loop thread")
@@ -197,7 +202,7 @@ class TalosClient:
 
     def _adopt(self, core: AsyncTalosClient) -> None:
         self._core = core
-        self._runner = _LoopThread()
+        self._runner = _LoopThread(core.endpoint)
         self._owner = True
         self._finalizer = weakref.finalize(self, _shutdown, self._runner, core)
 
