@@ -16,6 +16,7 @@ helper returns::
 
 from __future__ import annotations
 
+import ipaddress
 import posixpath
 import shutil
 import subprocess
@@ -30,11 +31,19 @@ from pytest_talos.errors import (
     ConfigRestoreError,
     ConformanceFailure,
     InvalidArgument,
+    PermissionDenied,
     TalosError,
     WaitTimeout,
 )
 from pytest_talos.guard import ConfigGuard, _guarding
-from pytest_talos.node import TalosNode, default_expected_ports, expected_ports_for
+from pytest_talos.node import (
+    APID_PORT,
+    TalosNode,
+    _dig,
+    _v1alpha1,
+    default_expected_ports,
+    expected_ports_for,
+)
 from pytest_talos.patches import PatchInput
 from pytest_talos.wait import (
     StabilityReport,
@@ -60,6 +69,7 @@ __all__ = [
     "assert_service_healthy_after_patch",
     "assert_try_reverts",
     "default_expected_ports",
+    "expected_udp_ports_for",
     "pod_workload_pids",
 ]
 
@@ -248,21 +258,272 @@ def assert_only_expected_ports(
     port_spec: str | Iterable[int] = ports.DEFAULT_PORTS,
     timeout: float = ports.DEFAULT_TIMEOUT,
     concurrency: int = ports.DEFAULT_CONCURRENCY,
+    addresses: Iterable[str] = (),
+    allowed_udp: Iterable[int] | None = None,
 ) -> CheckResult:
-    """A full TCP scan of the node finds only allowed ports open.
+    """Only allowed ports are open on any of the node's addresses, by a scan and by Netstat.
 
     ``allowed`` defaults to the node's ``expected_ports`` (the plugin fills it from
     :func:`~pytest_talos.node.default_expected_ports` and the ``pytest_talos_expected_ports``
     hook), else what Talos opens for the node's role and its machine config: worker 50000,
     10250 and kube-proxy's 10256 (unless ``cluster.proxy.disabled``); control plane also
-    50001, 6443, 2379, 2380. The failure lists each unexpected port with the process the
-    node's Netstat says listens on it.
+    50001, 6443, 2379, 2380.
+
+    The node's address and each of ``addresses`` (IPv4 or IPv6, ``10.5.0.2/24`` form
+    accepted; the conformance suite passes the node's own addresses from AddressStatuses)
+    get a full TCP scan; an extra address where apid's 50000 does not answer is not
+    reachable from here and is skipped (noted). The node's Netstat is read before and after
+    the scans, and the two accounts must agree:
+
+    * an open port outside ``allowed`` on any address fails (with Netstat's owner);
+    * a TCP listener Netstat shows in both reads on a wildcard or scanned address, outside
+      ``allowed``, fails even when the scan did not reach it (a firewall may hide it);
+    * an allowed port Netstat shows on a wildcard or scanned address that the scan found
+      refused (closed, not filtered) there fails: one of the two accounts is wrong;
+    * a port Talos itself opens (:func:`~pytest_talos.node.expected_ports_for`) that is open
+      but has no TCP listener in either Netstat read fails: Netstat hides it. Ports only
+      the caller allowed are exempt (a pod's hostPort or a NodePort is DNAT, no socket);
+    * a UDP socket Netstat shows in both reads bound to an address other than loopback or
+      link-local (host DNS on 127.0.0.53 and 169.254.116.108 is neither reachable nor
+      reported), on a port outside ``allowed_udp``, fails. ``allowed_udp`` defaults to
+      :func:`expected_udp_ports_for`.
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     allow = _allowlist(node, allowed)
-    return _check_ports(
-        "immutability.only-expected-ports", node, allow, port_spec, timeout, concurrency
+    udp_allow = expected_udp_ports_for(node) if allowed_udp is None else frozenset(allowed_udp)
+    return _check_all_addresses(node, allow, udp_allow, addresses, port_spec, timeout, concurrency)
+
+
+def expected_udp_ports_for(node: TalosNode) -> frozenset[int]:
+    """The UDP ports a healthy node may bind on a reachable address, from its machine config.
+
+    Every node may have a DHCP client's socket (68, DHCPv6 546). Flannel (Talos's default
+    CNI) has a kernel VXLAN socket on 4789
+    (``controllers/k8s/internal/k8stemplates/flannel.go``); KubeSpan's WireGuard listens on
+    51820 (``pkg/machinery/constants/constants.go`` KubeSpanDefaultPort). With a custom CNI
+    (``cluster.network.cni.name`` ``custom`` or ``none``) the common overlay and WireGuard
+    ports of Cilium and Calico are allowed too (4789, 8472, 6081, 51820, 51821). Without
+    os:admin the config cannot be read and Flannel is assumed.
+    """
+    try:
+        config: models.MachineConfig | None = node.machine_config
+    except PermissionDenied:
+        config = None
+    main = _v1alpha1(config)
+    cni = _dig(main, "cluster", "network", "cni", "name")
+    udp = set(DHCP_CLIENT_PORTS)
+    if cni in (None, "", "flannel"):
+        udp.add(FLANNEL_VXLAN_PORT)
+    else:
+        udp |= CUSTOM_CNI_UDP_PORTS
+    if _dig(main, "machine", "network", "kubespan", "enabled") is True:
+        udp.add(KUBESPAN_PORT)
+    return frozenset(udp)
+
+
+FLANNEL_VXLAN_PORT = 4789
+# DHCP clients: controllers/network/operator/dhcp4.go renews over a unicast UDP socket on
+# port 68, dhcp6.go's nclient6 binds 546; a DHCP-configured (metal) node may show either.
+DHCP_CLIENT_PORTS = frozenset({68, 546})
+KUBESPAN_PORT = 51820
+CUSTOM_CNI_UDP_PORTS = frozenset({4789, 8472, 6081, 51820, 51821})
+
+
+def _address_of(text: str) -> str:
+    """``10.5.0.2/24``, ``[fd00::2]`` or ``fd00::2`` -> the bare address."""
+    return text.strip().strip("[]").partition("/")[0].partition("%")[0]
+
+
+def _same_ip(left: str, right: str) -> bool:
+    try:
+        return ipaddress.ip_address(left) == ipaddress.ip_address(right)
+    except ValueError:
+        return left == right
+
+
+def _is_v6(address: str) -> bool:
+    return ":" in address
+
+
+def _covers(record: models.ConnectRecord, address: str) -> bool:
+    """Whether a listener bound to ``record.local_ip`` answers on ``address``.
+
+    ``::`` is taken as dual-stack (Go's listeners are; Linux's default bindv6only=0)."""
+    bind = record.local_ip
+    if bind in ("::", ""):
+        return True
+    if bind == "0.0.0.0":
+        return not _is_v6(address)
+    return _same_ip(bind, address)
+
+
+def _exposed(bind: str) -> bool:
+    """Whether a socket bound to ``bind`` can be reached from off the node."""
+    if bind in ("", "::", "0.0.0.0"):
+        return True
+    try:
+        ip = ipaddress.ip_address(bind)
+    except ValueError:
+        return True
+    return not (ip.is_loopback or ip.is_link_local)
+
+
+def _stable(
+    first: list[models.ConnectRecord], second: list[models.ConnectRecord]
+) -> list[models.ConnectRecord]:
+    """The host-network listeners present in both Netstat reads."""
+    seen = {(r.l4proto, r.local_ip, r.local_port) for r in first}
+    return [r for r in second if not r.netns and (r.l4proto, r.local_ip, r.local_port) in seen]
+
+
+def _scan_targets(node: TalosNode, addresses: Iterable[str]) -> list[str]:
+    targets = [node.host]
+    for text in addresses:
+        address = _address_of(text)
+        if address and not any(_same_ip(address, known) for known in targets):
+            targets.append(address)
+    return targets
+
+
+def _baseline_for(node: TalosNode, address: str) -> str | None:
+    baseline = node.scan_baseline
+    if baseline is None or _is_v6(_address_of(baseline)) != _is_v6(address):
+        return None
+    return baseline
+
+
+def _owner(record: models.ConnectRecord) -> str:
+    who = (
+        f"pid {record.pid} ({record.process_name or '?'})"
+        if record.pid is not None
+        else "no process (a kernel socket)"
     )
+    return f"{record.l4proto} {record.local_ip}:{record.local_port} {who}"
+
+
+def _check_all_addresses(
+    node: TalosNode,
+    allow: frozenset[int],
+    udp_allow: frozenset[int],
+    addresses: Iterable[str],
+    port_spec: str | Iterable[int],
+    timeout: float,
+    concurrency: int,
+) -> CheckResult:
+    check = "immutability.only-expected-ports"
+    before = node.listeners
+    scans: dict[str, ports.ScanResult] = {}  # by the address scanned (names resolved)
+    skipped: dict[str, str] = {}
+    for index, address in enumerate(_scan_targets(node, addresses)):
+        baseline = _baseline_for(node, address)
+        if index:
+            probe = ports.scan(address, [APID_PORT], timeout=timeout, baseline_host=baseline)
+            if probe.state_of(APID_PORT) != "open":
+                skipped[address] = (
+                    f"apid's port {APID_PORT} is {probe.state_of(APID_PORT)} there: "
+                    "not reachable from this machine, not scanned"
+                )
+                continue
+        scan = ports.scan(
+            address, port_spec, timeout=timeout, concurrency=concurrency, baseline_host=baseline
+        )
+        scans[scan.address or address] = scan
+    after = node.listeners
+    stable = _stable(before, after)
+    tcp_either = [r for r in [*before, *after] if r.l4proto.startswith("tcp") and not r.netns]
+    talos_ports = expected_ports_for(node) & allow
+
+    found = {port for scan in scans.values() for port in scan.open_ports}
+    unexpected = sorted(found - allow)
+    hidden: list[str] = []  # "port on address"
+    ghosts: list[str] = []
+    refused: list[str] = []
+    udp: list[str] = []
+    details: list[str] = []
+    for address, scan in scans.items():
+        for port in sorted(set(scan.open_ports) & talos_ports):
+            if not any(r.local_port == port and _covers(r, address) for r in tcp_either):
+                hidden.append(f"{port} on {address}")
+                details.append(f"{address}:{port} open, but Netstat lists no TCP listener for it")
+    for record in stable:
+        port = record.local_port
+        if not _exposed(record.local_ip):
+            continue
+        if record.l4proto.startswith("udp"):
+            if port not in udp_allow:
+                udp.append(f"{port} on {record.local_ip or '*'}")
+                details.append(f"Netstat: {_owner(record)}")
+            continue
+        covered = [a for a in scans if _covers(record, a)]
+        if port not in allow:
+            if port not in unexpected:
+                states = ", ".join(f"{a} {_scan_state(scans[a], port)}" for a in covered)
+                ghosts.append(str(port))
+                details.append(f"Netstat: {_owner(record)}; scan: {states or 'no address'}")
+            continue
+        for address in covered:
+            if _scan_state(scans[address], port) == "closed":
+                refused.append(f"{port} on {address}")
+                details.append(f"Netstat: {_owner(record)}; the scan of {address}: refused")
+
+    evidence: dict[str, Any] = {
+        ("scan" if index == 0 else f"scan {address}"): scan.summary()
+        for index, (address, scan) in enumerate(scans.items())
+    }
+    if skipped:
+        evidence["addresses not scanned"] = "\n".join(f"{a}: {why}" for a, why in skipped.items())
+    evidence["UDP allowed off loopback"] = _ports_text(udp_allow)
+    problems = []
+    if unexpected:
+        plural = "s" if len(unexpected) > 1 else ""
+        problems.append(f"unexpected open TCP port{plural}: " + ", ".join(map(str, unexpected)))
+        evidence["listeners (node's Netstat)"] = "\n".join(
+            f"{port}: {_netstat_text(port, tcp_either)}" for port in unexpected
+        )
+    for label, items in (
+        ("open but hidden from the node's Netstat", hidden),
+        ("listening by Netstat, outside the allowlist, not reached by the scan", ghosts),
+        ("listening by Netstat but refused by the node", refused),
+        ("unexpected UDP listener", udp),
+    ):
+        if items:
+            problems.append(f"{label}: " + ", ".join(dict.fromkeys(items)))
+    if problems:
+        if details:
+            evidence["Netstat and scan disagree"] = "\n".join(dict.fromkeys(details))
+        raise ConformanceFailure(
+            check,
+            "; ".join(problems),
+            node=node.name,
+            expected=f"at most {_ports_text(allow)} open",
+            observed=f"open: {_ports_text(found)}",
+            evidence={
+                "addresses scanned": ", ".join(scans),
+                "also required": "Netstat and the scans agree; UDP at most "
+                f"{_ports_text(udp_allow)} off loopback and link-local",
+                **evidence,
+            },
+        )
+    return CheckResult(
+        check,
+        node.name,
+        {**evidence, "open": sorted(found), "addresses": list(scans)},
+        notes=[f"{a}: {why}" for a, why in skipped.items()],
+    )
+
+
+def _scan_state(scan: ports.ScanResult, port: int) -> str:
+    if port in scan.shared:
+        return "open (also on the baseline)"
+    try:
+        return scan.state_of(port)
+    except KeyError:
+        return "not scanned"
+
+
+def _netstat_text(port: int, records: list[models.ConnectRecord]) -> str:
+    matches = list(dict.fromkeys(_owner(r) for r in records if r.local_port == port))
+    return "; ".join(matches) or "no listener (something in front of the node answers?)"
 
 
 def assert_only_api_port(

@@ -16,6 +16,7 @@ import pytest
 
 from conformance._support.settings import SuiteSettings
 from conformance.immutability.rules import is_machined
+from conformance.kubernetes.node_addresses import ADDRESSES, LINKS, host_addresses
 from pytest_talos.checks import SHELL_DIRECTORIES, assert_no_shell, assert_only_expected_ports
 from pytest_talos.errors import ConformanceFailure, TalosError
 from pytest_talos.node import TalosNode
@@ -118,9 +119,21 @@ def test_pid1_is_machined(talos_node: TalosNode, talos_evidence: dict[str, Any])
 
 @pytest.mark.talos_check(
     "immutability.only-expected-ports", severity="high",
-    claim="A full TCP scan finds only the ports Talos opens for the node's role and config")
+    claim="Full TCP scans of every node address (IPv4 and IPv6) find only the ports Talos "
+    "opens for the node's role and config, the node's Netstat agrees with them, and it shows "
+    "no UDP socket off loopback but the CNI's and KubeSpan's")
 def test_only_expected_ports_are_open(
     talos_node: TalosNode, talos_evidence: dict[str, Any]
 ) -> None:
-    result = assert_only_expected_ports(talos_node)
+    # The node's own addresses, CNI links left out (their pod-CIDR addresses are not the
+    # node's); AddressStatuses is readable with os:reader.
+    try:
+        report = host_addresses(talos_node.resources(*ADDRESSES), talos_node.resources(*LINKS))
+        addresses: tuple[str, ...] = report.kept
+    except TalosError as exc:
+        addresses = ()
+        talos_evidence["addresses"] = f"AddressStatuses unreadable ({exc}): node address only"
+    result = assert_only_expected_ports(talos_node, addresses=addresses)
     talos_evidence.update(result.evidence)
+    if result.notes:
+        talos_evidence["port notes"] = result.notes

@@ -173,6 +173,20 @@ _PROFILES = (
         "services-resource-stale",
         "Services resources stay behind when a service stops (COSI disagrees with ServiceList)",
     ),
+    FaultProfile(
+        "hidden-listener",
+        "every node's Netstat leaves out the socket on TCP 10250, which still answers on the "
+        "node address (a listener hidden from the node's own account)",
+    ),
+    FaultProfile(
+        "udp-listener",
+        "every node runs a TFTP server bound to UDP 0.0.0.0:69, which Talos never opens",
+    ),
+    FaultProfile(
+        "netstat-ghost",
+        "every node's Netstat shows node_exporter listening on TCP :::9100, a port Talos never "
+        "opens; connections to it are refused (a firewall hides it from the scan)",
+    ),
 )
 
 FAULTS: Mapping[str, FaultProfile] = {profile.name: profile for profile in _PROFILES}

@@ -805,6 +805,7 @@ class NodeState(ConfigMixin):
                 flannel=cni_name(self.active_config) == "flannel",
                 sshd=self._fault("ssh-open"),
                 extra_port=self._fault("extra-port"),
+                faults=[name for name in self.faults.names if self._fault(name)],
             ),
             *system.pod_listeners(
                 coredns=self._pod_network_pods() > 0, node_id=self.identity.node_id

@@ -86,6 +86,11 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
         "until its next health check, so the machine is briefly not ready, and the 36 s "
         "stability window of upgrade.nodes-running always spans one of those",
     ),
+    "hidden-listener": FaultCase(
+        ("hidden-listener",), _failed("immutability.only-expected-ports"),
+        why="10250 is an allowed port, so a plain scan passed; its Netstat no longer accounts "
+        "for it",
+    ),
     "host-shell-process": FaultCase(
         ("host-shell-process",), _failed("immutability.no-shell-or-ssh"),
         why="a shell outside every pod's containerd shim is a way into the host itself",
@@ -113,6 +118,10 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
     ),
     "maintenance-version": FaultCase(("maintenance-version",), _failed("api.version-answers")),
     "member-hidden": FaultCase(("member-hidden",), _failed("cluster.members-consistent")),
+    "netstat-ghost": FaultCase(
+        ("netstat-ghost",), _failed("immutability.only-expected-ports"),
+        why="the scan finds 9100 refused; Netstat shows its wildcard listener",
+    ),
     "no-kubeconfig": FaultCase(
         ("no-kubeconfig",),
         {"kubernetes.kubeconfig-obtainable": "failed", "kubernetes.node-ready": "error",
@@ -151,6 +160,10 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
     "try-no-revert": FaultCase(("try-no-revert",), _failed("config.try-mode-reverts")),
     "try-not-cancelled": FaultCase(("try-not-cancelled",),
                                    _failed("config.apply-cancels-try-revert")),
+    "udp-listener": FaultCase(
+        ("udp-listener",), _failed("immutability.only-expected-ports"),
+        why="a TCP scan cannot see UDP 69; Netstat shows it off loopback",
+    ),
     "version-bump-on-reject": FaultCase(("version-bump-on-reject",),
                                         _failed("config.invalid-patch-rejected")),
     "wrong-version": FaultCase(("wrong-version",), _failed("api.version-consistent",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -251,3 +252,93 @@ def test_only_api_port_fails_where_kubernetes_runs(healthy: TalosCluster) -> Non
 def test_only_api_port_passes_on_the_talos_range(healthy: TalosCluster) -> None:
     result = assert_only_api_port(healthy.worker(), port_spec="49000-51000")
     assert result.evidence["open"] == [50000]
+
+
+# --------------------------------------------------------------------------- every address, Netstat
+
+
+def _ipv6_loopback_works() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def _old_check_passes(node: TalosNode) -> bool:
+    """What the check did before: one TCP scan of the node address against the allowlist."""
+    return set(node.scan_ports(TALOS_RANGE).open_ports) <= expected_ports_for(node)
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ("hidden-listener", "open but hidden from the node's Netstat: 10250 on 127."),
+        ("udp-listener", "unexpected UDP listener: 69 on 0.0.0.0"),
+        (
+            "netstat-ghost",
+            "listening by Netstat, outside the allowlist, not reached by the scan: 9100",
+        ),
+    ],
+)
+def test_netstat_faults_the_old_scan_passed_now_fail(fault: str, message: str) -> None:
+    with connected([fault]) as (_, cluster):
+        for node in (cluster.worker(), cluster.controlplane()):
+            assert _old_check_passes(node)
+            with pytest.raises(ConformanceFailure) as failure:
+                assert_only_expected_ports(node, port_spec=TALOS_RANGE)
+            assert message in str(failure.value)
+            assert "unexpected open TCP port" not in str(failure.value)
+
+
+def test_healthy_node_agrees_with_its_netstat(healthy: TalosCluster) -> None:
+    result = assert_only_expected_ports(healthy.controlplane(), port_spec=TALOS_RANGE)
+    assert result.evidence["UDP allowed off loopback"] == "68, 546, 4789"  # Flannel's VXLAN
+    assert result.evidence["addresses"] == [healthy.controlplane().host]
+
+
+def test_an_extra_address_apid_does_not_answer_on_is_noted_not_scanned(
+    healthy: TalosCluster,
+) -> None:
+    worker = healthy.worker()
+    result = assert_only_expected_ports(worker, port_spec=TALOS_RANGE, addresses=["127.0.0.253/8"])
+    assert result.evidence["addresses"] == [worker.host]
+    assert result.notes == [
+        "127.0.0.253: apid's port 50000 is closed there: not reachable from this machine, "
+        "not scanned"
+    ]
+
+
+@pytest.mark.skipif(not _ipv6_loopback_works(), reason="IPv6 loopback (::1) is not available")
+def test_every_address_is_scanned_ipv6_too(healthy: TalosCluster) -> None:
+    """An IPv6 address of the node (here ::1, where a stand-in apid answers) gets its own
+    full scan: a port open only there fails the check, and so do the node's wildcard (::)
+    listeners that do not answer there."""
+    worker = healthy.worker()
+    servers = []
+    try:
+        for port in (50000, 0):
+            server = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                server.bind(("::1", port))
+            except OSError:
+                server.close()
+                pytest.skip("[::1]:50000 is taken on this machine")
+            server.listen()
+            servers.append(server)
+        extra = servers[1].getsockname()[1]
+        with pytest.raises(ConformanceFailure) as failure:
+            assert_only_expected_ports(
+                worker, port_spec=f"{TALOS_RANGE},{extra}", addresses=["::1/128"]
+            )
+        text = str(failure.value)
+        assert f"unexpected open TCP port: {extra};" in text
+        # kubelet's :::10250 is dual-stack by Netstat, so it must answer on ::1 as well
+        assert "listening by Netstat but refused by the node: 10250 on ::1" in text
+        assert failure.value.evidence["addresses scanned"] == f"{worker.host}, ::1"
+        assert f"{extra}: no listener" in failure.value.evidence["listeners (node's Netstat)"]
+    finally:
+        for server in servers:
+            server.close()

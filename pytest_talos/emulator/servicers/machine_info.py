@@ -161,7 +161,8 @@ class MachineInfoMixin:
             records = [
                 self._listen_record(listener, call, pids if request.feature.pid else None)
                 for listener in call.state.listeners()
-                if getattr(request.l4proto, listener.l4proto, False)
+                if not listener.hidden  # fault hidden-listener
+                and getattr(request.l4proto, listener.l4proto, False)
                 and (
                     netns.hostnetwork
                     if not listener.netns
