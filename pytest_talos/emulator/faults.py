@@ -106,6 +106,35 @@ _PROFILES = (
         "apid never asks for a client certificate, so any CA's (or none) is accepted as os:admin",
     ),
     FaultProfile("rw-rootfs", "the root filesystem is mounted read-write (/proc/mounts)"),
+    FaultProfile("shell-in-libexec", "a dash shell sits in every node's /usr/libexec"),
+    FaultProfile(
+        "shell-alias", "busybox under its static-build name, /usr/bin/busybox.static, on every node"
+    ),
+    FaultProfile(
+        "package-manager-in-opt", "dpkg in /opt/foo/bin (an add-on tree under /opt) on every node"
+    ),
+    FaultProfile(
+        "web-terminal-running",
+        "a ttyd web terminal runs on every node's host (dropped on /var, on a unix socket)",
+    ),
+    FaultProfile(
+        "usr-writable", "a writable overlay is mounted over /usr (upper dir on /var) on every node"
+    ),
+    FaultProfile(
+        "node-memory-pressure",
+        "the last node's kubelet reports MemoryPressure=True (Ready stays True)",
+        scope="last-node",
+    ),
+    FaultProfile(
+        "node-cordoned",
+        "the last node is cordoned: spec.unschedulable, Ready stays True",
+        scope="last-node",
+    ),
+    FaultProfile(
+        "ready-flapping",
+        "the last node's Ready turns False for 2 s of every 8 s (node time)",
+        scope="last-node",
+    ),
     FaultProfile(
         "pid1-not-machined",
         "PID 1 is systemd installed as /sbin/init (executable /usr/lib/systemd/systemd)",
@@ -174,6 +203,53 @@ _PROFILES = (
         "Services resources stay behind when a service stops (COSI disagrees with ServiceList)",
     ),
     FaultProfile(
+        "reader-watches-secrets",
+        "os:reader clients may Watch sensitive resources (MachineConfig); Get and List are refused",
+    ),
+    FaultProfile("reader-gets-kubeconfig", "the Kubeconfig RPC answers os:reader clients"),
+    FaultProfile(
+        "reader-mints-admin",
+        "GenerateClientConfiguration answers os:reader clients with the roles they ask for",
+    ),
+    FaultProfile(
+        "reader-applies-for-real",
+        "ApplyConfiguration refuses an os:reader dry run but carries out its real apply",
+    ),
+    FaultProfile(
+        "expired-certs-accepted", "apid accepts client certificates outside their validity"
+    ),
+    FaultProfile(
+        "any-eku-accepted",
+        "apid skips its ExtKeyUsage rule: a Talos-CA certificate without ClientAuth usage passes",
+    ),
+    FaultProfile(
+        "kube-ca-trusted",
+        "apid also trusts the cluster's Kubernetes CA (cluster.ca) for client certificates",
+    ),
+    FaultProfile(
+        "cosi-create-lies",
+        "COSI Create replies PermissionDenied but stores the resource all the same",
+    ),
+    FaultProfile(
+        "late-apply-on-reject",
+        "ApplyConfiguration refuses a config that fails validation, then applies it "
+        "(no-reboot) 2 s later anyway",
+    ),
+    FaultProfile(
+        "dry-run-applies-late",
+        "a dry-run ApplyConfiguration changes nothing at once, but applies the config 2 s later",
+    ),
+    FaultProfile(
+        "try-revert-keeps-label",
+        "a try-mode revert restores the config, but the Kubernetes Node keeps the labels the "
+        "tried config added",
+    ),
+    FaultProfile(
+        "no-reboot-accepts-reboot-fields",
+        "no-reboot and try applies accept machine.env and machine.files changes, which need a "
+        "reboot",
+    ),
+    FaultProfile(
         "hidden-listener",
         "every node's Netstat leaves out the socket on TCP 10250, which still answers on the "
         "node address (a listener hidden from the node's own account)",
@@ -186,6 +262,18 @@ _PROFILES = (
         "netstat-ghost",
         "every node's Netstat shows node_exporter listening on TCP :::9100, a port Talos never "
         "opens; connections to it are refused (a firewall hides it from the scan)",
+    ),
+    FaultProfile(
+        "health-flap-running",
+        "from 2 s after boot cri's health check fails for 5 s every 20 s; cri never leaves "
+        "Running (only its health flaps)",
+    ),
+    FaultProfile(
+        "empty-logs", "the log of the running apid service reads back empty (nothing written)"
+    ),
+    FaultProfile(
+        "events-ignore-tail-seconds",
+        "the Events stream ignores tail_seconds: it sends no history, only new events",
     ),
 )
 

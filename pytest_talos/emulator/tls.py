@@ -16,9 +16,14 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 __all__ = [
     "client_tls_context",
     "ext_key_usage_acceptable",
+    "ignore_validity_period",
     "load_cert_chain",
     "server_tls_context",
+    "trust_also",
 ]
+
+# OpenSSL's X509_V_FLAG_NO_CHECK_TIME (x509_vfy.h); Python's ssl has no name for it.
+_NO_CHECK_TIME = 0x200000
 
 
 def load_cert_chain(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
@@ -92,3 +97,21 @@ def ext_key_usage_acceptable(der: bytes | None) -> bool:
     except x509.ExtensionNotFound:
         return False
     return usages == [ExtendedKeyUsageOID.CLIENT_AUTH]
+
+
+def ignore_validity_period(context: ssl.SSLContext) -> None:
+    """Fault ``expired-certs-accepted``: client certificates are verified without their dates.
+
+    Healthy apid (Go crypto/tls under siderolabs/crypto ``tls/tls.go``) refuses a certificate
+    outside its NotBefore..NotAfter window.
+    """
+    context.verify_flags |= _NO_CHECK_TIME
+
+
+def trust_also(context: ssl.SSLContext, ca_pem: bytes) -> None:
+    """Fault ``kube-ca-trusted``: one more CA signs acceptable client certificates.
+
+    Healthy apid trusts only the ``AcceptedCAs`` of its ApiCertificates, the Talos OS CA
+    (``internal/app/apid/pkg/provider/provider.go``), never the Kubernetes CA.
+    """
+    context.load_verify_locations(cadata=ca_pem.decode("ascii"))

@@ -107,7 +107,7 @@ class StateServicer:
 
     @staticmethod
     def _check_access(
-        call: Call, namespace: str, type_: str, *, write: bool = False
+        call: Call, namespace: str, type_: str, *, write: bool = False, watch: bool = False
     ) -> ResourceDefinition:
         """Talos's AccessPolicy (internal/app/resources/access.go), in its order: a write is
         refused first; then the type must have a ResourceDefinition (looked up by the
@@ -121,6 +121,8 @@ class StateServicer:
             raise RPCFailure("PERMISSION_DENIED", f'resource type "{type_}" is not supported')
         # fault reader-reads-secrets lets readers see sensitive types
         leaky = state.faults.on("reader-reads-secrets", state.hostname)
+        # fault reader-watches-secrets: only Watch forgets the sensitivity rule
+        leaky = leaky or (watch and state.faults.on("reader-watches-secrets", state.hostname))
         if definition.sensitive and not call.admin and not leaky:
             raise RPCFailure("PERMISSION_DENIED", "not authorized")
         if namespace not in NAMESPACES:
@@ -149,6 +151,11 @@ class StateServicer:
 
     async def Create(self, request: s.CreateRequest, call: Call) -> s.CreateResponse:
         md = request.resource.metadata
+        state = call.state
+        if state.faults.on("cosi-create-lies", state.hostname):
+            # fault cosi-create-lies: the write goes through, the reply says it was refused
+            self._store_raw(call, request.resource)
+            raise RPCFailure("PERMISSION_DENIED", "write access is not allowed")
         self._check_access(call, md.namespace, md.type, write=True)
         created = self._store_raw(call, request.resource)
         return s.CreateResponse(resource=encode_resource(created))
@@ -184,7 +191,7 @@ class StateServicer:
     # ---- watch --------------------------------------------------------------------------
 
     async def Watch(self, request: s.WatchRequest, call: Call) -> AsyncIterator[s.WatchResponse]:
-        self._check_access(call, request.namespace, request.type)
+        self._check_access(call, request.namespace, request.type, watch=True)
         options = request.options
         single = request.HasField("id")
         if single and (options.bootstrap_contents or len(options.label_query)):
