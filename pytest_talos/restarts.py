@@ -10,7 +10,17 @@ runtime/events.go) and in each service's history (ServiceList, with timestamps).
   runner/restart/restart.go) — a crash-looping service is never ``Failed``;
 * a **stop**: ``Stopping``/``Finished`` (a controller or the API stopped it, e.g. kubelet
   restarted by controllers/k8s/kubelet_service.go when its spec changes);
-* a **failure**: ``Failed`` (a runner without restarts, or an error before the runner).
+* a **failure**: ``Failed`` (a runner without restarts, or an error before the runner);
+* an **unhealthy** spell: the service stays ``Running`` but its health check fails; the
+  service runner records a ``Running`` event "Health check failed: ..." on each change of
+  health (internal/app/machined/pkg/system/service_runner.go healthUpdate), so a service
+  whose health flaps never leaves ``Running``.
+
+The history is finite: ServiceList keeps a service's last 64 events (system/events/events.go
+MaxEventsToKeep) and the Events stream the node's last 1000 (runtime/v1alpha1/
+v1alpha1_controller.go NewEvents). :func:`merge_histories` joins both (the Events stream
+first, ServiceList for what it no longer holds) and :func:`history_gaps` says when neither
+reaches back to the start of the window asked for.
 
 Some of those are not the node's fault, and :func:`judge` says which and why:
 
@@ -48,17 +58,24 @@ __all__ = [
     "BOOT",
     "KIT_CHANGES",
     "KIT_SETTLE",
+    "NODE_EVENTS_KEPT",
+    "SERVICE_EVENTS_KEPT",
     "ChangeLog",
     "Episode",
     "KitChange",
     "TimedServiceEvent",
     "Verdict",
+    "events_before",
+    "history_gaps",
+    "is_health_failure",
     "is_restart_message",
     "judge",
+    "merge_histories",
     "note_guarded_change",
     "record_kit_change",
     "restart_episodes",
     "service_history",
+    "stream_misses",
     "timed_service_events",
     "xid_time",
 ]
@@ -75,7 +92,13 @@ _MAX_FILE_BYTES = 1 << 20
 _MACHINE_CONFIG = ("MachineConfigs.config.talos.dev", "v1alpha1", "config")
 BOOT = "before the machine first reached the running stage (the boot)"
 
-EpisodeKind = Literal["crash", "stop", "failure"]
+EpisodeKind = Literal["crash", "stop", "failure", "unhealthy"]
+# system/events/events.go MaxEventsToKeep: ServiceList holds a service's last 64 events
+SERVICE_EVENTS_KEPT = 64
+# runtime/v1alpha1/v1alpha1_controller.go NewEvents(1000, 10): the Events stream's history
+NODE_EVENTS_KEPT = 1000
+# service_runner.go healthUpdate: the Running event recorded when a health check starts failing
+_HEALTH_FAILED = "Health check failed"
 
 # restart.go: what the restart runner says when it will run the service again
 _RESTART_MARKS = (
@@ -88,6 +111,11 @@ _RESTART_MARKS = (
 def is_restart_message(message: str) -> bool:
     """Whether a ``Waiting`` event's text is the restart runner's (a crash, not a start)."""
     return any(mark in message for mark in _RESTART_MARKS)
+
+
+def is_health_failure(message: str) -> bool:
+    """Whether a ``Running`` event's text is a health check turning failed."""
+    return message.startswith(_HEALTH_FAILED)
 
 
 # --------------------------------------------------------------------------- node time
@@ -158,6 +186,120 @@ def service_history(service: models.ServiceInfo) -> list[TimedServiceEvent]:
     ]
 
 
+def merge_histories(
+    stream: Sequence[TimedServiceEvent],
+    services: Iterable[models.ServiceInfo],
+    since: float | None = None,
+) -> list[TimedServiceEvent]:
+    """The Events stream's service events, with what only ServiceList still shows added in
+    front: a service's ServiceList events older than its first event in the stream (all of
+    them when the stream has none), from ``since`` on (node time; None: all of them)."""
+    merged = list(stream)
+    first: dict[str, float] = {}
+    for event in stream:
+        if event.at is not None:
+            first[event.service] = min(first.get(event.service, event.at), event.at)
+    for service in services:
+        # an xid carries whole seconds: a ServiceList event within a second of the stream's
+        # first event of that service may be the same one
+        until = first.get(service.id)
+        for event in service_history(service):
+            if event.at is None or (since is not None and event.at < since - _SLACK):
+                continue
+            if until is None or event.at < until - 1.0:
+                merged.append(event)
+    return sorted(merged, key=lambda e: e.at if e.at is not None else float("-inf"))
+
+
+def _boot_start(event: models.Event) -> bool:
+    payload = event.payload
+    return (
+        isinstance(payload, models.SequenceEvent)
+        and payload.sequence == "initialize"
+        and payload.action == "START"
+    )
+
+
+def history_gaps(
+    records: Sequence[models.Event],
+    services: Iterable[models.ServiceInfo],
+    window_start: float | None,
+) -> tuple[list[str], bool]:
+    """Where the node's history does not reach back to ``window_start`` (node time), and
+    whether the Events stream's does: ``(notes, events_cover)``. The Events history covers
+    the window when its oldest event is older than the start, or is the boot's first event
+    (nothing older can be missed); an empty stream covers nothing. A ServiceList history of
+    64 events that starts after the window start has dropped events of the window."""
+    if window_start is None:
+        return [], True
+    notes: list[str] = []
+    events_cover = True
+    timed: list[tuple[float, models.Event]] = []
+    for event in records:
+        at = xid_time(event.id)
+        if at is not None:
+            timed.append((at, event))
+    if not timed:
+        events_cover = False  # nothing shows what happened before, nor when the boot ended
+        notes.append("the Events stream brought no event of the window")
+    else:
+        oldest_at, oldest = min(timed, key=lambda item: item[0])
+        if oldest_at > window_start + _SLACK and not _boot_start(oldest):
+            events_cover = False
+            notes.append(
+                f"the Events history starts at {_iso(oldest_at)}, after the window start "
+                f"{_iso(window_start)} (the node keeps its last {NODE_EVENTS_KEPT} events)"
+            )
+    for service in services:
+        kept = [e.ts.timestamp() for e in service.events if e.ts is not None]
+        if len(service.events) >= SERVICE_EVENTS_KEPT and kept and min(kept) > window_start:
+            notes.append(
+                f"{service.id}: its ServiceList history ({SERVICE_EVENTS_KEPT} events, all "
+                f"Talos keeps) starts at {_iso(min(kept))}, after the window start"
+            )
+    return notes, events_cover
+
+
+def events_before(records: Sequence[models.Event], start: float) -> list[models.Event]:
+    """The events of a stream opened with ``tail_seconds`` that are older than the window
+    it asked for (``start``, node time): a node that honours the option sends none."""
+    return [e for e in records if (at := xid_time(e.id)) is not None and at < start - _SLACK]
+
+
+def stream_misses(
+    records: Sequence[models.Event],
+    services: Iterable[models.ServiceInfo],
+    start: float,
+    end: float,
+) -> list[TimedServiceEvent]:
+    """ServiceList events from ``start`` to ``end`` (node time) that an Events stream, opened
+    with ``tail_seconds`` to reach back to ``start`` and kept open until ``end``, does not
+    hold. Both record the same state changes (service_runner.go UpdateState pushes to the
+    service's history and publishes the event). When the stream brought as many events as
+    the node keeps (1000), those older than its oldest may have left the buffer: they do
+    not count."""
+    stream, _ = timed_service_events(records)
+    known = [at for at in (xid_time(e.id) for e in records) if at is not None]
+    oldest = min(known) if known and len(records) >= NODE_EVENTS_KEPT else None
+    seen: dict[tuple[str, str, str], list[float]] = {}
+    for event in stream:
+        if event.at is not None:
+            seen.setdefault((event.service, event.action, event.message), []).append(event.at)
+    missing = []
+    for service in services:
+        for event in service_history(service):
+            at = event.at
+            if at is None or not start + _SLACK <= at <= end - _SLACK:
+                continue
+            if oldest is not None and at < oldest + 1.0:
+                continue
+            times = seen.get((event.service, event.action, event.message), [])
+            # an xid holds the whole second the event was published in
+            if not any(-_SLACK <= at - other <= _SLACK for other in times):
+                missing.append(event)
+    return missing
+
+
 # --------------------------------------------------------------------------- episodes
 
 
@@ -172,18 +314,26 @@ class Episode:
     excuse: str = ""  # why it is not the node's fault ("" when it is)
 
     def describe(self) -> str:
-        what = {"crash": "crashed", "stop": "stopped", "failure": "failed"}[self.kind]
+        what = {
+            "crash": "crashed",
+            "stop": "stopped",
+            "failure": "failed",
+            "unhealthy": "turned unhealthy while Running",
+        }[self.kind]
         text = f"{self.service} {what} at {_iso(self.at)} (node time): {self.message}"
         return f"{text} — {self.excuse}" if self.excuse else text
 
 
 def restart_episodes(events: Iterable[TimedServiceEvent]) -> list[Episode]:
-    """Every crash, stop-after-running and failure in ``events`` (in order)."""
+    """Every crash, stop-after-running, failure and unhealthy spell in ``events`` (in
+    order)."""
     episodes: list[Episode] = []
     ran: dict[str, bool] = {}
     for event in events:
         name, action = event.service, event.action
         if action == "RUNNING":
+            if is_health_failure(event.message):
+                episodes.append(Episode(name, "unhealthy", event.at, event.message))
             ran[name] = True
         elif action == "FAILED":
             episodes.append(Episode(name, "failure", event.at, event.message))

@@ -1,6 +1,7 @@
 """System services: the ones a node of its role and platform mode needs are Running and
-healthy, nothing crash-loops, every log is readable, and the Services resources agree with
-ServiceList.
+healthy, nothing crash-loops or flaps, every log is readable and holds something, the
+Services resources agree with ServiceList, and the Events stream's history covers the window
+asked for.
 
 Which services run (siderolabs/talos v1.13.9, internal/app/machined/pkg/runtime/v1alpha1/
 v1alpha1_sequencer.go and v1alpha1_sequencer_tasks.go): apid, containerd, cri, kubelet and
@@ -9,14 +10,18 @@ and syslogd, and auditd and the dashboard unless a kernel argument turns them of
 
 A crash-looping service is never ``Failed``: the restart runner records ``Waiting`` "Error
 running ..., going to restart forever" and runs it again 5 s later (internal/app/machined/
-pkg/system/runner/restart/restart.go). A kubelet that crash-loops shows its cause only in
-its last event and its log (observed on v1.13.10 nodes); the failures below carry both.
+pkg/system/runner/restart/restart.go). A service whose health flaps never leaves ``Running``:
+each change of health is a ``Running`` event "Health check failed: ..." / "Health check
+successful" (internal/app/machined/pkg/system/service_runner.go healthUpdate). A kubelet
+that crash-loops shows its cause only in its last event and its log (observed on v1.13.10
+nodes); the failures below carry both.
 Restarts during the boot, or caused by a config change this kit made, are not counted
 against the node: the evidence says what they were (:mod:`pytest_talos.restarts`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,13 +40,20 @@ from pytest_talos.errors import (
 )
 from pytest_talos.node import TalosNode
 from pytest_talos.restarts import (
+    SERVICE_EVENTS_KEPT,
     Episode,
     KitChange,
+    TimedServiceEvent,
     Verdict,
+    events_before,
+    history_gaps,
     is_restart_message,
     judge,
+    merge_histories,
     restart_episodes,
+    stream_misses,
     timed_service_events,
+    xid_time,
 )
 from pytest_talos.wait import wait_until
 
@@ -72,6 +84,14 @@ HEALTH_CHECKED = frozenset(
 SETTLE = 30.0  # node seconds a service may take to come back after a restart
 RECENT = 60.0  # node seconds: a crash this recent means the service crash-loops now
 MACHINE_STATUS = ("MachineStatuses.runtime.talos.dev", "machine", "runtime")
+SERVICES_RESOURCE = ("Services.v1alpha1.talos.dev", "runtime")
+# Node seconds a real node's clock may differ from this machine's: Talos syncs its clock
+# before it starts etcd and kubelet (services/etcd.go, kubelet.go wait for "time sync").
+NODE_CLOCK_SKEW = 30.0
+_SLACK = 2.0  # node seconds: an event id (rs/xid) carries whole seconds
+# Services that write to their log whenever they run (a Talos service's runner opens the
+# log and the daemon logs its start); extension services and the dashboard may print nothing.
+_LOGS_EXPECTED_EXCEPT = frozenset({"dashboard"})
 _EVENTS = 6
 _LOG_LINES = 20
 
@@ -96,7 +116,9 @@ def _problem(service: models.ServiceInfo | None, name: str, required: bool) -> s
         last = service.last_event
         return f"{name}: crash-looping (Waiting: {last.msg if last else ''})"
     if name.startswith("ext-"):  # extension services may finish (restart: never)
-        return f"{name}: {service.state}" if service.state == "Failed" else None
+        # ... but one that never gets past its conditions or its pre-start step is stuck
+        stuck = service.state in ("Failed", "Initialized", "Starting", "Waiting", "Preparing")
+        return f"{name}: {service.state} ({service.last_message})" if stuck else None
     if not service.running:
         return f"{name}: {service.state}"
     if name in HEALTH_CHECKED and not service.healthy:
@@ -167,11 +189,30 @@ def _recent_events(node: TalosNode, timing: Timing) -> list[models.Event]:
     return found
 
 
+def _node_now(emulator: Any, timing: Timing) -> tuple[float | None, float | None]:
+    """Bounds of the node's clock now (Unix seconds): exact for an emulator started by this
+    run; a real node's within NODE_CLOCK_SKEW of this machine's; unknown for a faster
+    emulated clock reached from outside (only its rate is advertised)."""
+    clock = getattr(emulator, "clock", None)
+    if clock is not None:
+        now = float(clock.time())
+        return now, now
+    if timing.scale == 1:
+        now = time.time()
+        return now - NODE_CLOCK_SKEW, now + NODE_CLOCK_SKEW
+    return None, None
+
+
+def _node_time_at(bound: float | None, timing: Timing, real: float) -> float | None:
+    """The node time at real Unix time ``real``, from a bound of the node's clock now."""
+    return None if bound is None else bound - timing.scale * (time.time() - real)
+
+
 @pytest.mark.talos_check(
     "services.expected-running-healthy",
     severity="critical",
     claim="Every service the node's role and platform need is Running, healthy where it has "
-    "a check, and not crash-looping",
+    "a check, not crash-looping and not flapping between healthy and unhealthy",
 )
 def test_expected_services_are_running_and_healthy(
     talos_node: TalosNode,
@@ -208,7 +249,8 @@ def test_expected_services_are_running_and_healthy(
             observed="; ".join(problems.values()),
             evidence=evidence,
         ) from None
-    # Running now, but a crash moments ago is a crash loop caught between two restarts.
+    # Running now, but a crash moments ago is a crash loop caught between two restarts, and
+    # a failed health check moments ago is a health that flaps (it never leaves Running).
     verdict = _verdict(_recent_events(talos_node, talos_timing), talos_node, talos_kit_changes)
     crashes = {
         name: [e for e in found if e.kind != "stop"] for name, found in verdict.by_service().items()
@@ -223,12 +265,12 @@ def test_expected_services_are_running_and_healthy(
         evidence.update(_service_evidence(talos_node, name))
     raise ConformanceFailure(
         "services.expected-running-healthy",
-        f"services crash-looping: Running, but crashed in the last {RECENT:g}s (node time): "
-        + ", ".join(sorted(crashes)),
+        f"services crash-looping or flapping: Running, but crashed or unhealthy in the last "
+        f"{RECENT:g}s (node time): " + ", ".join(sorted(crashes)),
         node=talos_node.name,
-        expected=f"no crash within the last {RECENT:g}s",
+        expected=f"no crash and no failed health check within the last {RECENT:g}s",
         observed="; ".join(
-            f"{name}: {len(found)} crash(es), last: {found[-1].message}"
+            f"{name}: {_describe(found)}, last: {found[-1].message}"
             for name, found in sorted(crashes.items())
         ),
         evidence=evidence,
@@ -237,24 +279,62 @@ def test_expected_services_are_running_and_healthy(
 
 def _describe(episodes: list[Episode]) -> str:
     kinds = [e.kind for e in episodes]
-    parts = [
-        f"{kinds.count(k)} {word}"
-        for k, word in (("crash", "crash(es)"), ("stop", "stop(s)"), ("failure", "failure(s)"))
-        if k in kinds
-    ]
+    words = (
+        ("crash", "crash(es)"),
+        ("stop", "stop(s)"),
+        ("failure", "failure(s)"),
+        ("unhealthy", "failed health check(s) while Running"),
+    )
+    parts = [f"{kinds.count(k)} {word}" for k, word in words if k in kinds]
     return ", ".join(parts)
+
+
+def _resource_restarts(
+    node: TalosNode, merged: list[TimedServiceEvent], since: float, after: float | None
+) -> list[Episode]:
+    """Services that entered Running again within the window, after ``after`` (the boot's
+    end; None: before the window), that no event still shows: the Services resource is
+    destroyed whenever its service leaves Running and created anew when it runs again
+    (internal/app/machined/pkg/controllers/v1alpha1/service.go), so its ``created`` time is
+    when the service last started, whatever the event buffers have dropped since."""
+    found = []
+    for resource in node.resources(*SERVICES_RESOURCE):
+        created = resource.metadata.created
+        at = created.timestamp() if created is not None else None
+        if at is None or at < since or (after is not None and at <= after + _SLACK):
+            continue
+        shown = any(
+            e.service == resource.id
+            and e.action == "RUNNING"
+            and e.at is not None
+            and abs(e.at - at) <= _SLACK
+            for e in merged
+        )
+        if not shown:
+            found.append(
+                Episode(
+                    resource.id,
+                    "stop",
+                    at,
+                    f"its Services resource was created then (version {resource.version}): "
+                    "it started again, and no event the node still keeps shows why",
+                )
+            )
+    return found
 
 
 @pytest.mark.talos_check(
     "services.no-recent-restarts",
     severity="high",
-    claim="No service failed, crashed or was restarted recently or while watched, other than "
-    "during the boot or because of this kit's own config changes",
+    claim="No service failed, crashed, was restarted or turned unhealthy recently or while "
+    "watched, other than during the boot or because of this kit's own config changes",
 )
 def test_no_service_restarted_recently(
     talos_node: TalosNode,
     talos_observations: dict[str, Observation],
     talos_suite: SuiteSettings,
+    talos_timing: Timing,
+    talos_emulator: Any,
     talos_evidence: dict[str, Any],
     talos_kit_changes: KitChanges,
 ) -> None:
@@ -266,34 +346,80 @@ def test_no_service_restarted_recently(
         f"the last {talos_suite.restart_window:g}s and a {talos_suite.observe:g}s watch (node time)"
     )
     talos_evidence.update(window=window, service_events=len(observation.events))
-    verdict = _verdict(observation.records, talos_node, talos_kit_changes)
+    services = talos_node.services
+    _, upper = _node_now(talos_emulator, talos_timing)
+    began = _node_time_at(upper, talos_timing, observation.began)
+    start = began - talos_suite.restart_window if began is not None else None
+    stream, running_at = timed_service_events(observation.records)
+    booted = running_at is not None or _machine_running(talos_node)
+    gaps, events_cover = history_gaps(observation.records, services, start)
+    merged = merge_histories(stream, services, start) if start is not None else stream
+    episodes = restart_episodes(merged)
+    if start is not None:
+        # the boot ended before the window when the stream reaches back past its start
+        # without showing the end of a boot
+        after = running_at if running_at is not None else (None if events_cover else start)
+        if running_at is not None or events_cover:
+            episodes += _resource_restarts(talos_node, merged, start, after)
+    from_stream = {(e.service, e.kind, e.at) for e in restart_episodes(stream)}
+    verdict = judge(
+        episodes, running_at=running_at, booted=booted, kit_changes=talos_kit_changes(talos_node)
+    )
+    for episode in verdict.counted:
+        if (episode.service, episode.kind, episode.at) in from_stream:
+            continue
+        if running_at is None and not events_cover:
+            episode.excuse = (
+                "seen only in ServiceList; the Events history does not show whether the "
+                "boot had ended then (not counted)"
+            )
+    if gaps:
+        talos_evidence["history gaps"] = gaps
     if verdict.excused:
         talos_evidence["restarts not counted"] = _excused_evidence(verdict)
     if not verdict.booted:
         talos_evidence["boot"] = "the machine has not reached the running stage: nothing excused"
     troubles = verdict.by_service()
-    if not troubles:
-        return
-    evidence: dict[str, str] = {}
-    for name, episodes in sorted(troubles.items()):
-        evidence[f"{name} restarts"] = "\n".join(e.describe() for e in episodes[-12:])
-        evidence.update(_service_evidence(talos_node, name))
-    raise ConformanceFailure(
-        "services.no-recent-restarts",
-        "services failed or restarted: " + ", ".join(sorted(troubles)),
-        node=talos_node.name,
-        expected=f"no failure or restart within {window}",
-        observed="; ".join(
-            f"{name}: {_describe(episodes)}" for name, episodes in sorted(troubles.items())
-        ),
-        evidence=evidence,
-    )
+    if troubles:
+        evidence: dict[str, str] = {}
+        for name, found in sorted(troubles.items()):
+            evidence[f"{name} restarts"] = "\n".join(e.describe() for e in found[-12:])
+            evidence.update(_service_evidence(talos_node, name))
+        if gaps:
+            evidence["history gaps"] = "\n".join(gaps)
+        raise ConformanceFailure(
+            "services.no-recent-restarts",
+            "services failed, restarted or turned unhealthy: " + ", ".join(sorted(troubles)),
+            node=talos_node.name,
+            expected=f"no failure, restart or failed health check within {window}",
+            observed="; ".join(
+                f"{name}: {_describe(found)}" for name, found in sorted(troubles.items())
+            ),
+            evidence=evidence,
+        )
+    truncated = [
+        s.id
+        for s in services
+        if start is not None
+        and len(s.events) >= SERVICE_EVENTS_KEPT
+        and min((e.ts.timestamp() for e in s.events if e.ts), default=start) > start
+    ]
+    if truncated and not events_cover:
+        # Neither the Events stream nor these services' ServiceList reach back to the start
+        # of the window: what happened before is lost, the window cannot be vouched for.
+        raise TalosError(
+            "the node's history does not cover the window asked for ("
+            + "; ".join(gaps)
+            + "): a restart may have been dropped; shorten --talos-restart-window",
+            node=talos_node.name,
+        )
 
 
 @pytest.mark.talos_check(
     "services.logs-readable",
     severity="medium",
-    claim="The log of every service can be read through the API",
+    claim="The log of every service can be read through the API, and a Talos service that "
+    "runs has written to it",
 )
 def test_every_service_log_is_readable(
     talos_node: TalosNode, talos_evidence: dict[str, Any]
@@ -305,13 +431,20 @@ def test_every_service_log_is_readable(
             sizes[service.id] = len(talos_node.logs(service.id, tail=_LOG_LINES))
         except APIError as exc:
             failures[service.id] = f"{exc.code}: {exc.details}"
+            continue
+        # a runner registers the log when it starts the service and the daemon logs its
+        # start (runtime/logging/circular.go; runner/containerd, runner/process): a running
+        # Talos service with nothing in its log lost its output
+        quiet = service.id.startswith("ext-") or service.id in _LOGS_EXPECTED_EXCEPT
+        if service.running and not quiet and not sizes[service.id]:
+            failures[service.id] = "Running, but its log is empty"
     talos_evidence["log bytes (tail)"] = sizes
     if failures:
         raise ConformanceFailure(
             "services.logs-readable",
             "some service logs cannot be read",
             node=talos_node.name,
-            expected="every ServiceList service has a readable log",
+            expected="every ServiceList service has a readable log, not empty while it runs",
             observed="; ".join(f"{k}: {v}" for k, v in sorted(failures.items())),
         )
 
@@ -365,3 +498,77 @@ def test_services_resources_agree_with_service_list(
             else str(seen),
         ) from None
     talos_evidence["agree"] = True
+
+
+def _iso(seconds: float) -> str:
+    return time.strftime("%H:%M:%SZ", time.gmtime(seconds))
+
+
+def _missing_text(missing: list[TimedServiceEvent]) -> str:
+    shown = [f"{e.service} [{e.action}] {e.message}" for e in missing[:8]]
+    more = f" (and {len(missing) - 8} more)" if len(missing) > 8 else ""
+    return "; ".join(shown) + more
+
+
+@pytest.mark.talos_check(
+    "services.events-cover-window",
+    severity="medium",
+    claim="The Events stream asked for the last N seconds (tail_seconds) returns the events "
+    "of that window: none older, and every service event ServiceList shows in it",
+)
+def test_events_stream_covers_the_window(
+    talos_node: TalosNode,
+    talos_observations: dict[str, Observation],
+    talos_suite: SuiteSettings,
+    talos_timing: Timing,
+    talos_emulator: Any,
+    talos_evidence: dict[str, Any],
+) -> None:
+    observation = talos_observations.get(talos_node.name)
+    if observation is None or observation.error:
+        why = observation.error if observation else "the node was not observed"
+        raise TalosError(f"cannot watch the node's events: {why}", node=talos_node.name)
+    services = talos_node.services
+    lower, upper = _node_now(talos_emulator, talos_timing)
+    history = talos_suite.restart_window
+    seen = [t for t in (xid_time(e.id) for e in observation.records) if t is not None]
+    # the node's clock is at least as late as the newest event it sent
+    if seen:
+        newest = max(seen)
+        lower = max(lower, newest) if lower is not None else newest
+    began_lower = _node_time_at(lower, talos_timing, observation.began)
+    began_upper = _node_time_at(upper, talos_timing, observation.began)
+    ended_lower = _node_time_at(lower, talos_timing, observation.ended)
+    talos_evidence["tail_seconds"] = int(history)
+    talos_evidence["events"] = len(observation.records)
+    problems: list[str] = []
+    if began_lower is not None:
+        older = events_before(observation.records, began_lower - max(1, int(history)))
+        if older:
+            oldest = min(xid_time(e.id) or 0.0 for e in older)
+            problems.append(
+                f"{len(older)} event(s) from before the window (the oldest at "
+                f"{_iso(oldest)}, node time): tail_seconds was ignored"
+            )
+    if began_upper is not None and ended_lower is not None:
+        missing = stream_misses(
+            observation.records, services, began_upper - max(1, int(history)), ended_lower
+        )
+        if missing:
+            problems.append(
+                f"{len(missing)} ServiceList event(s) of the window are not in the stream: "
+                + _missing_text(missing)
+            )
+    else:
+        talos_evidence["not compared"] = (
+            "the node's clock is not known here (an emulated clock faster than real time, "
+            "reached from outside): ServiceList events were not placed in the window"
+        )
+    if problems:
+        raise ConformanceFailure(
+            "services.events-cover-window",
+            "the Events stream does not return the window asked for",
+            node=talos_node.name,
+            expected=f"the node's events of the last {history:g}s (tail_seconds), no older",
+            observed="; ".join(problems),
+        )

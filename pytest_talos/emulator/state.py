@@ -83,6 +83,11 @@ SHUTDOWN_DELAY = 0.5
 # Node whose kubelet has not posted status for this long turns Unknown (INFERRED, emulated s).
 NODE_MONITOR_GRACE = 40.0
 FLAP_PERIOD = 30.0  # fault flapping-service
+# fault health-flap-running: cri's health check fails for HEALTH_FLAP_DOWN s every
+# HEALTH_FLAP_PERIOD s (the error is what a dial of its socket says when it does not answer)
+HEALTH_FLAP_PERIOD = 20.0
+HEALTH_FLAP_DOWN = 5.0
+CRI_UNHEALTHY = "rpc error: code = DeadlineExceeded desc = context deadline exceeded"
 # faults service-down, machined-unhealthy: emulated seconds after boot the defect shows
 FAULT_AFTER_BOOT = 2.0
 # fault machined-unhealthy: what the dial of the machine socket says when machined's listen
@@ -219,6 +224,7 @@ class NodeState(ConfigMixin):
         self._try_timer: Cancellable | None = None
         self._try_target: bytes | None = None
         self._flap_timer: Cancellable | None = None
+        self._health_flap_timer: Cancellable | None = None  # fault health-flap-running
         self._lifecycle_timer: Cancellable | None = None
         self._sequence_actor = ""  # actor id of the lifecycle sequence running, if any
         self._status_held = False  # services change in bulk: publish the status once after
@@ -293,6 +299,8 @@ class NodeState(ConfigMixin):
             self.services.health_fault_later("machined", FAULT_AFTER_BOOT, MACHINED_UNHEALTHY)
         if self._fault("flapping-service"):
             self._schedule_flap()
+        if self._fault("health-flap-running") and "cri" in self.services.services:
+            self._schedule_health_flap(FAULT_AFTER_BOOT, failing=True)
         if self._fault("service-down") and "trustd" in self.services.services:
             # fault service-down: trustd stops a little after boot and nothing starts it again
             self.services.stop_later("trustd", FAULT_AFTER_BOOT)
@@ -741,6 +749,18 @@ class NodeState(ConfigMixin):
 
         self._flap_timer = self.clock.call_later(FLAP_PERIOD, flap)
 
+    def _schedule_health_flap(self, delay: float, *, failing: bool) -> None:
+        # fault health-flap-running: cri keeps running; its health check fails, then passes
+        # again (system/health/check.go reports each change, service_runner.go healthUpdate
+        # records it as a Running event)
+        def flip() -> None:
+            if self.powered:
+                self.services.set_health_fault("cri", CRI_UNHEALTHY if failing else None)
+            wait = HEALTH_FLAP_DOWN if failing else HEALTH_FLAP_PERIOD - HEALTH_FLAP_DOWN
+            self._schedule_health_flap(wait, failing=not failing)
+
+        self._health_flap_timer = self.clock.call_later(delay, flip)
+
     def service_start(self, service_id: str) -> str:
         return self.services.api_start(service_id)
 
@@ -758,6 +778,8 @@ class NodeState(ConfigMixin):
         broken = service_id == "containerd" and self._fault("logs-broken")
         if service is None or not service.log_registered or broken:
             raise NodeFailure("UNKNOWN", f'log "{service_id}" was not registered')
+        if service_id == "apid" and self._fault("empty-logs"):
+            return []  # fault empty-logs: apid runs, but its log holds nothing
         return list(service.log)
 
     def running_services(self) -> list[str]:
@@ -916,6 +938,9 @@ class NodeState(ConfigMixin):
         self.cancel_try()  # v1alpha1_runtime.go: try never persists, a reboot reverts it
         if self._flap_timer is not None:
             self._flap_timer.cancel()
+        if self._health_flap_timer is not None:
+            self._health_flap_timer.cancel()
+            self.services.set_health_fault("cri", None)
         with self._status_held_back():  # then one status: the new stage, not ready
             self.stage = stage
             for service in reversed(list(self.services.services.values())):
@@ -971,7 +996,7 @@ class NodeState(ConfigMixin):
         self.cancel_try()
         self.services.cancel_all()
         self._cancel_kube_grace()
-        for timer in (self._flap_timer, self._lifecycle_timer):
+        for timer in (self._flap_timer, self._health_flap_timer, self._lifecycle_timer):
             if timer is not None:
                 timer.cancel()
 

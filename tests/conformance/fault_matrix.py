@@ -112,9 +112,26 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
                              why="containerd runs, but its log is not registered"),
     "machined-unhealthy": FaultCase(
         ("machined-unhealthy",),
-        _failed("services.expected-running-healthy", "upgrade.nodes-running"),
+        _failed("services.expected-running-healthy", "services.no-recent-restarts",
+                "upgrade.nodes-running"),
         why="machined stays Running with its health check failing: no restart, but the "
-        "machine is not ready (machine_status.go counts an unhealthy service)",
+        "machine is not ready (machine_status.go counts an unhealthy service), and its "
+        "'Health check failed' event after the boot is an unhealthy spell",
+    ),
+    "health-flap-running": FaultCase(
+        ("health-flap-running",),
+        _failed("services.expected-running-healthy", "services.no-recent-restarts",
+                "upgrade.nodes-running"),
+        why="cri never leaves Running, so a check of states alone passes between two flaps; "
+        "its 'Health check failed' events (within the last 60 s, and in the watched window) "
+        "are caught by the quick profile too, not only by the machine hold",
+    ),
+    "empty-logs": FaultCase(("empty-logs",), _failed("services.logs-readable"),
+                            why="apid runs, its log is registered but reads back empty"),
+    "events-ignore-tail-seconds": FaultCase(
+        ("events-ignore-tail-seconds",), _failed("services.events-cover-window"),
+        why="the stream brings none of the boot's service events that ServiceList shows "
+        "within the window; the restart checks then say the history does not cover it",
     ),
     "maintenance-version": FaultCase(("maintenance-version",), _failed("api.version-answers")),
     "member-hidden": FaultCase(("member-hidden",), _failed("cluster.members-consistent")),

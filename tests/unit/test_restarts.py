@@ -16,11 +16,16 @@ from pytest_talos.restarts import (
     ChangeLog,
     KitChange,
     TimedServiceEvent,
+    events_before,
+    history_gaps,
+    is_health_failure,
     is_restart_message,
     judge,
+    merge_histories,
     note_guarded_change,
     record_kit_change,
     restart_episodes,
+    stream_misses,
     timed_service_events,
     xid_time,
 )
@@ -233,3 +238,98 @@ def test_note_guarded_change_keeps_one_session_per_snapshot() -> None:
     assert found[0].session != found[2].session
     assert found[1].restore
     assert found[2].try_timeout == pytest.approx(30.0)
+
+
+# --------------------------------------------------------------------------- issue 9: stability
+
+
+def _info(service: str, *events: tuple[float, str, str]) -> models.ServiceInfo:
+    return models.ServiceInfo(
+        id=service,
+        state="Running",
+        healthy=True,
+        health_unknown=False,
+        last_message="",
+        events=tuple(
+            models.ServiceEvent(msg, state, dt.datetime.fromtimestamp(T0 + at, dt.UTC))
+            for at, state, msg in events
+        ),
+    )
+
+
+def _record(at: float, payload: models.EventPayload) -> models.Event:
+    return models.Event(new_xid(T0 + at), "", payload)
+
+
+def _service_record(at: float, service: str, action: str, message: str) -> models.Event:
+    return _record(at, models.ServiceStateEvent(service, action, message))
+
+
+FLAP = "Health check failed: rpc error: code = DeadlineExceeded desc = context deadline exceeded"
+
+
+def test_a_health_check_failing_while_running_is_an_unhealthy_episode() -> None:
+    events = [
+        _event(0, "cri", "RUNNING", "Process Process([...]) started with PID 9"),
+        _event(1, "cri", "RUNNING", "Health check successful"),
+        _event(20, "cri", "RUNNING", FLAP),
+        _event(25, "cri", "RUNNING", "Health check successful"),
+    ]
+    episodes = restart_episodes(events)
+    assert [(e.service, e.kind, e.at) for e in episodes] == [("cri", "unhealthy", T0 + 20)]
+    assert is_health_failure(FLAP)
+    assert not is_health_failure("Health check successful")
+    assert "turned unhealthy while Running" in episodes[0].describe()
+
+
+def test_service_list_adds_what_the_stream_no_longer_holds() -> None:
+    stream = [_event(50, "cri", "RUNNING", "Health check successful")]
+    info = _info(
+        "cri",
+        (10, "Waiting", CRASH),
+        (15, "Running", "started"),
+        (50.4, "Running", "Health check successful"),
+    )
+    merged = merge_histories(stream, [info], since=T0)
+    assert [(e.at, e.action) for e in merged] == [
+        (T0 + 10, "WAITING"),
+        (T0 + 15, "RUNNING"),
+        (T0 + 50, "RUNNING"),
+    ]
+    # before the window: not added
+    assert len(merge_histories(stream, [info], since=T0 + 20)) == 1
+
+
+def test_history_gaps_say_when_neither_source_covers_the_window() -> None:
+    boot = [
+        _record(5, models.SequenceEvent("initialize", "START")),
+        _service_record(6, "cri", "RUNNING", "started"),
+    ]
+    notes, cover = history_gaps(boot, [], window_start=T0)
+    assert cover
+    assert not notes  # the boot's first event: nothing older can be missed
+    late = [_service_record(500, "cri", "RUNNING", "Health check successful")]
+    notes, cover = history_gaps(late, [], window_start=T0)
+    assert not cover
+    assert "after the window start" in notes[0]
+    notes, cover = history_gaps([], [], window_start=T0)
+    assert not cover
+    assert "no event" in notes[0]
+    full = _info("cri", *[(100 + i, "Running", "Health check successful") for i in range(64)])
+    notes, _ = history_gaps(boot, [full], window_start=T0)
+    assert notes == [notes[0]]
+    assert "cri: its ServiceList history (64 events" in notes[0]
+
+
+def test_stream_misses_and_events_before_the_window() -> None:
+    info = _info("cri", (10, "Running", "started"), (40, "Running", FLAP))
+    complete = [
+        _service_record(10, "cri", "RUNNING", "started"),
+        _service_record(40, "cri", "RUNNING", FLAP),
+    ]
+    assert stream_misses(complete, [info], T0, T0 + 100) == []
+    missing = stream_misses([], [info], T0, T0 + 100)  # tail_seconds ignored: no history
+    assert [e.at for e in missing] == [T0 + 10, T0 + 40]
+    assert stream_misses([], [info], T0 + 20, T0 + 100)[0].at == T0 + 40  # window only
+    assert events_before(complete, T0 + 30) == [complete[0]]
+    assert events_before(complete, T0) == []

@@ -400,6 +400,8 @@ class MachineInfoMixin:
             tail_seconds=request.tail_seconds,
             now=call.node.clock.time(),
         )
+        if request.tail_seconds and state.faults.on("events-ignore-tail-seconds", state.hostname):
+            backlog = []  # fault events-ignore-tail-seconds: no history, only new events
         actor = request.with_actor_id
         try:
             if not state.faults.on("events-no-hello", state.hostname):
