@@ -726,7 +726,7 @@ var(--line);border-radius:8px;padding:1em;margin-bottom:1em}
 .o-passed{color:var(--pass)}.o-failed{color:var(--fail);font-weight:700}
 .o-error{color:var(--err);font-weight:700}.o-waived{color:var(--waive)}
 .o-skipped{color:var(--skip)}
-.matrix{font-size:12px}.matrix td,.matrix th{padding:0;border-color:#fff}
+.matrix{font-size:12px}.matrix td,.matrix th{padding:0;border:none;background:none}
 .matrix th.node{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;
 padding:.3em 0;font-weight:500;background:none;max-height:14em}
 .matrix th.check{text-align:right;padding:0 .5em;font-weight:400;white-space:nowrap;
@@ -741,6 +741,9 @@ background:none}
 padding:.6em .9em;margin:.7em 0;break-inside:avoid}
 .card.waived{border-left-color:var(--waive)}.card.error{border-left-color:var(--err)}
 .card .meta{color:#4a525c;font-size:.92em;margin-bottom:.3em}
+.card dl{display:grid;grid-template-columns:minmax(8em,max-content) 1fr;gap:.1em .8em;
+margin:.3em 0}.card dt{font-weight:600;padding-top:.35em}.card dd{margin:0;min-width:0}
+.card p{margin:.2em 0}
 .sev{display:inline-block;padding:0 .45em;border-radius:3px;font-size:.85em;
 font-weight:600;color:#fff;background:#56606b}.sev.critical{background:#7f1020}
 .sev.high{background:#c0162c}.sev.medium{background:#c26a00}.sev.low{background:#56606b}
@@ -749,8 +752,8 @@ margin:.4em 0}
 details{margin:.5em 0}summary{cursor:pointer;font-weight:600}
 @media print{
 body{max-width:none;padding:0;font-size:11pt}
-details{display:block}details>summary{list-style:none}
-details>*{display:block}
+details::details-content{content-visibility:visible;display:block}
+details>summary{list-style:none}
 .card,.summary,.emulated,tr{break-inside:avoid}
 h2{break-after:avoid}a{color:inherit;text-decoration:none}
 .noprint{display:none}
@@ -800,6 +803,27 @@ def _html_card(c: Mapping[str, Any]) -> str:
         f"<span class=\"sev {_h(c['severity'])}\">{_h(c['severity'])}</span> · "
         f"{_h(c['area'])} · {float(c['duration']):.1f} s</div>{body}</div>"
     )
+
+
+_OPEN_PER_CHECK = 3  # failure cards shown open per check; the rest are collapsed
+
+
+def _html_failures(failures: Sequence[Mapping[str, Any]]) -> str:
+    """Every failure with its evidence, by check; a check failing on many nodes shows its
+    first cards and folds the others (printing opens them)."""
+    by_check: dict[str, list[Mapping[str, Any]]] = {}
+    for c in failures:
+        by_check.setdefault(c["id"], []).append(c)
+    out = []
+    for cards in by_check.values():
+        out += [_html_card(c) for c in cards[:_OPEN_PER_CHECK]]
+        rest = cards[_OPEN_PER_CHECK:]
+        if rest:
+            nodes = ", ".join(str(c["node"] or "cluster") for c in rest)
+            out.append(f"<details><summary>{len(rest)} more node(s) failing "
+                       f"<code>{_h(cards[0]['id'])}</code>: {_h(nodes)}</summary>"
+                       + "".join(_html_card(c) for c in rest) + "</details>")
+    return "".join(out)
 
 
 def _anchor(c: Mapping[str, Any]) -> str:
@@ -881,6 +905,7 @@ def _html_matrix(results: Mapping[str, Any]) -> str:
     for c in checks:
         if c["node"] and c["node"] not in nodes:
             nodes.append(c["node"])
+    nodes.sort(key=_natural)  # worker-2 before worker-10
     columns = (["cluster"] if any(c["node"] is None for c in checks) else []) + nodes
     cells: dict[tuple[str, str], Mapping[str, Any]] = {}
     order: list[str] = []
@@ -908,6 +933,10 @@ def _html_matrix(results: Mapping[str, Any]) -> str:
         f"<span><span class=\"cell c-{o}\"></span>{_h(o)}</span>" for o in OUTCOMES)
     return (f"<h2>Results by node</h2><p class=\"legend\">{legend}</p>"
             f"<table class=\"matrix\"><tr><th></th>{head}</tr>{''.join(rows)}</table>")
+
+
+def _natural(name: str) -> list[Any]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def _html_grouped(checks: Sequence[Mapping[str, Any]], outcome: str, title: str) -> str:
@@ -946,14 +975,15 @@ def render_html(results: Mapping[str, Any]) -> str:
                                                                              "waived")]
     parts = [
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+        # Printing opens every collapsed section, so the PDF holds the whole report.
+        "<script>addEventListener('beforeprint',()=>document.querySelectorAll('details')"
+        ".forEach(d=>d.open=true))</script>"
         "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
         f"<title>Talos conformance report — {_h(_verdict_of(results))}</title>"
         f"<style>{_HTML_STYLE}</style></head><body>",
         f"<h1>Talos conformance report</h1>{banner}{_html_summary(results)}{tested}",
-        _html_nodes(run),
         _html_matrix(results),
-        f"<h2>Failures ({len(failures)})</h2>"
-        + ("".join(_html_card(c) for c in failures) or "<p>None.</p>"),
+        f"<h2>Failures ({len(failures)})</h2>" + (_html_failures(failures) or "<p>None.</p>"),
     ]
     if waived:
         parts.append(f"<h2>Waived failures ({len(waived)})</h2>"
@@ -962,7 +992,8 @@ def render_html(results: Mapping[str, Any]) -> str:
         parts.append("<h2>Notes from checks</h2>" + "".join(
             f"<p><code>{_h(c['id'])}</code> on {_h(c['node'] or 'the cluster')}:</p>"
             + _html_notes(c) for c in noted))
-    parts += [_html_grouped(checks, "passed", "Passed"),
+    parts += [_html_nodes(run),
+              _html_grouped(checks, "passed", "Passed"),
               _html_grouped(checks, "skipped", "Skipped"),
               f"<p class=\"meta\">Generated by pytest-talos "
               f"{_h((run.get('kit') or {}).get('version', ''))}.</p></body></html>\n"]
