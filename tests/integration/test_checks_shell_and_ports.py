@@ -342,3 +342,19 @@ def test_every_address_is_scanned_ipv6_too(healthy: TalosCluster) -> None:
     finally:
         for server in servers:
             server.close()
+
+
+def test_which_listeners_answer_where() -> None:
+    from pytest_talos.checks import _covers, _exposed
+
+    def record(ip: str) -> models.ConnectRecord:
+        return models.ConnectRecord("tcp6" if ":" in ip else "tcp", ip, 1, "", 0, "LISTEN")
+
+    assert _covers(record("::"), "10.5.0.2")
+    assert _covers(record("::"), "fd00::2")
+    assert _covers(record("0.0.0.0"), "10.5.0.2")
+    assert not _covers(record("0.0.0.0"), "fd00::2")
+    assert _covers(record("fd00:0::2"), "fd00::2")
+    assert not _covers(record("10.5.0.3"), "10.5.0.2")
+    assert not any(map(_exposed, ["127.0.0.53", "169.254.116.108", "::1", "fe80::1"]))
+    assert all(map(_exposed, ["0.0.0.0", "::", "10.5.0.2", "2001:db8::2"]))
