@@ -72,6 +72,9 @@ _MARKERS = (
 _NODE_KEY = pytest.StashKey[TalosNode]()
 _SAFETY_KEY = pytest.StashKey[RunSafety]()
 _CALLS_KEY = pytest.StashKey[int]()
+_UNREACHABLE_KEY = pytest.StashKey[bool]()
+# A report's user property: the test could not reach or authenticate to its target.
+UNREACHABLE_PROPERTY = "talos_unreachable"
 
 
 # --------------------------------------------------------------------------- pytest hooks
@@ -162,6 +165,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     settings = session_of(config).settings
+    if not config.option.collectonly and any(_uses_talos(item) for item in items):
+        session_of(config).check_target()  # no target: one paragraph, exit 4
     for item in items:
         level = _changes_level(item)
         if level == "disruptive" and not settings.allows_disruptive:
@@ -231,6 +236,7 @@ def talos_node(request: pytest.FixtureRequest, talos_cluster: TalosCluster) -> T
                     pytrace=False)
     node = talos_cluster.node(str(name))
     if isinstance(node, UnreachableNode):
+        request.node.stash[_UNREACHABLE_KEY] = True
         pytest.fail(f"node {node.address} did not answer: {node.error}", pytrace=False)
     _skip_unless_capable(request.node, node)
     session = session_of(request.config)
@@ -361,6 +367,11 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
+    if report.failed and report.when == "setup" and _uses_talos(item) and (
+        item.stash.get(_UNREACHABLE_KEY, False)
+        or session_of(item.config).connect_error is not None
+    ):
+        report.user_properties.append((UNREACHABLE_PROPERTY, True))
     node = item.stash.get(_NODE_KEY, None)
     if node is not None and report.when == "call":
         try:

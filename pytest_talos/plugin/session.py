@@ -8,10 +8,11 @@ import pytest
 
 from pytest_talos.client import ChangeGate
 from pytest_talos.cluster import TalosCluster, UnreachableNode
-from pytest_talos.errors import TalosError
+from pytest_talos.errors import ConfigError, TalosError
 from pytest_talos.guard import ConfigGuard, ConfigRestoreError, JournalOrigin
 from pytest_talos.node import TalosNode, expected_ports_for
 from pytest_talos.plugin.settings import Setting, TalosSettings
+from pytest_talos.talosconfig import load_talosconfig
 
 if TYPE_CHECKING:
     from pytest_talos.emulator.cluster import EmulatedCluster
@@ -51,6 +52,23 @@ class TalosSession:
             raise self._error
         assert self._cluster is not None
         return self._cluster
+
+    @property
+    def connect_error(self) -> TalosError | None:
+        """Why the targets could not be reached, once a connection was tried and failed."""
+        return self._error
+
+    def check_target(self) -> None:
+        """Raise pytest.UsageError (one paragraph) if the run names no usable target: no
+        talosconfig found, an unreadable one, or a --talos-context it lacks. No network."""
+        s = self.settings
+        if s.emulator.value is not None:
+            return
+        path = None if s.talosconfig.source.startswith("$") else s.talosconfig.value
+        try:
+            load_talosconfig(path, context=s.context.value)
+        except ConfigError as exc:
+            raise pytest.UsageError(no_target_message(exc)) from None
 
     def _refusal(self, needed: str, method: str, node: str | None) -> str:
         what = (
@@ -176,6 +194,14 @@ class TalosSession:
         if self.emulator is not None:
             self.emulator.__exit__(None, None, None)
             self.emulator = None
+
+
+def no_target_message(exc: TalosError) -> str:
+    return (
+        f"pytest-talos has no target to test: {exc}. Point it at a cluster with "
+        "--talosconfig PATH (or $TALOSCONFIG; --talos-context and --talos-endpoint choose "
+        "within it), or run against the built-in emulated cluster with --talos-emulator."
+    )
 
 
 def _count(number: int, noun: str) -> str:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+
+from pytest_talos.emulator import EmulatedCluster
 
 Run = Callable[..., pytest.RunResult]
 
@@ -94,8 +97,13 @@ def test_ids_are_sorted_hostnames(run: Run, pytester: pytest.Pytester) -> None:
 
 
 def test_unreachable_target_is_a_fixture_error_with_one_message(
-    run: Run, pytester: pytest.Pytester
+    run: Run, pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
+    # A talosconfig whose endpoint answers nothing (no talosconfig at all is a usage error:
+    # test_no_target.py).
+    talosconfig = tmp_path / "talosconfig"
+    with EmulatedCluster(1, 0) as cluster:
+        talosconfig.write_bytes(Path(cluster.talosconfig_path).read_bytes())
     pytester.makepyfile("""
         def test_node(talos_node):
             pass
@@ -103,14 +111,14 @@ def test_unreachable_target_is_a_fixture_error_with_one_message(
         def test_cluster(talos_cluster):
             pass
     """)
-    result = run("--talos-endpoint", "127.0.0.1:1", "--no-header")
+    result = run(f"--talosconfig={talosconfig}", "--talos-endpoint", "127.0.0.1:1",
+                 "--no-header")
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines([
         "*ERROR at setup of test_node[[]unreachable[]]*",
-        "pytest-talos could not reach 127.0.0.1:1 (talosconfig: talosctl lookup): no talosconfig "
-        "found; looked at *. Check the endpoint and talosconfig (--talos-endpoint, "
-        "--talosconfig, --talos-context), or run against the built-in emulated cluster with "
-        "--talos-emulator.",
+        f"pytest-talos could not reach 127.0.0.1:1 (talosconfig: {talosconfig}): *. Check the "
+        "endpoint and talosconfig (--talos-endpoint, --talosconfig, --talos-context), or run "
+        "against the built-in emulated cluster with --talos-emulator.",
     ])
     output = result.stdout.str()
     assert "Traceback" not in output
