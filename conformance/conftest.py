@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import Generator, Iterator
+import tempfile
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +37,15 @@ from conformance._support.settings import SuiteSettings, add_options, read_setti
 from pytest_talos.client import TalosClient
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
 from pytest_talos.errors import ConfigError, ConformanceFailure, PermissionDenied, TalosError
+from pytest_talos.plugin import UNREACHABLE_PROPERTY
+from pytest_talos.plugin.session import session_of
 from pytest_talos.reporting import (
+    CheckRecord,
     RunInfo,
     TargetInfo,
     apply_gate,
     check_waivers_known,
+    decide_verdict,
     find_waiver,
     redact,
     write_reports,
@@ -55,6 +61,7 @@ _GATE = pytest.StashKey[str]()
 _REPORTS = pytest.StashKey[str]()
 _EVIDENCE = pytest.StashKey[dict[str, Any]]()
 _WATCHED = pytest.StashKey[frozenset[str]]()
+_VERDICT = pytest.StashKey[str]()
 _UNREACHABLE_PARAMS = ("<unreachable>",)
 ADMIN = "os:admin"
 
@@ -72,6 +79,11 @@ _MARKERS = (
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+    parser.getgroup("talos-conformance").addoption(
+        "--talos-leave-out", action="append", default=[], choices=sorted(PARTS),
+        metavar="PART", help="leave out a part of the suite that needs an input this run "
+        "does not give (repeatable): " + "; ".join(
+            f"{name} (needs {part.needs})" for name, part in sorted(PARTS.items())))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -83,6 +95,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # Registered as a plugin so that it sees every report, also those xdist workers send.
     config.pluginmanager.register(collector, "talos-conformance-results")
     config.stash[_STARTED] = dt.datetime.now(dt.UTC)
+    config.stash[_UNREACHABLE] = unreachable = _Unreachable()
+    config.pluginmanager.register(unreachable, "talos-conformance-unreachable")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -91,6 +105,105 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 def suite_settings(config: pytest.Config) -> SuiteSettings:
     return config.stash[_SETTINGS]
+
+
+# --------------------------------------------------------------------------- start checks
+
+
+@dataclass(frozen=True)
+class Part:
+    """Checks that need an input: left out with --talos-leave-out, else the input is needed
+    by the profiles that stand on them."""
+
+    checks: frozenset[str]  # check ids, or "area.*" for a whole area
+    needs: str  # the option that gives the input
+    given: Callable[[SuiteSettings], bool]
+
+    def holds(self, check_id: str) -> bool:
+        return check_id in self.checks or f"{check_id.split('.', 1)[0]}.*" in self.checks
+
+
+PARTS: dict[str, Part] = {
+    "vendor": Part(frozenset({"vendor.*"}), "--talos-profile FILE",
+                   lambda s: s.vendor_profile is not None),
+    "upgrade-version": Part(frozenset({"upgrade.talos-version"}),
+                            "--talos-expect-version VERSION", lambda s: bool(s.expect_version)),
+    "upgrade-kubernetes-version": Part(
+        frozenset({"upgrade.kubernetes-version"}), "--talos-expect-kubernetes-version VERSION",
+        lambda s: bool(s.expect_kubernetes_version)),
+    "upgrade-snapshot": Part(
+        frozenset({"upgrade.config-unchanged", "upgrade.extensions-unchanged",
+                   "upgrade.node-labels-unchanged"}), "--talos-snapshot compare PATH",
+        lambda s: s.snapshot_mode == "compare"),
+}
+# The parts a suite profile is for: it cannot claim anything without their inputs.
+PROFILE_PARTS = {
+    "vendor-image": ("vendor",),
+    "post-upgrade": ("upgrade-version", "upgrade-kubernetes-version", "upgrade-snapshot"),
+}
+# Areas whose checks need inputs: their skips do not make a run incomplete unless the
+# profile is for them (see pytest_talos.reporting.decide_verdict).
+INPUT_AREAS = frozenset({"vendor", "upgrade"})
+_UNREACHABLE = pytest.StashKey["_Unreachable"]()
+
+
+def _left_out(config: pytest.Config) -> list[str]:
+    return list(config.getoption("talos_leave_out", None) or [])
+
+
+def _check_parts(config: pytest.Config, settings: SuiteSettings) -> None:
+    name = settings.suite.name if settings.suite else "full"
+    left = _left_out(config)
+    missing = [part for part in PROFILE_PARTS.get(name, ())
+               if part not in left and not PARTS[part].given(settings)]
+    if missing:
+        needs = ", ".join(PARTS[part].needs for part in missing)
+        leave = " ".join(f"--talos-leave-out {part}" for part in missing)
+        raise pytest.UsageError(
+            f"--talos-suite {name} needs {needs}: without it the checks it is for cannot run. "
+            f"Give it, or say that this run leaves that part out: {leave}")
+
+
+def _check_inputs(settings: SuiteSettings) -> None:
+    path = settings.snapshot_path
+    if settings.snapshot_mode == "compare" and path is not None and not path.is_file():
+        raise pytest.UsageError(
+            f"--talos-snapshot compare {path}: no such file. Take the snapshot before the "
+            "upgrade with --talos-snapshot save PATH")
+    report = settings.report_dir
+    if report is None:
+        return
+    try:
+        report.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=report, prefix=".talos-write-check-"):
+            pass
+    except OSError as exc:
+        raise pytest.UsageError(
+            f"--talos-report {report}: cannot write there ({exc.strerror or exc}); choose a "
+            "directory this user can write") from None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """What would only fail at the end fails now: missing inputs, an unwritable report
+    directory, no target (one paragraph, exit 4)."""
+    config = session.config
+    settings = config.stash[_SETTINGS]
+    _check_parts(config, settings)
+    _check_inputs(settings)
+    if not config.option.collectonly and not getattr(settings, "list_checks", False):
+        session_of(config).check_target()
+
+
+class _Unreachable:
+    """Remembers the tests that could not reach or authenticate to their target (also those
+    xdist workers report)."""
+
+    def __init__(self) -> None:
+        self.tests: set[str] = set()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if (UNREACHABLE_PROPERTY, True) in report.user_properties:
+            self.tests.add(report.nodeid)
 
 
 # --------------------------------------------------------------------------- collection
@@ -146,6 +259,8 @@ def _check_unique(owners: dict[str, str], spec: CheckSpec, item: pytest.Item) ->
 
 def _selected(item: pytest.Item, settings: SuiteSettings) -> bool:
     spec = item.stash[_SPEC]
+    if any(PARTS[part].holds(spec.id) for part in _left_out(item.config)):
+        return False
     if settings.suite is None or settings.suite.selects(spec.area, _changes(item)):
         return True
     # Saving a snapshot is asked for explicitly: run it whatever the profile.
@@ -408,6 +523,33 @@ def pytest_runtest_makereport(
     return report
 
 
+def _verdict_inputs(config: pytest.Config, run: RunInfo, records: list[CheckRecord]) -> None:
+    """What the verdict needs beyond the records: the parts the profile is for, the areas
+    that need inputs, the tests that never reached their node."""
+    settings = config.stash[_SETTINGS]
+    name = settings.suite.name if settings.suite else "full"
+    defining = {check.split(".", 1)[0] for part in PROFILE_PARTS.get(name, ())
+                for check in PARTS[part].checks}
+    exempt = set() if settings.snapshot_mode == "save" else {"upgrade.snapshot-recorded"}
+    # Checks --talos-allow keeps from running are the run's choice (the report says so).
+    exempt |= {r.check_id for r in records if r.outcome == "skipped"
+               and r.message.startswith(("talos_mutating:", "talos_disruptive:"))}
+    held = {r.check_id for r in records if r.check_id in exempt and r.outcome == "skipped"}
+    held.discard("upgrade.snapshot-recorded")
+    if held:
+        allow = config.getoption("talos_allow", None) or "none"
+        run.notes.append(f"{len(held)} check(s) that change nodes not run (--talos-allow {allow})")
+    run.defining_areas = frozenset(defining)
+    run.optional_areas = INPUT_AREAS - run.defining_areas
+    run.exempt_checks = frozenset(exempt)
+    unreachable = config.stash.get(_UNREACHABLE, None)
+    run.unreachable = frozenset(unreachable.tests if unreachable is not None else ())
+    left = _left_out(config)
+    if left:
+        run.notes.append("left out: " + ", ".join(
+            f"{part} (needs {PARTS[part].needs})" for part in left))
+
+
 def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
@@ -444,12 +586,20 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     settings = config.stash[_SETTINGS]
     gate = apply_gate(records, settings.fail_under)
     config.stash[_GATE] = gate.summary()
-    if (records and gate.passed and collector.other_failures == 0
-            and session.exitstatus == pytest.ExitCode.TESTS_FAILED):
-        session.exitstatus = pytest.ExitCode.OK
+    run = _run_info(config, collector)
+    _verdict_inputs(config, run, records)
+    verdict = decide_verdict(
+        records, gate, defining_areas=run.defining_areas, optional_areas=run.optional_areas,
+        exempt=run.exempt_checks, unreachable=run.unreachable)
+    if records and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        config.stash[_VERDICT] = verdict.summary()
+        code = verdict.exit_code
+        if code == 0 and collector.other_failures:
+            code = pytest.ExitCode.TESTS_FAILED  # a test that is not a check failed
+        session.exitstatus = code
     if settings.report_dir and records:
         try:
-            written = write_reports(settings.report_dir, records, _run_info(config, collector))
+            written = write_reports(settings.report_dir, records, run)
         except ConfigError as exc:
             config.stash[_REPORTS] = f"conformance: cannot write the report: {exc}"
         else:
@@ -466,3 +616,5 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(f"conformance: {config.stash[_GATE]}")
     if _REPORTS in config.stash:
         terminalreporter.write_line(config.stash[_REPORTS])
+    if _VERDICT in config.stash:
+        terminalreporter.write_line(f"conformance: {config.stash[_VERDICT]}")

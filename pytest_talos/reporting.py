@@ -28,6 +28,7 @@ from pytest_talos.errors import ConfigError
 
 __all__ = [
     "CHECK_ID_PATTERN",
+    "EXIT_CODES",
     "OUTCOMES",
     "SEVERITIES",
     "CheckRecord",
@@ -36,6 +37,7 @@ __all__ = [
     "RunInfo",
     "Severity",
     "TargetInfo",
+    "Verdict",
     "Waiver",
     "WaiverMatch",
     "apply_gate",
@@ -409,6 +411,79 @@ class GateResult:
         return ", ".join(parts)
 
 
+# The conformance run's exit status for each verdict (0-5 are pytest's own: 2 interrupted,
+# 3 internal error, 4 usage error, 5 no checks collected).
+EXIT_CODES: Mapping[str, int] = {
+    "PASSED": 0,
+    "FAILED": 1,
+    "USAGE": 4,
+    "INCOMPLETE": 6,
+    "UNREACHABLE": 7,
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a run may claim: PASSED, FAILED, INCOMPLETE or UNREACHABLE, and why."""
+
+    name: str
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.name]
+
+    def summary(self) -> str:
+        why = f": {'; '.join(self.reasons)}" if self.reasons else ""
+        return f"verdict {self.name} (exit {self.exit_code}){why}"
+
+
+def decide_verdict(
+    records: Sequence[CheckRecord],
+    gate: GateResult,
+    *,
+    defining_areas: Collection[str] = (),
+    optional_areas: Collection[str] = (),
+    exempt: Collection[str] = (),
+    unreachable: Collection[str] = (),
+) -> Verdict:
+    """The honest verdict of a run.
+
+    FAILED: a failure at or above the gate on a node the run reached. UNREACHABLE: tests
+    (``unreachable``: their pytest ids) that could not reach or authenticate to their target,
+    and nothing else blocking.
+    INCOMPLETE: nothing passed (or was waived), or a check that must run did not run on any
+    node: every critical check outside ``optional_areas`` (areas that need inputs the run
+    did not ask for), and every check of ``defining_areas`` (what the suite profile is for),
+    ``exempt`` ids aside. PASSED otherwise.
+    """
+    reached = [r for r in gate.blocking if r.test_id not in unreachable]
+    if reached:
+        return Verdict("FAILED", (f"{len(reached)} blocking failure(s)",))
+    if unreachable:
+        return Verdict("UNREACHABLE", (
+            f"{len(unreachable)} test(s) could not reach or authenticate to their target",))
+    ran: dict[str, bool] = {}
+    for record in records:
+        area = record.area or record.check_id.split(".", 1)[0]
+        must = record.check_id not in exempt and (
+            area in defining_areas
+            or (record.severity == "critical" and area not in optional_areas))
+        if must:
+            ran[record.check_id] = ran.get(record.check_id, False) or record.outcome != "skipped"
+    missing = sorted(check for check, done in ran.items() if not done)
+    reasons = []
+    if not any(r.outcome in ("passed", "waived") for r in records):
+        reasons.append("no check passed")
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5
+                                          else "")
+        reasons.append(f"not run on any node: {shown}")
+    if reasons:
+        return Verdict("INCOMPLETE", tuple(reasons))
+    return Verdict("PASSED")
+
+
 def apply_gate(records: Iterable[CheckRecord], threshold: Severity) -> GateResult:
     """Split failed/errored checks into blocking (severity >= threshold) and below."""
     limit = severity_rank(threshold)
@@ -447,6 +522,11 @@ class RunInfo:
     # for an emulated target also "faults", "variants", "time_scale" (see tested_facts).
     tested: dict[str, Any] = field(default_factory=dict)
     kit_version: str = ""
+    # What the verdict needs beyond the records (see decide_verdict).
+    defining_areas: frozenset[str] = frozenset()
+    optional_areas: frozenset[str] = frozenset()
+    exempt_checks: frozenset[str] = frozenset()
+    unreachable: frozenset[str] = frozenset()  # ids of tests that never reached their node
 
     def to_json(self) -> dict[str, Any]:
         finished = self.finished or self.started
@@ -553,9 +633,16 @@ def build_results(records: Iterable[CheckRecord], run: RunInfo) -> dict[str, Any
     """The ``results.json`` document: run facts, counts, gate verdict, every check."""
     ordered = sorted(records, key=_sort_key)
     gate = apply_gate(ordered, run.threshold)
+    verdict = decide_verdict(
+        ordered, gate, defining_areas=run.defining_areas, optional_areas=run.optional_areas,
+        exempt=run.exempt_checks, unreachable=run.unreachable,
+    )
     return {
         "format": "pytest-talos-conformance/1",
         "run": run.to_json(),
+        "verdict": verdict.name,
+        "verdict_reasons": list(verdict.reasons),
+        "exit_code": verdict.exit_code,
         "summary": _counts(ordered),
         "gate": {
             "fail_under": gate.threshold,

@@ -1,0 +1,120 @@
+"""Honest verdicts and exit codes: PASSED 0, FAILED 1, usage error 4 (at start, before any
+check), INCOMPLETE 6 (nothing passed, or a check that must run did not), UNREACHABLE 7."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_talos.emulator.cluster import EmulatedCluster
+from tests.conformance.suite_runner import SuiteRun, run_suite, target_args
+
+
+def run(tmp_path: Path, *args: str, emulator: bool = True) -> SuiteRun:
+    return run_suite([*(["--talos-emulator"] if emulator else []), *args], tmp_path / "report")
+
+
+def verdict_line(result: SuiteRun) -> str:
+    return next(line for line in result.output.splitlines()
+                if line.startswith("conformance: verdict "))
+
+
+def test_a_healthy_run_passes(tmp_path: Path) -> None:
+    result = run(tmp_path, "-k", "pid1 or mtls_required")
+    assert result.returncode == 0, result.describe()
+    assert result.results is not None
+    assert result.results["verdict"] == "PASSED"
+    assert result.results["exit_code"] == 0
+    assert verdict_line(result) == "conformance: verdict PASSED (exit 0)"
+
+
+def test_a_failed_check_fails(tmp_path: Path) -> None:
+    result = run(tmp_path, "--talos-emulator-fault", "extra-port", "-k", "only_expected_ports")
+    assert result.returncode == 1, result.describe()
+    assert verdict_line(result).startswith("conformance: verdict FAILED (exit 1)")
+
+
+def test_nothing_passed_is_incomplete(tmp_path: Path) -> None:
+    result = run(tmp_path, "-k", "try_mode")  # mutating: skipped under --talos-allow none
+    assert result.returncode == 6, result.describe()
+    assert result.results is not None
+    assert result.results["verdict"] == "INCOMPLETE"
+    assert "no check passed" in result.results["verdict_reasons"]
+    assert "**Verdict: INCOMPLETE**" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_a_skipped_critical_check_is_incomplete(tmp_path: Path) -> None:
+    with EmulatedCluster(1, 1, time_scale=20) as cluster:
+        reader = cluster.issue_client(["os:reader"], path=tmp_path / "reader-talosconfig")
+        args = target_args(cluster)
+        args[1] = str(reader.path)
+        result = run(tmp_path, *args, "-k", "root_filesystem_is_read_only or pid1", emulator=False)
+    assert result.returncode == 6, result.describe()
+    assert "not run on any node: immutability.rootfs-read-only" in verdict_line(result)
+
+
+def test_vendor_image_needs_a_profile_or_says_it_leaves_it_out(tmp_path: Path) -> None:
+    refused = run(tmp_path, "--talos-suite", "vendor-image")
+    assert refused.returncode == 4, refused.describe()
+    assert ("--talos-suite vendor-image needs --talos-profile FILE" in refused.output)
+    assert "--talos-leave-out vendor" in refused.output
+    assert refused.results is None  # stopped before any check
+    result = run(tmp_path, "--talos-suite", "vendor-image", "--talos-leave-out", "vendor",
+                 "-k", "pid1")
+    assert result.returncode == 0, result.describe()
+    assert "left out: vendor (needs --talos-profile FILE)" in result.results["run"]["notes"]
+
+
+def test_post_upgrade_needs_its_inputs(tmp_path: Path) -> None:
+    refused = run(tmp_path, "--talos-suite", "post-upgrade")
+    assert refused.returncode == 4, refused.describe()
+    for needed in ("--talos-expect-version VERSION", "--talos-expect-kubernetes-version VERSION",
+                   "--talos-snapshot compare PATH"):
+        assert needed in refused.output
+    missing = run(tmp_path, "--talos-suite", "post-upgrade", "--talos-expect-version", "v1.13.9",
+                  "--talos-leave-out", "upgrade-kubernetes-version",
+                  "--talos-snapshot", "compare", str(tmp_path / "absent.json"))
+    assert missing.returncode == 4, missing.describe()
+    assert f"--talos-snapshot compare {tmp_path / 'absent.json'}: no such file" in missing.output
+
+
+def test_post_upgrade_with_its_inputs_passes(tmp_path: Path) -> None:
+    snapshot = tmp_path / "snapshot.json"
+    with EmulatedCluster(1, 1, time_scale=20) as cluster:
+        saved = run(tmp_path, *target_args(cluster), "--talos-snapshot", "save", str(snapshot),
+                    "-k", "snapshot_is_recorded", emulator=False)
+        assert saved.returncode == 0, saved.describe()
+        result = run(tmp_path, *target_args(cluster), "--talos-suite", "post-upgrade",
+                     "--talos-expect-version", "v1.13.9",
+                     "--talos-leave-out", "upgrade-kubernetes-version",
+                     "--talos-snapshot", "compare", str(snapshot), "-k", "upgrade",
+                     emulator=False)
+    assert result.returncode == 0, result.describe()
+    assert "upgrade.kubernetes-version" not in result.outcomes()
+
+
+def test_an_unwritable_report_directory_fails_at_start(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = run(tmp_path, "--talos-report", str(blocker / "report"), "-k", "pid1")
+    assert result.returncode == 4, result.describe()
+    assert f"--talos-report {blocker / 'report'}: cannot write there" in result.output
+    assert "passed" not in result.output
+
+
+def test_no_target_is_one_paragraph_and_a_usage_error(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    result = run_suite(["-k", "pid1 or mtls"], tmp_path / "report", env={"HOME": str(home)})
+    assert result.returncode == 4, result.describe()
+    assert result.output.count("pytest-talos has no target to test") == 1
+    assert "--talos-emulator" in result.output
+
+
+def test_an_unreachable_target_is_its_own_exit_code(tmp_path: Path) -> None:
+    talosconfig = tmp_path / "talosconfig"
+    with EmulatedCluster(1, 0) as cluster:
+        talosconfig.write_bytes(Path(cluster.talosconfig_path).read_bytes())
+    result = run(tmp_path, "--talosconfig", str(talosconfig), "--talos-endpoint", "127.0.0.1:1",
+                 "--talos-timeout", "2", "-k", "pid1", emulator=False)
+    assert result.returncode == 7, result.describe()
+    assert "conformance: verdict UNREACHABLE (exit 7)" in result.output
