@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
+
 from pytest_talos.errors import ConfigError
 
 __all__ = [
@@ -25,8 +27,10 @@ __all__ = [
     "SnapshotMode",
     "config_digest",
     "diff_labels",
+    "diff_sections",
     "load_snapshot",
     "save_snapshot",
+    "section_digests",
 ]
 
 FORMAT = "pytest-talos-snapshot/1"
@@ -37,6 +41,47 @@ def config_digest(raw: bytes) -> str:
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
+def _digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def section_digests(raw: bytes) -> dict[str, str]:
+    """A digest per section of a machine config, so a change can be told by where it is
+    without ever storing its content: ``machine.<key>`` and ``cluster.<key>`` of the
+    v1alpha1 document (and its other top-level keys), ``<kind>/<name>`` of every other
+    document. Undecodable YAML gives ``{}`` (the whole-file digest still compares)."""
+    try:
+        documents = list(yaml.safe_load_all(raw))
+    except yaml.YAMLError:
+        return {}
+    sections: dict[str, str] = {}
+    for index, doc in enumerate(documents):
+        if not isinstance(doc, Mapping):
+            continue
+        if "kind" not in doc:  # the v1alpha1 document: version, machine, cluster, ...
+            for top, value in doc.items():
+                if top in ("machine", "cluster") and isinstance(value, Mapping):
+                    for key, part in value.items():
+                        sections[f"{top}.{key}"] = _digest(part)
+                else:
+                    sections[str(top)] = _digest(value)
+            continue
+        name = doc.get("name")
+        label = f"{doc['kind']}/{name}" if name else f"{doc['kind']}[{index}]"
+        sections[label] = _digest(doc)
+    return sections
+
+
+def diff_sections(before: Mapping[str, str], now: Mapping[str, str]) -> dict[str, list[str]]:
+    """Which sections changed, appeared or disappeared between two section-digest maps."""
+    return {
+        "changed": sorted(k for k in set(before) & set(now) if before[k] != now[k]),
+        "added": sorted(set(now) - set(before)),
+        "removed": sorted(set(before) - set(now)),
+    }
+
+
 @dataclass(frozen=True)
 class NodeSnapshot:
     talos_version: str
@@ -44,12 +89,14 @@ class NodeSnapshot:
     config_version: int
     extensions: Mapping[str, str] = field(default_factory=dict)  # name -> version
     node_labels: Mapping[str, str] | None = None  # None: Kubernetes was not reachable
+    config_sections: Mapping[str, str] = field(default_factory=dict)  # section -> digest
 
     def to_json(self) -> dict[str, Any]:
         return {
             "talos_version": self.talos_version,
             "config_digest": self.config_digest,
             "config_version": self.config_version,
+            "config_sections": dict(sorted(self.config_sections.items())),
             "extensions": dict(sorted(self.extensions.items())),
             "node_labels": None if self.node_labels is None else dict(sorted(
                 self.node_labels.items())),
@@ -97,6 +144,8 @@ def _node_from_json(name: str, data: Any, source: str) -> NodeSnapshot:
             config_version=int(data["config_version"]),
             extensions={str(k): str(v) for k, v in (data.get("extensions") or {}).items()},
             node_labels=None if labels is None else {str(k): str(v) for k, v in labels.items()},
+            config_sections={str(k): str(v) for k, v in
+                             (data.get("config_sections") or {}).items()},
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(

@@ -25,8 +25,10 @@ from conformance._support.snapshot import (
     Snapshot,
     config_digest,
     diff_labels,
+    diff_sections,
     load_snapshot,
     save_snapshot,
+    section_digests,
 )
 from conformance._support.vendor_profile import version_matches
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
@@ -58,6 +60,7 @@ def take_snapshot(node: TalosNode, kube: KubernetesAccess | None) -> NodeSnapsho
         talos_version=node.version.tag,
         config_digest=config_digest(config.raw),
         config_version=config.version,
+        config_sections=section_digests(config.raw),
         extensions=installed_extensions(node),
         node_labels=kubernetes_labels(kube, node.hostname),
     )
@@ -166,10 +169,20 @@ def test_machine_config_unchanged_since_snapshot(
     digest = config_digest(config.raw)
     talos_evidence.update(before=before.config_digest, now=digest,
                           version_before=before.config_version, version_now=config.version)
-    if digest != before.config_digest:
-        raise ConformanceFailure(
-            "upgrade.config-unchanged", "the machine config changed since the snapshot",
-            node=talos_node.name, expected=before.config_digest, observed=digest)
+    if digest == before.config_digest:
+        return
+    # Which sections changed, by their digests only (the config holds the cluster's secrets).
+    where = "the snapshot has no section digests (taken by an older kit)"
+    if before.config_sections:
+        diff = diff_sections(before.config_sections, section_digests(config.raw))
+        talos_evidence.update({f"sections {k}": ", ".join(v) for k, v in diff.items() if v})
+        where = "; ".join(f"{k}: {', '.join(v)}" for k, v in diff.items() if v) or (
+            "no section differs (only formatting or document order)")
+    raise ConformanceFailure(
+        "upgrade.config-unchanged",
+        f"the machine config changed since the snapshot (version {before.config_version} -> "
+        f"{config.version}; {where})",
+        node=talos_node.name, expected=before.config_digest, observed=digest)
 
 
 @pytest.mark.talos_check(

@@ -134,6 +134,13 @@ def test_config_and_label_changes_after_the_snapshot_fail_their_checks(
     assert failing == {("upgrade.config-unchanged", worker.hostname),
                        ("upgrade.node-labels-unchanged", worker.hostname)}
     assert f"{LABEL} missing" in result.output
+    # It says which section changed and the versions, by digests only (no config content).
+    changed = next(c for c in result.checks if c["id"] == "upgrade.config-unchanged")
+    assert "removed: machine.nodeLabels" in changed["message"], changed
+    assert changed["evidence"]["sections removed"] == "machine.nodeLabels", changed
+    assert "(version " in changed["message"], changed
+    assert "BEGIN" not in json.dumps(changed)
+    assert "ca:" not in json.dumps(changed)
 
 
 def test_extension_missing_since_the_snapshot_fails(cluster: EmulatedCluster, tmp_path: Path
