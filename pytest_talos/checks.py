@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 import posixpath
+import re
 import shutil
 import subprocess
 from collections.abc import Iterable
@@ -76,11 +77,38 @@ __all__ = [
 # A crash-looping service is restarted every 5 s (internal/app/machined/pkg/system/runner/
 # restart/restart.go); 12 s covers two periods.
 DEFAULT_STABLE_FOR = 12.0
-SHELL_DIRECTORIES = ("/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin")
-SHELL_NAMES = frozenset(
-    {"sh", "bash", "ash", "dash", "zsh", "ksh", "mksh", "csh", "tcsh", "fish", "busybox", "toybox"}
+# The PATH Talos gives its processes (pkg/machinery/constants/environment.go: /usr/bin,
+# /usr/local/sbin, /usr/local/bin and go-cni's /opt/cni/bin; EnvPathWithBin puts /bin first),
+# the links of the usr-merged root (/sbin and /usr/sbin are usr/bin), helper directories
+# that are not on PATH (/usr/libexec), and every add-on tree under /opt (``*`` is one
+# directory level: /opt/containerd/bin, /opt/cni/bin, ...).
+SHELL_DIRECTORIES = (
+    "/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin",
+    "/opt/cni/bin", "/usr/libexec", "/opt/*/bin",
 )
-SHELL_PROCESSES = SHELL_NAMES | {"sshd", "dropbear", "telnetd", "getty", "agetty"}
+SHELL_NAMES = frozenset({
+    "sh", "ash", "bash", "rbash", "dash", "zsh", "ksh", "ksh93", "mksh", "lksh", "oksh",
+    "pdksh", "posh", "yash", "hush", "sash", "fish", "csh", "tcsh", "elvish", "nu", "xonsh",
+    "busybox", "toybox",
+})
+# Login and remote-access daemons: OpenSSH (and its per-session helpers since 9.8), Dropbear,
+# telnet, getty, web terminals and terminal sharing.
+REMOTE_ACCESS_PROCESSES = frozenset({
+    "sshd", "sshd-session", "sshd-auth", "dropbear", "dropbearmulti", "telnetd", "in.telnetd",
+    "utelnetd", "getty", "agetty", "mingetty", "ttyd", "gotty", "wetty", "shellinaboxd",
+    "shellinabox", "tmate", "tmate-ssh-server",
+})
+SHELL_PROCESSES = SHELL_NAMES | REMOTE_ACCESS_PROCESSES
+# Relays that hand a socket to whatever connects when they listen (``socat TCP-LISTEN:...
+# EXEC:sh``, ``nc -l -e /bin/sh``).
+_RELAYS = frozenset({"socat", "ncat", "nc", "netcat"})
+# A program under another name: a build or architecture suffix (busybox.static,
+# toybox-x86_64, apk.static), then a version (bash5, ksh93, bash5.2, dnf5).
+_BUILD_SUFFIX = re.compile(
+    r"[.-](?:static|dynamic|musl|glibc|minimal|x86_64|amd64|aarch64|arm64|armv7l|armhf|i686|"
+    r"i386|riscv64|ppc64le|s390x)$"
+)
+_VERSION_SUFFIX = re.compile(r"(?<=[a-z])\d[\d.]*$")
 SSH_PORT = 22
 _EVENT_LINES = 8
 _LOG_LINES = 30
@@ -112,13 +140,19 @@ def assert_no_shell(
 ) -> CheckResult:
     """No shell or busybox on disk, no shell or login process on the host, port 22 closed.
 
-    The directories are listed as the node sees them: a symlinked one is followed (in the
+    Shells are looked for by name and by their well-known aliases (``busybox.static``,
+    ``toybox-x86_64``, ``bash5``) in every directory on the PATH Talos gives its processes,
+    in ``/usr/libexec`` and in each ``/opt/*/bin`` (see :func:`find_programs`). The
+    directories are listed as the node sees them: a symlinked one is followed (in the
     usr-merged Talos root ``/bin``, ``/sbin`` and ``/usr/sbin`` are ``/usr/bin``) and a shell
     is reported by its real path; one that does not exist counts as empty (a stock image
     has no ``/usr/local/bin`` or ``/usr/local/sbin``; Talos answers ``lstat <path>: no such
-    file or directory``); any other error is raised. Processes of pod workloads (descendants
-    of a containerd shim of the ``k8s.io`` namespace) are not the host's: a pod whose
-    entrypoint is a shell is normal, and such shells are only listed in the evidence.
+    file or directory``); any other error is raised. Host processes must include no shell,
+    no login or remote-access daemon (sshd and its ``sshd-session``/``sshd-auth`` helpers,
+    dropbear, telnetd, getty, web terminals such as ttyd, gotty, wetty, shellinabox, tmate)
+    and no socat/ncat relay listening for connections. Processes of pod workloads
+    (descendants of a containerd shim of the ``k8s.io`` namespace) are not the host's: a pod
+    whose entrypoint is a shell is normal, and such shells are only listed in the evidence.
 
     With ``docker_container`` (a node running as a local Docker container), also requires
     ``docker exec <container> sh`` to exit 127; that part is skipped (see ``notes``) when
@@ -128,9 +162,8 @@ def assert_no_shell(
     check = "immutability.no-shell-or-ssh"
     findings: dict[str, str] = {}
     result = CheckResult(check, node.name)
-    directories = tuple(directories)
-    on_disk, absent = _shells_on_disk(node, directories)
-    result.evidence["directories searched"] = ", ".join(directories)
+    on_disk, searched, absent = find_programs(node, SHELL_NAMES, directories)
+    result.evidence["directories searched"] = ", ".join(searched)
     if absent:
         result.evidence["directories absent"] = ", ".join(absent)
     if on_disk:
@@ -162,11 +195,36 @@ def assert_no_shell(
     return result
 
 
-def _shells_on_disk(node: TalosNode, directories: Iterable[str]) -> tuple[list[str], list[str]]:
-    """Shells found (real paths, each once) and the directories that do not exist."""
+def is_program_named(name: str, names: Iterable[str]) -> bool:
+    """Whether the file or process ``name`` is one of ``names``, or one of them under a
+    well-known alias: a build or architecture suffix (``busybox.static``, ``toybox-x86_64``,
+    ``apk.static``) and a version (``bash5``, ``ksh93``, ``dnf5``)."""
+    wanted = frozenset(names)
+    name = posixpath.basename(name.rstrip("/")).lower()
+    if name in wanted:
+        return True
+    base = _VERSION_SUFFIX.sub("", _BUILD_SUFFIX.sub("", name))
+    return base != name and base in wanted
+
+
+def find_programs(
+    node: TalosNode, names: Iterable[str], directories: Iterable[str] = SHELL_DIRECTORIES
+) -> tuple[list[str], list[str], list[str]]:
+    """Programs called one of ``names`` (or an alias, see :func:`is_program_named`) directly
+    in ``directories``: the real paths found (each once), the directories searched and those
+    that do not exist.
+
+    A directory with a ``*`` component is expanded one level at a time from what the node
+    lists (``/opt/*/bin`` is the ``bin`` of each directory in ``/opt``). A missing directory
+    is Unknown ``lstat <path>: no such file or directory`` on Talos (``pkg/archiver/walker.go``):
+    absent, not an error. Any other error is raised.
+    """
+    wanted = frozenset(names)
     found: dict[str, None] = {}
+    searched: list[str] = []
     absent: list[str] = []
-    for directory in directories:
+    for directory in _expand_directories(node, directories):
+        searched.append(directory)
         entries = node.files.entries(directory)
         if entries is None:
             absent.append(directory)
@@ -176,9 +234,31 @@ def _shells_on_disk(node: TalosNode, directories: Iterable[str]) -> tuple[list[s
                 raise TalosError(
                     f"cannot list {directory}: {entry.error}", node=node.name, method="List"
                 )
-            if posixpath.basename(entry.name.rstrip("/")) in SHELL_NAMES:
+            if not entry.is_dir and is_program_named(entry.name, wanted):
                 found[entry.name] = None
-    return list(found), absent
+    return list(found), searched, absent
+
+
+def _expand_directories(node: TalosNode, directories: Iterable[str]) -> list[str]:
+    expanded: dict[str, None] = {}
+    for directory in directories:
+        parts = directory.strip("/").split("/")
+        if "*" not in parts:
+            expanded[directory] = None
+            continue
+        star = parts.index("*")
+        parent = "/" + "/".join(parts[:star])
+        rest = "/".join(parts[star + 1 :])
+        children = [
+            posixpath.join(parent, posixpath.basename(entry.name.rstrip("/")))
+            for entry in node.files.entries(parent) or []
+            if entry.is_dir and not entry.error
+        ]
+        for child in sorted(children):
+            expanded.update(
+                dict.fromkeys(_expand_directories(node, [posixpath.join(child, rest)]))
+            )
+    return list(expanded)
 
 
 def pod_workload_pids(processes: Iterable[models.ProcessInfo]) -> frozenset[int]:
@@ -218,8 +298,26 @@ def _is_pod_shim(process: models.ProcessInfo) -> bool:
 
 
 def _is_shell_process(process: models.ProcessInfo) -> bool:
-    names = {process.command, process.executable.rsplit("/", 1)[-1]}
-    return bool(names & SHELL_PROCESSES)
+    """A shell, a login or remote-access daemon, or a relay listening for connections, by
+    its command (``/proc/<pid>/comm``), its executable, or the program its args name."""
+    words = process.args.split()
+    names = [process.command, process.executable, *words[:1]]
+    names = [name.split(":", 1)[0] for name in names if name]  # "sshd: user@pts/0"
+    if any(is_program_named(name, SHELL_PROCESSES) for name in names):
+        return True
+    if not any(is_program_named(name, _RELAYS) for name in names):
+        return False
+    return any(_is_listen_flag(word) for word in words[1:])
+
+
+def _is_listen_flag(word: str) -> bool:
+    """``socat``'s ``TCP-LISTEN:``/``UNIX-LISTEN:`` addresses, ``nc``/``ncat``'s ``-l``,
+    ``--listen`` and short-flag clusters such as ``-lvp``."""
+    if "LISTEN" in word.upper().split(":", 1)[0]:
+        return True
+    if word == "--listen":
+        return True
+    return word.startswith("-") and not word.startswith("--") and "l" in word[1:]
 
 
 def _describe_process(process: models.ProcessInfo) -> str:

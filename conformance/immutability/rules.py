@@ -2,9 +2,104 @@
 
 from __future__ import annotations
 
-from pytest_talos import models
+from collections.abc import Iterable, Sequence
 
-__all__ = ["MACHINED_ARGS", "MACHINED_COMMAND", "MACHINED_EXECUTABLES", "is_machined"]
+from pytest_talos import models
+from pytest_talos.checks import SHELL_DIRECTORIES
+
+__all__ = [
+    "IMAGE_TREES",
+    "MACHINED_ARGS",
+    "MACHINED_COMMAND",
+    "MACHINED_EXECUTABLES",
+    "PACKAGE_DIRECTORIES",
+    "PACKAGE_MANAGERS",
+    "WRITABLE_IN_IMAGE",
+    "is_machined",
+    "writable_image_mounts",
+]
+
+PACKAGE_MANAGERS = frozenset(
+    {
+        "apt",
+        "apt-get",
+        "apt-cache",
+        "aptitude",
+        "dpkg",
+        "dpkg-deb",
+        "yum",
+        "dnf",
+        "microdnf",
+        "tdnf",
+        "rpm",
+        "zypper",
+        "apk",
+        "pacman",
+        "opkg",
+        "ipkg",
+        "emerge",
+        "snap",
+        "flatpak",
+        "nix",
+        "nix-env",
+        "brew",
+        "pkg",
+        "xbps-install",
+        "slackpkg",
+        "tce-load",
+        "swupd",
+    }
+)
+# Where shells are looked for (the node's PATH, /usr/libexec, /opt/*/bin), and /opt/bin.
+PACKAGE_DIRECTORIES = (*SHELL_DIRECTORIES, "/opt/bin")
+
+# The trees the system image provides. / is the read-only SquashFS (or an overlay of
+# SquashFS layers; Docker's read-only overlay in containers): internal/app/init/main.go
+# mountRootFS, pkg/provision/providers/docker/node.go (ReadonlyRootfs).
+IMAGE_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/boot")
+# Mounts inside those trees that Talos itself makes writable:
+# - pkg/machinery/constants/constants.go Overlays: /etc/cni, /etc/kubernetes,
+#   /usr/libexec/kubernetes, /opt (overlays on metal, Docker volumes in containers);
+# - /usr/lib/udev, a system overlay for udevd's rules
+#   (internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer_tasks.go StartUdevd);
+# - each extension service's rootfs under /usr/local/lib/containers, re-mounted as an
+#   overlay for containerd (internal/app/machined/pkg/system/services/extension.go);
+# - /etc/hosts, /etc/hostname and /etc/resolv.conf, which Docker bind-mounts into every
+#   container (machined's own /etc files are read-only binds:
+#   internal/app/machined/pkg/controllers/files/etcfile.go, internal/pkg/mount/v3/mount.go).
+WRITABLE_IN_IMAGE = (
+    "/etc/cni",
+    "/etc/kubernetes",
+    "/usr/libexec/kubernetes",
+    "/opt",
+    "/usr/lib/udev",
+    "/usr/local/lib/containers",
+    "/etc/hosts",
+    "/etc/hostname",
+    "/etc/resolv.conf",
+)
+
+
+def _within(path: str, tree: str) -> bool:
+    return path == tree or path.startswith(tree.rstrip("/") + "/")
+
+
+def writable_image_mounts(entries: Iterable[Sequence[str]]) -> list[tuple[str, str, str, str]]:
+    """The mounts of ``/proc/mounts`` (split lines: device, mount point, type, options, ...)
+    that make system image content writable: ``/`` or a mount inside one of
+    :data:`IMAGE_TREES`, mounted ``rw``, other than those Talos itself makes writable
+    (:data:`WRITABLE_IN_IMAGE`). Of several mounts on one mount point only the last, the
+    visible one, counts. Mount points are as the kernel escapes them (``\\040``)."""
+    visible = {entry[1]: tuple(entry[:4]) for entry in entries}
+    found = []
+    for device, mountpoint, fstype, options in visible.values():
+        if "ro" in options.split(","):
+            continue
+        in_image = mountpoint == "/" or any(_within(mountpoint, t) for t in IMAGE_TREES)
+        if in_image and not any(_within(mountpoint, w) for w in WRITABLE_IN_IMAGE):
+            found.append((device, mountpoint, fstype, options))
+    return found
+
 
 # Talos's PID 1 is machined: the Dockerfile installs it as /usr/bin/init, the kernel (or
 # Docker's entrypoint) starts it as /sbin/init, which /sbin -> usr/bin resolves. Processes

@@ -9,23 +9,21 @@ or busybox, and no package manager. ``docker exec <node> sh`` has been seen to e
 
 from __future__ import annotations
 
-import posixpath
 from typing import Any
 
 import pytest
 
 from conformance._support.settings import SuiteSettings
-from conformance.immutability.rules import is_machined
+from conformance.immutability.rules import (
+    PACKAGE_DIRECTORIES,
+    PACKAGE_MANAGERS,
+    is_machined,
+    writable_image_mounts,
+)
 from conformance.kubernetes.node_addresses import ADDRESSES, LINKS, host_addresses
-from pytest_talos.checks import SHELL_DIRECTORIES, assert_no_shell, assert_only_expected_ports
+from pytest_talos.checks import assert_no_shell, assert_only_expected_ports, find_programs
 from pytest_talos.errors import ConformanceFailure, TalosError
 from pytest_talos.node import TalosNode
-
-PACKAGE_MANAGERS = frozenset({
-    "apt", "apt-get", "aptitude", "dpkg", "yum", "dnf", "microdnf", "rpm", "zypper", "apk",
-    "pacman", "opkg", "ipkg", "emerge", "snap", "flatpak", "nix-env", "brew", "pkg", "xbps-install",
-})
-PACKAGE_DIRECTORIES = (*SHELL_DIRECTORIES, "/opt/bin")
 
 
 @pytest.mark.talos_check(
@@ -43,43 +41,29 @@ def test_node_has_no_shell_and_no_ssh(
 
 @pytest.mark.talos_check(
     "immutability.rootfs-read-only", severity="critical",
-    claim="The root filesystem is mounted read-only")
+    claim="The root filesystem, and every mount of system image content under it, is read-only")
 def test_root_filesystem_is_read_only(
     talos_node: TalosNode, talos_evidence: dict[str, Any]
 ) -> None:
     mounts = talos_node.files.read_text("/proc/mounts")
-    roots = [line.split() for line in mounts.splitlines() if line.split()[1:2] == ["/"]]
+    entries = [line.split() for line in mounts.splitlines() if len(line.split()) >= 4]
+    roots = [entry for entry in entries if entry[1] == "/"]
     if not roots:
         raise ConformanceFailure("immutability.rootfs-read-only", "/proc/mounts has no / entry",
                                  node=talos_node.name, evidence={"/proc/mounts": mounts})
     device, _, fstype, options = roots[-1][:4]  # the last mount on / is the visible one
     talos_evidence["root mount"] = f"{device} {fstype} {options}"
-    if "ro" not in options.split(","):
+    writable = writable_image_mounts(entries)
+    if writable:
+        talos_evidence["/proc/mounts"] = mounts
         raise ConformanceFailure(
-            "immutability.rootfs-read-only", "the root filesystem is writable",
-            node=talos_node.name, expected="/ mounted ro (a read-only SquashFS image)",
-            observed=f"{device} on / type {fstype} ({options})")
-
-
-def _package_managers(node: TalosNode) -> tuple[list[str], list[str]]:
-    """Package managers found (real paths, each once) and the directories that do not exist.
-
-    A missing directory is Unknown ``lstat <path>: no such file or directory`` on Talos
-    (``pkg/archiver/walker.go``): absent, not an error. Any other error is raised.
-    """
-    found: dict[str, None] = {}
-    absent: list[str] = []
-    for directory in PACKAGE_DIRECTORIES:
-        entries = node.files.entries(directory)
-        if entries is None:
-            absent.append(directory)
-            continue
-        for entry in entries:
-            if entry.error:
-                raise TalosError(f"cannot list {directory}: {entry.error}", node=node.name)
-            if posixpath.basename(entry.name.rstrip("/")) in PACKAGE_MANAGERS:
-                found[entry.name] = None
-    return list(found), absent
+            "immutability.rootfs-read-only",
+            "system image content is mounted writable",
+            node=talos_node.name,
+            expected="/ and every mount of image content ro (a read-only SquashFS image; only "
+            "Talos's own overlays such as /etc/cni, /etc/kubernetes, /opt, /usr/libexec/"
+            "kubernetes, /usr/lib/udev are writable)",
+            observed="; ".join(f"{d} on {m} type {f} ({o})" for d, m, f, o in writable))
 
 
 @pytest.mark.talos_check(
@@ -88,14 +72,15 @@ def _package_managers(node: TalosNode) -> tuple[list[str], list[str]]:
 def test_node_has_no_package_manager(
     talos_node: TalosNode, talos_evidence: dict[str, Any]
 ) -> None:
-    talos_evidence["directories searched"] = ", ".join(PACKAGE_DIRECTORIES)
-    found, absent = _package_managers(talos_node)
+    found, searched, absent = find_programs(talos_node, PACKAGE_MANAGERS, PACKAGE_DIRECTORIES)
+    talos_evidence["directories searched"] = ", ".join(searched)
     if absent:
         talos_evidence["directories absent"] = ", ".join(absent)
     if found:
         raise ConformanceFailure(
             "immutability.no-package-manager", "package manager binaries are installed",
-            node=talos_node.name, expected="none of " + ", ".join(sorted(PACKAGE_MANAGERS)),
+            node=talos_node.name, expected="none of " + ", ".join(sorted(PACKAGE_MANAGERS))
+            + " (nor an alias such as apk.static or dnf5)",
             observed=", ".join(found))
 
 

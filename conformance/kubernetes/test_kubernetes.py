@@ -1,6 +1,7 @@
 """Kubernetes on Talos: the admin kubeconfig comes from the Talos API, every Talos node is a
-Ready Kubernetes node, and the cluster CIDRs stay clear of the node addresses (a pod CIDR
-that covers the host network, e.g. 10.244.0.0/16 on a 10.244.x LAN, breaks routing)."""
+Ready Kubernetes node that stays Ready, is schedulable and under no pressure, and the
+cluster CIDRs stay clear of the node addresses (a pod CIDR that covers the host network,
+e.g. 10.244.0.0/16 on a 10.244.x LAN, breaks routing)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 import yaml
 
 from conformance._support.context import Timing
+from conformance._support.settings import SuiteSettings
 from conformance.kubernetes.node_addresses import AddressBook
+from conformance.kubernetes.ready_watch import ready_changes, watch_ready
 from pytest_talos import models
 from pytest_talos.checks import assert_node_ready
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
@@ -23,6 +26,10 @@ from pytest_talos.node import TalosNode
 DEFAULT_POD_SUBNETS = ("10.244.0.0/16",)
 DEFAULT_SERVICE_SUBNETS = ("10.96.0.0/12",)
 READY_SETTLE = 10.0  # node seconds a node may take to report Ready
+# Conditions that must not be True: kubelet posts the pressure ones
+# (kubernetes pkg/kubelet/nodestatus/setters.go), the CNI or cloud route controller
+# NetworkUnavailable (flannel sets it False once it runs; a node without it is fine).
+PROBLEM_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
 
 
 @pytest.mark.talos_role("controlplane")
@@ -61,17 +68,77 @@ def test_kubeconfig_is_obtainable_from_control_plane(
 @pytest.mark.talos_check(
     "kubernetes.node-ready",
     severity="critical",
-    claim="Every Talos node is a Kubernetes Node reporting Ready",
+    claim="Every Talos node is a Kubernetes Node reporting Ready, and Ready holds while it "
+    "is watched",
 )
 def test_node_is_ready_in_kubernetes(
     talos_node: TalosNode,
     talos_cluster: TalosCluster,
     talos_kubernetes: KubernetesAccess,
     talos_timing: Timing,
+    talos_suite: SuiteSettings,
     talos_evidence: dict[str, Any],
 ) -> None:
     result = assert_node_ready(talos_cluster, talos_node, timeout=talos_timing.real(READY_SETTLE))
     talos_evidence.update(result.evidence)
+    window = talos_suite.observe
+    seen = watch_ready(talos_kubernetes, talos_node.hostname, talos_timing, window)
+    talos_evidence["ready watched"] = f"{window:g}s (node time), {len(seen)} reads"
+    changes = ready_changes(seen)
+    if changes:
+        raise ConformanceFailure(
+            "kubernetes.node-ready",
+            f"the Kubernetes Node's Ready condition changed while it was watched ({window:g}s)",
+            node=talos_node.name,
+            expected="Ready=True throughout, lastTransitionTime unchanged",
+            observed="; ".join(changes),
+        )
+
+
+@pytest.mark.talos_check(
+    "kubernetes.node-conditions-clear",
+    severity="high",
+    claim="Every Talos node's Node is schedulable (not cordoned) and reports no memory, disk "
+    "or PID pressure and no unavailable network",
+)
+def test_node_is_schedulable_without_pressure(
+    talos_node: TalosNode,
+    talos_kubernetes: KubernetesAccess,
+    talos_evidence: dict[str, Any],
+) -> None:
+    try:
+        kube_node = talos_kubernetes.node(talos_node.hostname)
+    except Exception as exc:  # the kubernetes client raises its own ApiException
+        if getattr(exc, "status", None) == 404:
+            raise ConformanceFailure(
+                "kubernetes.node-conditions-clear",
+                f"Kubernetes has no Node named {talos_node.hostname}",
+                node=talos_node.name,
+            ) from None
+        raise
+    conditions = {
+        str(c.type): (str(c.status), " ".join(filter(None, [c.reason, c.message])))
+        for c in getattr(kube_node.status, "conditions", None) or []
+    }
+    unschedulable = bool(getattr(kube_node.spec, "unschedulable", None))
+    talos_evidence["conditions"] = {kind: status for kind, (status, _) in conditions.items()}
+    talos_evidence["unschedulable"] = unschedulable
+    problems = [
+        f"{kind}=True" + (f" ({why})" if why else "")
+        for kind in PROBLEM_CONDITIONS
+        for status, why in [conditions.get(kind, ("", ""))]
+        if status == "True"
+    ]
+    if unschedulable:
+        problems.append("cordoned (spec.unschedulable: true)")
+    if problems:
+        raise ConformanceFailure(
+            "kubernetes.node-conditions-clear",
+            "the Kubernetes Node is cordoned or under pressure",
+            node=talos_node.name,
+            expected="schedulable; " + ", ".join(f"{k} not True" for k in PROBLEM_CONDITIONS),
+            observed="; ".join(problems),
+        )
 
 
 def _subnets(config: models.MachineConfig) -> tuple[list[str], list[str]]:

@@ -22,7 +22,7 @@ against the node: the evidence says what they were (:mod:`pytest_talos.restarts`
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -166,8 +166,16 @@ def _machine_running(node: TalosNode) -> bool:
     return isinstance(spec, models.MachineStatusSpec) and spec.stage == "running"
 
 
-def _verdict(events: list[models.Event], node: TalosNode, kit: KitChanges) -> Verdict:
+def _verdict(
+    events: list[models.Event],
+    node: TalosNode,
+    kit: KitChanges,
+    services: Sequence[models.ServiceInfo] = (),
+    since: float | None = None,
+) -> Verdict:
     timed, running_at = timed_service_events(events)
+    if since is not None:
+        timed = merge_histories(timed, services, since)
     booted = running_at is not None or _machine_running(node)
     return judge(
         restart_episodes(timed), running_at=running_at, booted=booted, kit_changes=kit(node)
@@ -217,6 +225,7 @@ def _node_time_at(bound: float | None, timing: Timing, real: float) -> float | N
 def test_expected_services_are_running_and_healthy(
     talos_node: TalosNode,
     talos_timing: Timing,
+    talos_emulator: Any,
     talos_evidence: dict[str, Any],
     talos_kit_changes: KitChanges,
 ) -> None:
@@ -251,7 +260,17 @@ def test_expected_services_are_running_and_healthy(
         ) from None
     # Running now, but a crash moments ago is a crash loop caught between two restarts, and
     # a failed health check moments ago is a health that flaps (it never leaves Running).
-    verdict = _verdict(_recent_events(talos_node, talos_timing), talos_node, talos_kit_changes)
+    # ServiceList is asked too: what the Events stream leaves out of the last RECENT s (the
+    # window starts at the latest the node's clock can be, so nothing older is counted).
+    _, upper = _node_now(talos_emulator, talos_timing)
+    since = upper - RECENT if upper is not None else None
+    verdict = _verdict(
+        _recent_events(talos_node, talos_timing),
+        talos_node,
+        talos_kit_changes,
+        talos_node.services if since is not None else (),
+        since,
+    )
     crashes = {
         name: [e for e in found if e.kind != "stop"] for name, found in verdict.by_service().items()
     }

@@ -275,6 +275,12 @@ _PROFILES = (
         "events-ignore-tail-seconds",
         "the Events stream ignores tail_seconds: it sends no history, only new events",
     ),
+    FaultProfile(
+        "service-stuck-preparing",
+        "2 s after boot trustd is restarted and never gets past its pre-start step "
+        "(Preparing forever)",
+        scope="controlplanes",
+    ),
 )
 
 FAULTS: Mapping[str, FaultProfile] = {profile.name: profile for profile in _PROFILES}

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytest_talos.emulator import kubeapi
-from pytest_talos.emulator.state import NodeState
+from pytest_talos.emulator.state import KubeNodeInfo, NodeState
 
 __all__ = ["ClusterKubeProvider"]
 
@@ -27,6 +27,23 @@ def _when(seconds: float) -> dt.datetime:
 
 def _maybe_when(seconds: float | None) -> dt.datetime | None:
     return None if seconds is None else _when(seconds)
+
+
+# The node lifecycle controller taints a cordoned node and one under pressure
+# (kubernetes pkg/controller/nodelifecycle: node.kubernetes.io/unschedulable, .../memory-pressure).
+_CONDITION_TAINTS = {
+    "MemoryPressure": "node.kubernetes.io/memory-pressure",
+    "DiskPressure": "node.kubernetes.io/disk-pressure",
+    "PIDPressure": "node.kubernetes.io/pid-pressure",
+}
+
+
+def _taints(info: KubeNodeInfo) -> list[dict[str, str]]:
+    taints = [_CONTROL_PLANE_TAINT] if info.controlplane else []
+    taints += [{"key": _CONDITION_TAINTS[kind], "effect": "NoSchedule"} for kind in info.pressure]
+    if info.unschedulable:
+        taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
+    return taints
 
 
 class ClusterKubeProvider:
@@ -50,7 +67,10 @@ class ClusterKubeProvider:
                     pod_cidr=info.pod_cidr,
                     resource_version=0,  # the API server stamps its own versions
                     creation_ts=_when(info.created),
-                    taints=[_CONTROL_PLANE_TAINT] if info.controlplane else [],
+                    taints=_taints(info),
+                    unschedulable=info.unschedulable,
+                    pressure=info.pressure,
+                    ready_since=_maybe_when(info.ready_since),
                     os_image=info.os_image,
                     heartbeat_ts=_maybe_when(info.last_heartbeat),
                     unknown_since=_maybe_when(info.unknown_since),

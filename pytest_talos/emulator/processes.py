@@ -261,6 +261,7 @@ def processes_for(
     pid1: str = "machined",
     sshd: bool = False,
     host_shell: bool = False,
+    web_terminal: bool = False,
 ) -> list[ProcessEntry]:
     """The node's processes: PID 1, machined's children, system containers, then pods."""
     table = _Table(_pid1(pid1))
@@ -290,6 +291,9 @@ def processes_for(
         table.add(_Spec("/usr/sbin/sshd", "/usr/bin/sshd", ("-D",), 1), 1)
     if host_shell:  # fault host-shell-process: a shell on the host, from a dropped binary
         table.add(_Spec("sh", "/tmp/busybox", threads=1), 1)
+    if web_terminal:  # fault web-terminal-running: ttyd, dropped on /var, on a unix socket
+        args = ("--interface", "/run/ttyd.sock", "--writable", "/var/lib/ttyd/login")
+        table.add(_Spec("/var/lib/ttyd/ttyd", "/var/lib/ttyd/ttyd", args, 1), 1)
     return table.entries
 
 

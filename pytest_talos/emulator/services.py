@@ -711,6 +711,19 @@ class ServiceManager:
         service = self.services[service_id]
         self._later(service, delay, lambda: self.stop(service))
 
+    def stick_later(self, service_id: str, delay: float) -> None:
+        """Restart a service ``delay`` emulated seconds from now, and let its pre-start step
+        never end: it stays Preparing ("Running pre state", service_runner.go Run)."""
+        service = self.services[service_id]
+
+        def stick() -> None:
+            self.stop(service)
+            service.run += 1
+            self.record(service, "Starting", "Starting service")
+            self.record(service, "Preparing", "Running pre state")
+
+        self._later(service, delay, stick)
+
     def restart_if_running(self, service_id: str) -> None:
         """kubelet_service.go on a KubeletSpec change: stop it if it runs, then start it."""
         service = self.services.get(service_id)

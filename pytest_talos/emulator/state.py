@@ -145,6 +145,9 @@ class KubeNodeInfo:
     status_unknown: bool = False
     last_heartbeat: float | None = None  # emulated Unix seconds
     unknown_since: float | None = None
+    ready_since: float | None = None  # Ready's lastTransitionTime when it is not ``created``
+    pressure: tuple[str, ...] = ()  # the pressure conditions that are True
+    unschedulable: bool = False  # cordoned (spec.unschedulable)
 
 
 class NodeHooks:
@@ -243,6 +246,7 @@ class NodeState(ConfigMixin):
             sshd=self._fault("ssh-open"),
             package_manager=self._fault("package-manager-present"),
             extensions=identity.extensions,
+            extra_files=system.fault_files(self._fault),
         )
 
     # ---- small helpers ---------------------------------------------------------------
@@ -299,6 +303,10 @@ class NodeState(ConfigMixin):
             self.services.health_fault_later("machined", FAULT_AFTER_BOOT, MACHINED_UNHEALTHY)
         if self._fault("flapping-service"):
             self._schedule_flap()
+        if self._fault("service-stuck-preparing") and "trustd" in self.services.services:
+            # fault service-stuck-preparing: trustd is restarted a little after boot and its
+            # pre-start step never returns
+            self.services.stick_later("trustd", FAULT_AFTER_BOOT)
         if self._fault("health-flap-running") and "cri" in self.services.services:
             self._schedule_health_flap(FAULT_AFTER_BOOT, failing=True)
         if self._fault("service-down") and "trustd" in self.services.services:
@@ -808,6 +816,7 @@ class NodeState(ConfigMixin):
             pid1=pid1,
             sshd=self._fault("ssh-open"),
             host_shell=self._fault("host-shell-process"),
+            web_terminal=self._fault("web-terminal-running"),
         )
 
     def mounts(self) -> list[system.MountEntry]:
@@ -815,6 +824,7 @@ class NodeState(ConfigMixin):
             platform=self.identity.platform,
             extensions=len(self.identity.extensions),
             rw_root=self._fault("rw-rootfs"),
+            rw_usr=self._fault("usr-writable"),
         )
 
     def listeners(self) -> list[system.Listener]:
@@ -862,13 +872,16 @@ class NodeState(ConfigMixin):
             labels["node-role.kubernetes.io/control-plane"] = ""
         if not self._fault("labels-not-synced"):  # fault labels-not-synced
             labels.update(mc.node_labels(self.active_config))  # issue #3: labels from the config
+            labels.update(self.labels_kept_after_revert)  # fault try-revert-keeps-label
         pods = mc.pod_subnets(self.active_config)
         unknown = self.powered and self._kube_status_unknown_since is not None
+        flap_ready, flap_since = self._ready_flap()
         return KubeNodeInfo(
             name=self.hostname,
             address=ident.address,
             labels=labels,
-            ready=self.powered and not unknown and not self._fault("node-not-ready"),
+            ready=self.powered and not unknown and not self._fault("node-not-ready")
+            and flap_ready,
             controlplane=ident.controlplane,
             kubelet_version=f"v{ident.kubernetes_version}",
             os_image=f"Talos ({self.talos_version})",
@@ -877,7 +890,23 @@ class NodeState(ConfigMixin):
             status_unknown=unknown,
             last_heartbeat=self._kubelet_silent_since if unknown else None,
             unknown_since=self._kube_status_unknown_since if unknown else None,
+            ready_since=flap_since,
+            # fault node-memory-pressure: kubelet reports MemoryPressure=True
+            pressure=("MemoryPressure",) if self._fault("node-memory-pressure") else (),
+            unschedulable=self._fault("node-cordoned"),  # fault node-cordoned
         )
+
+    def _ready_flap(self) -> tuple[bool, float | None]:
+        """Fault ready-flapping: Ready turns False for the last 2 s of every 8 s of node time
+        after boot. Whether Ready holds now, and when it last changed."""
+        if not self._fault("ready-flapping"):
+            return True, None
+        period, down = 8.0, 2.0
+        elapsed = max(self.clock.time() - self.booted_at, 0.0)
+        start = self.booted_at + elapsed // period * period
+        if elapsed % period >= period - down:
+            return False, start + period - down
+        return True, start if start > self.booted_at else None
 
     # ---- lifecycle (v1alpha1_server.go, runtime/mode.go) -------------------------------------
 

@@ -6,7 +6,8 @@ The root is the Talos image: usr-merged (siderolabs/pkgs ``fhs/pkg.yaml``: ``/bi
 ``/usr/bin/init`` with ``poweroff``, ``shutdown``, ``reboot`` and ``dashboard`` linked to it
 (``Dockerfile``, the rootfs stage), no shell, SSH, GNU utilities, busybox or package manager,
 and no ``/usr/local/bin``, ``/usr/local/sbin`` or ``/opt/bin``. Fault profiles bend exactly
-these (``shell-present``, ``ssh-open``, ``package-manager-present``, ``rw-rootfs``).
+these (``shell-present``, ``ssh-open``, ``package-manager-present``, ``rw-rootfs``,
+``shell-in-libexec``, ``shell-alias``, ``package-manager-in-opt``, ``usr-writable``).
 Plain Python data; the servicers render it.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import posixpath
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from pytest_talos.emulator.processes import ProcessEntry, processes_for
@@ -35,6 +36,7 @@ __all__ = [
     "MountEntry",
     "ProcessEntry",
     "build_rootfs",
+    "fault_files",
     "listeners_for",
     "meminfo",
     "mounts_for",
@@ -224,6 +226,25 @@ def build_rootfs(
     return entries
 
 
+# Files the faults drop onto the node's executable paths (each a defect of the image).
+_FAULT_FILES: Mapping[str, tuple[str, ...]] = {
+    "shell-in-libexec": ("/usr/libexec/dash",),
+    "shell-alias": ("/usr/bin/busybox.static",),
+    "package-manager-in-opt": ("/opt/foo/bin/dpkg",),
+}
+
+
+def fault_files(active: Callable[[str], bool]) -> dict[str, bytes]:
+    """The files of the active faults among :data:`_FAULT_FILES` (``build_rootfs``'s
+    ``extra_files``): fault shell-in-libexec, shell-alias, package-manager-in-opt."""
+    return {
+        path: _ELF_STUB
+        for fault, paths in _FAULT_FILES.items()
+        if active(fault)
+        for path in paths
+    }
+
+
 def _runtime_dirs(controlplane: bool) -> dict[str, int]:
     """What boot creates on /system (tmpfs) and /var (EPHEMERAL); INFERRED beyond the paths
     Talos's constants name (system/services/utils.go: /system/libexec/<id>, 0o711)."""
@@ -308,9 +329,17 @@ class MountEntry:
 _GIB = 1 << 30
 
 
-def mounts_for(*, platform: str, extensions: int, rw_root: bool) -> list[MountEntry]:
+def mounts_for(
+    *, platform: str, extensions: int, rw_root: bool, rw_usr: bool = False
+) -> list[MountEntry]:
     """/proc/mounts of the node, with the sizes statfs reports (Mounts API)."""
-    return [_root_mount(platform, extensions, rw_root), *_other_mounts(platform)]
+    mounts = [_root_mount(platform, extensions, rw_root), *_other_mounts(platform)]
+    if rw_usr:  # fault usr-writable: a writable overlay over the image's /usr, upper on /var
+        options = (
+            "rw,relatime,lowerdir=/usr,upperdir=/var/lib/usr-upper,workdir=/var/lib/usr-work"
+        )
+        mounts.append(MountEntry("overlay", "/usr", "overlay", options, 20 * _GIB, 17 * _GIB))
+    return mounts
 
 
 def _root_mount(platform: str, extensions: int, rw_root: bool) -> MountEntry:

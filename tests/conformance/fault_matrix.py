@@ -128,6 +128,11 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
     ),
     "empty-logs": FaultCase(("empty-logs",), _failed("services.logs-readable"),
                             why="apid runs, its log is registered but reads back empty"),
+    "service-stuck-preparing": FaultCase(
+        ("service-stuck-preparing",), _SERVICE_DOWN,
+        why="trustd was stopped (a stop after the boot) and its new run never leaves "
+        "Preparing: the stuck state itself fails services.expected-running-healthy",
+    ),
     "events-ignore-tail-seconds": FaultCase(
         ("events-ignore-tail-seconds",), _failed("services.events-cover-window"),
         why="the stream brings none of the boot's service events that ServiceList shows "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -44,6 +44,14 @@ _PRESSURE_CONDITIONS = (
     ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
 )
 
+# kubelet's reasons and messages when a pressure condition is True
+# (kubernetes pkg/kubelet/nodestatus/setters.go MemoryPressureCondition, ...).
+_UNDER_PRESSURE = {
+    "MemoryPressure": ("KubeletHasInsufficientMemory", "kubelet has insufficient memory available"),
+    "DiskPressure": ("KubeletHasDiskPressure", "kubelet has disk pressure"),
+    "PIDPressure": ("KubeletHasInsufficientPID", "kubelet has insufficient PID available"),
+}
+
 
 def _node_addresses(name: str, addresses: Sequence[str | tuple[str, str]]) -> list[Object]:
     result = [
@@ -70,6 +78,8 @@ def make_node_object(
     unschedulable: bool = False,
     ready_reason: str = "",
     ready_message: str = "",
+    ready_since: dt.datetime | str | None = None,
+    pressure: Collection[str] = (),
     heartbeat_ts: dt.datetime | str | None = None,
     unknown_since: dt.datetime | str | None = None,
     annotations: Mapping[str, str] | None = None,
@@ -84,7 +94,9 @@ def make_node_object(
     ``Hostname`` address is added when missing. ``labels`` are merged over the labels
     kubelet always sets (arch, os, hostname). ``taints`` are ``{key, value?, effect}``.
     With ``unknown_since`` the node controller has given up on the kubelet (last heard of
-    at ``heartbeat_ts``): every condition is Unknown, ``NodeStatusUnknown``.
+    at ``heartbeat_ts``): every condition is Unknown, ``NodeStatusUnknown``. ``pressure``
+    names the pressure conditions that are True (``MemoryPressure``, ...); ``ready_since``
+    is the Ready condition's ``lastTransitionTime`` (default: the heartbeat).
     :class:`KubeAPIServer` replaces ``resourceVersion`` with its own counter when serving.
     """
     version = kubelet_version if kubelet_version.startswith("v") else f"v{kubelet_version}"
@@ -110,6 +122,7 @@ def make_node_object(
     else:
         conditions = [
             _condition(kind, False, reason, message, beat)
+            if kind not in pressure else _condition(kind, True, *_UNDER_PRESSURE[kind], beat)
             for kind, reason, message in _PRESSURE_CONDITIONS
         ]
         conditions.append(_condition(
@@ -118,6 +131,7 @@ def make_node_object(
             ready_message or ("kubelet is posting ready status" if ready else
                               "container runtime network not ready: NetworkReady=false"),
             beat,
+            _timestamp(ready_since) if ready_since is not None else None,
         ))
     capacity = {"cpu": "2", "ephemeral-storage": "10218772Ki", "hugepages-2Mi": "0",
                 "memory": "2048Mi", "pods": "110"}

@@ -119,6 +119,12 @@ def _k8s_ready(t: Targets) -> str | None:
     return f"some nodes are not ready: {not_ready}" if not_ready else None
 
 
+def _k8s_schedulable(t: Targets) -> str | None:
+    # pkg/cluster/check/kubernetes.go K8sAllNodesSchedulableAssertion: spec.unschedulable
+    cordoned = [n.hostname for n in t.all if n.kube_node().unschedulable]
+    return f"some nodes are not schedulable: {cordoned}" if cordoned else _k8s_report(t)
+
+
 CONDITIONS: tuple[tuple[str, Check], ...] = (
     ("etcd to be healthy", _etcd_healthy),
     ("etcd members to be consistent across nodes", _etcd_consistent),
@@ -135,7 +141,7 @@ CONDITIONS: tuple[tuple[str, Check], ...] = (
     ("all k8s nodes to report ready", _k8s_ready),
     ("kube-proxy to report ready", _ok),
     ("coredns to report ready", _ok),
-    ("all k8s nodes to report schedulable", _k8s_report),
+    ("all k8s nodes to report schedulable", _k8s_schedulable),
 )
 
 

@@ -1,0 +1,59 @@
+"""Watching a Kubernetes Node's Ready condition over a window (no pytest: unit-tested alone).
+
+kubelet posts Ready with a ``lastTransitionTime`` that moves only when the status changes
+(kubernetes pkg/kubelet/nodestatus/setters.go ReadyCondition): a Ready that is True at every
+read but whose transition time moved has flapped between two reads.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from conformance._support.context import Timing
+from pytest_talos.cluster import KubernetesAccess
+
+__all__ = ["READY_POLL", "ready_changes", "ready_of", "watch_ready"]
+
+READY_POLL = 0.5  # node seconds between two reads of the Node while Ready is watched
+
+
+def ready_of(kube_node: Any) -> tuple[str, str, str]:
+    """Ready's status, lastTransitionTime and reason (``missing`` when there is none)."""
+    for condition in getattr(getattr(kube_node, "status", None), "conditions", None) or []:
+        if condition.type == "Ready":
+            return (
+                str(condition.status),
+                str(condition.last_transition_time),
+                " ".join(filter(None, [condition.reason, condition.message])),
+            )
+    return "missing", "", ""
+
+
+def watch_ready(
+    kube: KubernetesAccess, name: str, timing: Timing, window: float
+) -> list[tuple[float, tuple[str, str, str]]]:
+    """The Node's Ready condition read every READY_POLL node seconds for ``window`` node
+    seconds: ``[(node seconds since the start, (status, lastTransitionTime, reason))]``."""
+    start = time.monotonic()
+    deadline = start + timing.real(window)
+    seen = []
+    while True:
+        now = time.monotonic()
+        seen.append(((now - start) * timing.scale, ready_of(kube.node(name))))
+        if now >= deadline:
+            return seen
+        time.sleep(min(timing.real(READY_POLL), max(deadline - now, 0.0)))
+
+
+def ready_changes(seen: list[tuple[float, tuple[str, str, str]]]) -> list[str]:
+    """What moved: a read that is not True, or a lastTransitionTime other than the first."""
+    changes = []
+    first_transition = seen[0][1][1] if seen else ""
+    for at, (status, transition, reason) in seen:
+        if status != "True":
+            changes.append(f"Ready={status} at +{at:.1f}s" + (f" ({reason})" if reason else ""))
+        elif transition != first_transition:
+            changes.append(f"Ready turned True again at {transition} (+{at:.1f}s)")
+            first_transition = transition
+    return changes[:8]
