@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import difflib
 import tempfile
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
@@ -38,16 +39,18 @@ from pytest_talos.client import TalosClient
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
 from pytest_talos.errors import ConfigError, ConformanceFailure, PermissionDenied, TalosError
 from pytest_talos.plugin import UNREACHABLE_PROPERTY
-from pytest_talos.plugin.session import session_of
+from pytest_talos.plugin.session import SESSION_KEY, session_of
 from pytest_talos.reporting import (
     CheckRecord,
     RunInfo,
     TargetInfo,
     apply_gate,
+    build_results,
     check_waivers_known,
     decide_verdict,
     find_waiver,
     redact,
+    tested_facts,
     write_reports,
 )
 
@@ -94,6 +97,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_COLLECTOR] = collector
     # Registered as a plugin so that it sees every report, also those xdist workers send.
     config.pluginmanager.register(collector, "talos-conformance-results")
+    config.pluginmanager.register(_JunitTested(config), "talos-conformance-junit")
     config.stash[_STARTED] = dt.datetime.now(dt.UTC)
     config.stash[_UNREACHABLE] = unreachable = _Unreachable()
     config.pluginmanager.register(unreachable, "talos-conformance-unreachable")
@@ -261,6 +265,8 @@ def _selected(item: pytest.Item, settings: SuiteSettings) -> bool:
     spec = item.stash[_SPEC]
     if any(PARTS[part].holds(spec.id) for part in _left_out(item.config)):
         return False
+    if settings.checks:
+        return spec.id in settings.checks  # asked for by id: whatever the profile
     if settings.suite is None or settings.suite.selects(spec.area, _changes(item)):
         return True
     # Saving a snapshot is asked for explicitly: run it whatever the profile.
@@ -282,11 +288,49 @@ def pytest_collection_modifyitems(
             check_waivers_known(settings.waivers, owners)
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
+    if ours and settings.checks:
+        _check_ids_known(settings.checks, owners)
+    if settings.list_checks:
+        _list_checks(config, ours)
     keep = [i for i in items if _SPEC not in i.stash or _selected(i, settings)]
     dropped = [i for i in items if _SPEC in i.stash and not _selected(i, settings)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+def _check_ids_known(wanted: tuple[str, ...], known: dict[str, str]) -> None:
+    """--talos-check with an id that no check has is a usage error with the nearest ids."""
+    for check_id in wanted:
+        if check_id in known:
+            continue
+        close = difflib.get_close_matches(check_id, list(known), n=3, cutoff=0.5)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        raise pytest.UsageError(
+            f"--talos-check {check_id}: there is no such check{hint} (list them with "
+            "--talos-list-checks)")
+
+
+def _list_checks(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Print the catalogue (one line per check, by area) and end the run."""
+    seen: dict[str, tuple[CheckSpec, str | None]] = {}
+    for item in items:
+        seen.setdefault(item.stash[_SPEC].id, (item.stash[_SPEC], _changes(item)))
+    order = {area: i for i, area in enumerate(AREAS)}
+    rows = sorted(seen.values(), key=lambda row: (order.get(row[0].area, 99), row[0].id))
+    width = max((len(spec.id) for spec, _ in rows), default=10)
+    lines = [f"{'check':<{width}}  {'severity':<8}  {'changes':<10}  claim"]
+    lines += [f"{spec.id:<{width}}  {spec.severity:<8}  {changes or 'read-only':<10}  "
+              f"{spec.claim}" for spec, changes in rows]
+    lines.append(f"{len(rows)} checks; run some with --talos-check ID (repeatable) or a "
+                 "profile with --talos-suite")
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for line in lines:
+        if reporter is not None:
+            reporter.write_line(line)
+        else:
+            print(line)
+    pytest.exit("listed the checks (--talos-list-checks)", returncode=0)
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -516,11 +560,43 @@ def pytest_runtest_makereport(
         message = report.longreprtext
         if isinstance(exc, ConformanceFailure):
             message = str(exc).splitlines()[0]  # the rest is in the evidence
+            if item.config.option.tbstyle in ("auto", "short"):
+                report.longrepr = failure_text(spec, _node_param(item) or exc.node, exc)
         elif exc is not None:
             message = str(exc)
         report.user_properties.append((PROP_MESSAGE, redact(message)))
         _apply_waiver(item, report, spec)
     return report
+
+
+_EVIDENCE_LINES = 40  # per evidence value on the terminal; the reports keep it whole
+
+
+def failure_text(spec: CheckSpec, node: str | None, exc: ConformanceFailure) -> str:
+    """What the terminal shows for a failing check: id, node, severity, one line of cause,
+    then expected/observed and the evidence (redacted); no test source, no fixture reprs."""
+    cause = str(exc.args[0]).splitlines()[0] if exc.args else ""
+    cause = cause.removeprefix(f"{exc.check} on {exc.node}: " if exc.node else f"{exc.check}: ")
+    lines = [f"{spec.id} on {node or 'the cluster'} [{spec.severity}]: {cause}"]
+    fields: dict[str, Any] = {}
+    if exc.expected is not None:
+        fields["expected"] = exc.expected
+    if exc.observed is not None:
+        fields["observed"] = exc.observed
+    fields.update(exc.evidence)
+    for key, value in redact(fields).items():
+        text = str(value).rstrip()
+        if "\n" not in text:
+            lines.append(f"  {key}: {text}")
+            continue
+        shown = text.splitlines()
+        if len(shown) > _EVIDENCE_LINES:
+            shown = [*shown[:_EVIDENCE_LINES], f"... ({len(shown) - _EVIDENCE_LINES} more "
+                     "lines in the report)"]
+        lines.append(f"  {key}:")
+        lines += ["    " + line for line in shown]
+    lines += [f"  claim: {spec.claim}", "  (--tb=long shows the test's traceback)"]
+    return "\n".join(lines)
 
 
 def _verdict_inputs(config: pytest.Config, run: RunInfo, records: list[CheckRecord]) -> None:
@@ -554,6 +630,39 @@ def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def _tested(config: pytest.Config) -> dict[str, Any]:
+    """What the run was pointed at, for the reports: real nodes or the emulator (with its
+    faults, variants and clock), the endpoints and the talosconfig context (no credentials)."""
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
+        return {}
+    s = session.settings
+    tested: dict[str, Any] = {"kind": "real"}
+    if s.emulator.value is not None:
+        cp, workers = s.emulator.value
+        tested = {"kind": "emulated", "size": f"{cp} control plane(s), {workers} worker(s)",
+                  "faults": list(s.faults.value), "variants": list(s.variants.value),
+                  "time_scale": s.time_scale.value}
+    tested["endpoints"] = list(s.endpoints.value)
+    cluster = session.cached_cluster
+    talosconfig = cluster.talosconfig if cluster is not None else None
+    if cluster is not None:
+        tested["endpoints"] = [cluster.client.endpoint]
+    elif s.emulator.value is not None:
+        tested["endpoints"] = ["each test process's own emulated cluster (pytest-xdist)"]
+    if talosconfig is not None:
+        tested["context"] = talosconfig.context_name
+        if s.emulator.value is None:
+            tested["talosconfig"] = str(talosconfig.path)
+        if s.emulator.value is None and talosconfig.context.time_scale != 1:
+            # Only the pytest-talos emulator advertises a clock rate in its talosconfig.
+            tested.update(kind="emulated", time_scale=talosconfig.context.time_scale,
+                          faults=["(not known: the emulator was reached through a talosconfig)"])
+    elif s.context.value:
+        tested["context"] = s.context.value
+    return tested
+
+
 def _run_info(config: pytest.Config, collector: ResultCollector) -> RunInfo:
     settings = config.stash[_SETTINGS]
     notes = []
@@ -562,6 +671,7 @@ def _run_info(config: pytest.Config, collector: ResultCollector) -> RunInfo:
     if settings.snapshot_mode:
         notes.append(f"snapshot {settings.snapshot_mode}: {settings.snapshot_path}")
     return RunInfo(
+        tested=_tested(config),
         started=config.stash[_STARTED],
         finished=dt.datetime.now(dt.UTC),
         suite=settings.suite.name if settings.suite else "",
@@ -574,6 +684,31 @@ def _run_info(config: pytest.Config, collector: ResultCollector) -> RunInfo:
         threshold=settings.fail_under,
         notes=notes,
     )
+
+
+def _slug(label: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in label.lower()).strip("_")
+
+
+class _JunitTested:
+    """Puts what was tested into the JUnit XML as testsuite properties (talos_target, ...),
+    before pytest writes the file."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        from _pytest.junitxml import xml_key  # the one way to add properties from here
+
+        config = self.config
+        xml = config.stash.get(xml_key, None)
+        collector = config.stash.get(_COLLECTOR, None)
+        if xml is None or collector is None or _is_worker(config):
+            return
+        run = build_results([], _run_info(config, collector))["run"]
+        for label, value in tested_facts(run):
+            xml.add_global_property(f"talos_{_slug(label)}", value)
 
 
 @pytest.hookimpl(trylast=True)
@@ -612,9 +747,49 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if _is_worker(config) or _GATE not in config.stash:
         return
     settings = config.stash[_SETTINGS]
+    collector = config.stash.get(_COLLECTOR, None)
+    if collector is not None:
+        quiet = config.get_verbosity() < 0
+        for line in summary_table(collector.records(), quiet=quiet):
+            terminalreporter.write_line(line)
     if settings.fail_under != "low" or "blocking" in config.stash[_GATE]:
         terminalreporter.write_line(f"conformance: {config.stash[_GATE]}")
     if _REPORTS in config.stash:
         terminalreporter.write_line(config.stash[_REPORTS])
     if _VERDICT in config.stash:
         terminalreporter.write_line(f"conformance: {config.stash[_VERDICT]}")
+
+
+def summary_table(records: list[Any], *, quiet: bool = False) -> list[str]:
+    """The closing table: one line per check id (most severe failures first) with how many
+    nodes passed, failed, were waived or skipped, and the failing nodes."""
+    if not records:
+        return []
+    rows: dict[str, dict[str, Any]] = {}
+    for r in records:
+        row = rows.setdefault(r.check_id, {"severity": r.severity, "passed": 0, "failed": 0,
+                                           "waived": 0, "skipped": 0, "nodes": []})
+        outcome = "failed" if r.outcome == "error" else r.outcome
+        row[outcome] += 1
+        if outcome == "failed":
+            row["nodes"].append(r.node or "cluster")
+    ranks = {"critical": 0, "high": 1, "medium": 2, "low": 3}
+    order = sorted(rows, key=lambda c: (not rows[c]["failed"], ranks.get(rows[c]["severity"], 9),
+                                        c))
+    shown = order
+    if quiet:  # -q: only what did not pass cleanly
+        shown = [c for c in order if rows[c]["failed"] or rows[c]["waived"]]
+    width = max(len(c) for c in rows)
+    lines = ["", f"{'conformance check':<{width}}  severity  pass  fail  waived  skip",
+             "-" * (width + 38)]
+    for check_id in shown:
+        row = rows[check_id]
+        failing = f"  {', '.join(row['nodes'][:4])}" if row["nodes"] else ""
+        if len(row["nodes"]) > 4:
+            failing += f" (+{len(row['nodes']) - 4})"
+        lines.append(f"{check_id:<{width}}  {row['severity']:<8}  {row['passed']:>4}  "
+                     f"{row['failed']:>4}  {row['waived']:>6}  {row['skipped']:>4}{failing}")
+    if len(shown) < len(order):
+        lines.append(f"... and {len(order) - len(shown)} checks that passed or skipped "
+                     "(without -q: every check; the report lists them all)")
+    return lines

@@ -6,6 +6,7 @@ Runs where the reports arrive: in the single process, or in the pytest-xdist con
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +69,18 @@ class ResultCollector:
         self._partials: dict[str, _Partial] = {}
         self.targets: dict[str, TargetInfo] = {}
         self.other_failures = 0  # failed reports of tests that are not checks
+        self._notes: dict[str, list[str]] = {}  # warnings a check raised, by node id
+
+    def pytest_warning_recorded(
+        self, warning_message: warnings.WarningMessage, nodeid: str
+    ) -> None:
+        """A warning a check raises (e.g. unverified images) is a note in the reports."""
+        if not nodeid:
+            return
+        note = f"{warning_message.category.__name__}: {warning_message.message}"
+        notes = self._notes.setdefault(nodeid, [])
+        if note not in notes:
+            notes.append(note)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.add(report)
@@ -119,7 +132,7 @@ class ResultCollector:
             CheckRecord(
                 check_id=p.check_id, severity=p.severity, claim=p.claim, outcome=p.outcome,
                 node=p.node, duration=p.duration, message=p.message, evidence=p.evidence,
-                waiver=p.waiver, test_id=nodeid,
+                waiver=p.waiver, test_id=nodeid, notes=list(self._notes.get(nodeid, ())),
             )
             for nodeid, p in self._partials.items()
         ]

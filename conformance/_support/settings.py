@@ -45,6 +45,8 @@ class SuiteSettings:
     cert_warn_days: float = DEFAULT_CERT_WARN_DAYS
     cert_fail_days: float = DEFAULT_CERT_FAIL_DAYS
     sources: dict[str, str] = field(default_factory=dict)
+    checks: tuple[str, ...] = ()  # --talos-check: run only these check ids
+    list_checks: bool = False  # --talos-list-checks: print the catalogue and exit
 
     def describe(self) -> list[str]:
         """Report-header lines (never credentials)."""
@@ -63,6 +65,9 @@ class SuiteSettings:
                          f"Kubernetes {self.expect_kubernetes_version or '-'}")
         if self.snapshot_mode:
             lines.append(f"conformance: snapshot {self.snapshot_mode} {self.snapshot_path}")
+        if self.checks:
+            lines.append(f"conformance: only the checks {', '.join(self.checks)} "
+                         "(--talos-check)")
         if self.waivers_path:
             lines.append(f"conformance: {len(self.waivers)} waiver(s) from {self.waivers_path}")
         if self.report_dir:
@@ -132,6 +137,14 @@ def add_options(parser: pytest.Parser) -> None:
                       ("talos_cert_warn_days", "days before expiry a certificate warns"),
                       ("talos_cert_fail_days", "days before expiry a certificate fails")):
         parser.addini(ini, what, default=None)
+    group.addoption(
+        "--talos-check", action="append", default=None, metavar="ID", dest="talos_check_ids",
+        help="run only this check (its id, e.g. immutability.no-shell-or-ssh); repeatable; "
+        "replaces the --talos-suite selection")
+    group.addoption(
+        "--talos-list-checks", action="store_true", default=False,
+        help="print every check of the suite (id, severity, area, what it changes, claim) and "
+        "exit")
     group.addoption(
         "--talos-docker", action="store_true", default=False,
         help="the nodes are local Docker containers named after their hostnames (talosctl "
@@ -250,4 +263,6 @@ def _read(config: pytest.Config) -> SuiteSettings:
         cert_warn_days=warn_days,
         cert_fail_days=fail_days,
         sources={"desired": desired_source} if desired_source else {},
+        checks=tuple(dict.fromkeys(c.strip() for c in config.getoption("talos_check_ids") or ())),
+        list_checks=bool(config.getoption("talos_list_checks")),
     )
