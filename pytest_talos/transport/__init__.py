@@ -27,7 +27,9 @@ connection), ``_errors`` (the classification above, pure functions).
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
+import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -75,6 +77,8 @@ __all__ = [
 
 DEFAULT_STREAM_TIMEOUT = 120.0  # seconds, total limit of finite streams (read, list, logs)
 _CLOSE_GRACE = 0.5  # seconds the server gets to acknowledge a TLS close on client close
+# Every RPC at DEBUG (pytest --log-cli-level=DEBUG): method, target, endpoint, duration.
+_log = logging.getLogger("pytest_talos.transport")
 
 ReqT = TypeVar("ReqT", bound=Message)
 RepT = TypeVar("RepT", bound=Message)
@@ -251,6 +255,7 @@ class Transport:
         """One request, one reply, within ``timeout`` seconds (connecting included)."""
         limit = timeout if timeout is not None else self.timeout
         _check_positive("timeout", limit)
+        started = time.monotonic()
         try:
             async with self.channel().request(
                 rpc.path,
@@ -263,7 +268,10 @@ class Transport:
                 await call.send_message(request, end=True)
                 reply = await call.recv_message()
         except Exception as exc:
-            raise classify_error(exc, self.call_info(rpc, target, limit)) from None
+            error = classify_error(exc, self.call_info(rpc, target, limit))
+            self._log_call(rpc, target, started, f"failed: {type(error).__name__}")
+            raise error from None
+        self._log_call(rpc, target, started, "ok")
         if reply is None:
             raise with_context(
                 TransportError("the server ended the call without a reply"),
@@ -290,6 +298,7 @@ class Transport:
         if idle_timeout is not None:
             _check_positive("idle_timeout", idle_timeout)
         idle: asyncio.Timeout | None = None
+        started, received = time.monotonic(), 0
         try:
             async with self.channel().request(
                 rpc.path,
@@ -304,13 +313,23 @@ class Transport:
                     async with asyncio.timeout(idle_timeout) as idle:
                         message = await call.recv_message()
                     if message is None:
+                        self._log_call(rpc, target, started, f"stream ended, {received} messages")
                         return
+                    received += 1
                     yield message
         except Exception as exc:
+            self._log_call(rpc, target, started, f"stream stopped ({type(exc).__name__}) "
+                           f"after {received} messages")
             info = self.call_info(rpc, target, total, streaming=True)
             if idle is not None and idle.expired() and idle_timeout is not None:
                 raise with_context(idle_expired(info, idle_timeout), info) from None
             raise classify_error(exc, info) from None
+
+    def _log_call(self, rpc: Rpc[Any, Any], target: Target, started: float, how: str) -> None:
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug("%s to %s via %s: %s in %.3fs", rpc.path,
+                       target.label or "the endpoint", self.endpoint, how,
+                       time.monotonic() - started)
 
     def close(self) -> None:
         """Close the connection now, without waiting for the server's TLS goodbye.
