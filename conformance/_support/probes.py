@@ -1,5 +1,7 @@
 """Probes the API checks need beyond the regular client: connecting without a client
-certificate, with a certificate from a foreign CA, and attempting COSI writes.
+certificate or with certificates apid must refuse (foreign CA, expired, without client-auth
+usage, from the Kubernetes CA), an os:reader asking for what only os:admin may have, and
+attempting COSI writes (judged by the state afterwards, not only by the reply).
 
 Each returns what it saw as data; the checks decide. Nothing here prints key material.
 """
@@ -7,22 +9,43 @@ Each returns what it saw as data; the checks decide. Nothing here prints key mat
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import datetime as dt
 import socket
 import ssl
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
+from cryptography.x509.oid import ExtendedKeyUsageOID
 from google.protobuf.message import Message
 
 from pytest_talos._proto.v1alpha1 import resource_pb2, state_pb2
 from pytest_talos.client import TalosClient
 from pytest_talos.emulator.pki import CertificateAuthority, issue_client_cert
-from pytest_talos.errors import APIError, TalosError, TransportError
+from pytest_talos.errors import APIError, DeadlineExceeded, TalosError, TransportError
 from pytest_talos.talosconfig import Context
-from pytest_talos.transport import Rpc, Target, Transport, build_ssl_context
+from pytest_talos.transport import Rpc, Target, Transport, build_ssl_context, certificate_roles
 
-__all__ = ["Attempt", "connect_without_certificate", "foreign_ca_attempt", "write_attempts"]
+__all__ = [
+    "KNOWN_SENSITIVE",
+    "Attempt",
+    "certificate_attempt",
+    "connect_without_certificate",
+    "eku_attempts",
+    "expired_credentials",
+    "foreign_ca_attempt",
+    "kubernetes_ca_attempt",
+    "reader_admin_attempts",
+    "sensitive_read_attempts",
+    "signer_from_config",
+    "write_attempts",
+]
 
 APID_PORT = 50000
 # The HTTP/2 client preface and an empty SETTINGS frame: what any gRPC client sends first.
@@ -82,11 +105,20 @@ def connect_without_certificate(host: str, ca_pem: bytes, timeout: float) -> Att
 
 def foreign_ca_attempt(host: str, ca_pem: bytes, timeout: float) -> Attempt:
     """Call Version with an ``os:admin`` certificate from a CA the cluster does not know."""
-    what = "Version with an os:admin certificate from a foreign CA"
     foreign = CertificateAuthority.generate(organization="talos")
     cert = issue_client_cert(foreign, roles=["os:admin"])
-    client = TalosClient(f"{host}:{APID_PORT}", ca_pem, cert.cert_pem, cert.key_pem,
-                         timeout=timeout)
+    return certificate_attempt(host, ca_pem, cert.cert_pem, cert.key_pem, timeout,
+                               "Version with an os:admin certificate from a foreign CA")
+
+
+def certificate_attempt(host: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes,
+                        timeout: float, what: str) -> Attempt:
+    """Call Version on ``host`` presenting ``cert_pem``: refused means TLS turned it away.
+
+    A PermissionDenied after the handshake still counts as accepted: apid let the
+    certificate in, and only the roles in it stopped the call.
+    """
+    client = TalosClient(f"{host}:{APID_PORT}", ca_pem, cert_pem, key_pem, timeout=timeout)
     try:
         version = client.version()
     except TransportError as exc:
@@ -127,10 +159,30 @@ def _verdict(what: str, exc: APIError | None) -> Attempt:
                    f"{exc.details}")
 
 
+_GET = Rpc(_STATE + "Get", state_pb2.GetRequest, state_pb2.GetResponse)
+
+
+async def _probe_exists(transport: Transport, target: Target) -> bool | None:
+    """Whether the probe resource exists (None: the node did not say)."""
+    kind, namespace = _PROBE_TYPE
+    request = state_pb2.GetRequest(namespace=namespace, type=kind, id=_WRITE_PROBE_ID)
+    try:
+        await transport.unary(_GET, request, target)
+    except APIError as exc:
+        return False if exc.code == "NOT_FOUND" else None
+    return True
+
+
 async def _writes(transport: Transport, node: str) -> list[Attempt]:
+    """Each write is judged by its reply and by the state afterwards: a node that answers
+    PermissionDenied but carried the write out is caught by the Get that follows it."""
     target = Target(node=node)
     kind, namespace = _PROBE_TYPE
     attempts = []
+    if await _probe_exists(transport, target):
+        attempts.append(Attempt("the probe resource before any write", accepted=True,
+                                detail=f"{kind} {namespace}/{_WRITE_PROBE_ID} exists already "
+                                "(an earlier write got through)"))
     calls: tuple[tuple[str, Rpc[Any, Any], Message], ...] = (
         ("Destroy of a resource that does not exist", _DESTROY,
          state_pb2.DestroyRequest(namespace=namespace, type=kind, id=_WRITE_PROBE_ID)),
@@ -139,26 +191,39 @@ async def _writes(transport: Transport, node: str) -> list[Attempt]:
         ("Create of a probe resource", _CREATE,
          state_pb2.CreateRequest(resource=_probe_resource())),
     )
+    left_behind = False
     for what, rpc, request in calls:
         try:
             await transport.unary(rpc, request, target)
-            attempts.append(_verdict(what, None))
+            verdict = _verdict(what, None)
         except APIError as exc:
-            attempts.append(_verdict(what, exc))
-    if attempts[-1].accepted:  # the probe resource exists now: take it away again
+            verdict = _verdict(what, exc)
+        exists = await _probe_exists(transport, target)
+        if exists and rpc is not _DESTROY:
+            left_behind = True
+            verdict = Attempt(what, accepted=True,
+                              detail=f"{verdict.detail}; afterwards {kind} "
+                              f"{namespace}/{_WRITE_PROBE_ID} exists")
+        attempts.append(verdict)
+    if left_behind or attempts[-1].accepted:  # take the probe resource away again
         cleanup = state_pb2.DestroyRequest(namespace=namespace, type=kind, id=_WRITE_PROBE_ID)
         with contextlib.suppress(TalosError):
             await transport.unary(_DESTROY, cleanup, target)
+        if await _probe_exists(transport, target):
+            attempts.append(Attempt("clean-up of the probe resource", accepted=True,
+                                    detail=f"{kind} {namespace}/{_WRITE_PROBE_ID} could not "
+                                    "be destroyed: it stays on the node"))
     return attempts
 
 
 def write_attempts(cluster_client: TalosClient, context: Context, node: str,
                    timeout: float) -> list[Attempt]:
-    """Try Destroy, Update and Create through the COSI API of ``node``; each must be refused.
+    """Try Destroy, Update and Create through the COSI API of ``node``; each must be refused
+    and leave no probe resource behind.
 
     Uses its own connection (the client has no write methods, on purpose). A Destroy or
     Update of a resource that does not exist changes nothing even where writes are open; a
-    Create that succeeds is destroyed again.
+    probe resource that a write left is destroyed again (and reported if it cannot be).
     """
     ssl_context = build_ssl_context(context.ca_pem, context.crt_pem, context.key_pem)
 
@@ -170,3 +235,206 @@ def write_attempts(cluster_client: TalosClient, context: Context, node: str,
             transport.close()
 
     return asyncio.run(run())
+
+
+# --------------------------------------------------------------------------- certificates
+
+def signer_from_config(raw: bytes, section: str) -> CertificateAuthority | None:
+    """The CA (certificate and key) of ``<section>.ca`` in a machine config, if it has a key.
+
+    A control plane's config holds the Talos OS CA (``machine.ca``) and the Kubernetes CA
+    (``cluster.ca``) with their keys (pkg/machinery/config/types/v1alpha1); a worker's has
+    no key. None when there is no usable key.
+    """
+    try:
+        docs = list(yaml.safe_load_all(raw))
+    except yaml.YAMLError:
+        return None
+    for doc in docs:
+        part = doc.get(section) if isinstance(doc, dict) else None
+        ca = part.get("ca") if isinstance(part, dict) else None
+        if not isinstance(ca, dict) or not ca.get("crt") or not ca.get("key"):
+            continue
+        try:
+            cert = x509.load_pem_x509_certificate(base64.b64decode(ca["crt"]))
+            # Talos labels an Ed25519 PKCS#8 key "ED25519 PRIVATE KEY" (siderolabs/crypto).
+            key_pem = base64.b64decode(ca["key"]).replace(b"ED25519 PRIVATE KEY", b"PRIVATE KEY")
+            key = load_pem_private_key(key_pem, password=None)
+        except (ValueError, TypeError):
+            return None
+        return CertificateAuthority(cert, key)  # type: ignore[arg-type]
+    return None
+
+
+def expired_credentials(admin: TalosClient) -> tuple[bytes, bytes, str]:
+    """An os:reader certificate of the cluster's own CA that has expired, its key, and what
+    it is.
+
+    The kit has no CA key against a real cluster, so the certificate comes from
+    GenerateClientConfiguration (os:admin) with a TTL of one second; this waits until it has
+    expired. Minting a certificate changes nothing on the node.
+    """
+    creds = admin.generate_client_configuration(["os:reader"], 1)
+    cert = x509.load_pem_x509_certificate(creds.crt_pem)
+    left = (cert.not_valid_after_utc - dt.datetime.now(dt.UTC)).total_seconds()
+    if left > 10:
+        raise TransportError(f"GenerateClientConfiguration with a 1s TTL returned a certificate "
+                             f"valid for another {left:.0f}s")
+    time.sleep(max(0.0, left) + 1.5)
+    what = (f"Version with an os:reader certificate that expired at "
+            f"{cert.not_valid_after_utc:%H:%M:%S} UTC")
+    return creds.crt_pem, creds.key_pem, what
+
+
+def eku_attempts(host: str, ca_pem: bytes, signer: CertificateAuthority,
+                 timeout: float) -> list[Attempt]:
+    """Certificates of the cluster's CA whose ExtKeyUsage is not exactly ``[ClientAuth]``.
+
+    apid's ``verifyExtKeyUsage`` (internal/app/apid/service.go) refuses both: Go's TLS lets a
+    certificate without the extension through (no EKU means any), and one that also allows
+    ServerAuth, so only apid's own rule stops them.
+    """
+    shapes: tuple[tuple[str, tuple[x509.ObjectIdentifier, ...]], ...] = (
+        ("without ExtKeyUsage", ()),
+        ("with ExtKeyUsage [ClientAuth, ServerAuth]",
+         (ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH)),
+    )
+    attempts = []
+    for label, usages in shapes:
+        cert = issue_client_cert(signer, roles=["os:reader"], ext_key_usage=usages)
+        attempts.append(certificate_attempt(
+            host, ca_pem, cert.cert_pem, cert.key_pem, timeout,
+            f"Version with an os:reader certificate of the Talos CA {label}"))
+    return attempts
+
+
+def _kubeconfig_client(kubeconfig: bytes) -> tuple[bytes, bytes] | None:
+    """The client certificate and key of the first user of a kubeconfig."""
+    doc = yaml.safe_load(kubeconfig)
+    users = doc.get("users") if isinstance(doc, dict) else None
+    for entry in users or ():
+        user = entry.get("user") if isinstance(entry, dict) else None
+        if isinstance(user, dict) and user.get("client-certificate-data"):
+            return (base64.b64decode(user["client-certificate-data"]),
+                    base64.b64decode(user.get("client-key-data", "")))
+    return None
+
+
+def kubernetes_ca_attempt(host: str, ca_pem: bytes, kubeconfig: bytes,
+                          timeout: float) -> Attempt | None:
+    """Version presenting the admin kubeconfig's client certificate (Kubernetes CA, O =
+    system:masters). None when the kubeconfig holds no client certificate."""
+    found = _kubeconfig_client(kubeconfig)
+    if found is None:
+        return None
+    cert_pem, key_pem = found
+    return certificate_attempt(
+        host, ca_pem, cert_pem, key_pem, timeout,
+        "Version with the admin kubeconfig's client certificate (Kubernetes CA)")
+
+
+# --------------------------------------------------------------------------- os:reader
+
+# Sensitive types (Sensitivity: meta.Sensitive) of pkg/machinery/resources/config/
+# machine_config.go and pkg/machinery/resources/secrets/*.go; the node's own resource
+# definitions name the rest.
+KNOWN_SENSITIVE = frozenset({
+    "MachineConfigs.config.talos.dev",
+    "ApiCertificates.secrets.talos.dev",
+    "CertSANs.secrets.talos.dev",
+    "EncryptionSalts.secrets.talos.dev",
+    "EtcdSecrets.secrets.talos.dev",
+    "EtcdRootSecrets.secrets.talos.dev",
+    "KubeletSecrets.secrets.talos.dev",
+    "KubernetesSecrets.secrets.talos.dev",
+    "KubernetesDynamicCerts.secrets.talos.dev",
+    "KubernetesRootSecrets.secrets.talos.dev",
+    "MaintenanceRootSecrets.secrets.talos.dev",
+    "OSRootSecrets.secrets.talos.dev",
+    "TrustdCertificates.secrets.talos.dev",
+})
+_ABSENT_ID = "pytest-talos-absent"
+_WATCH_SECONDS = 2.0
+
+
+def _reader_verdict(what: str, call: Callable[[], str]) -> Attempt:
+    try:
+        detail = call()
+    except APIError as exc:
+        if exc.code == "PERMISSION_DENIED":
+            return Attempt(what, accepted=False, detail=f"refused: {exc.details}")
+        return Attempt(what, accepted=True,
+                       detail=f"past the access policy: {exc.code}: {exc.details}")
+    return Attempt(what, accepted=True, detail=detail)
+
+
+def _watched(reader: TalosClient, kind: str, namespace: str) -> str:
+    with reader.watch(kind, namespace=namespace, bootstrap=True, timeout=_WATCH_SECONDS) as events:
+        seen = 0
+        with contextlib.suppress(DeadlineExceeded):
+            for event in events:
+                if event.type == "bootstrapped":
+                    break
+                seen += 1
+    return f"the watch was set up and delivered {seen} resource(s)"
+
+
+def _reader_reads(
+    reader: TalosClient, kind: str, namespace: str, ids: list[str]
+) -> list[Attempt]:
+    def get(id_: str) -> Callable[[], str]:
+        return lambda: f"read version {reader.get(kind, id_, namespace).version}"
+
+    attempts = [_reader_verdict(f"Get {kind} {namespace}/{id_}", get(id_)) for id_ in ids]
+    attempts.append(_reader_verdict(
+        f"List {kind}",
+        lambda: f"listed {len(reader.list_resources(kind, namespace))} resource(s)"))
+    attempts.append(_reader_verdict(f"Watch {kind}", lambda: _watched(reader, kind, namespace)))
+    return attempts
+
+
+def sensitive_read_attempts(
+    admin: TalosClient, reader: TalosClient
+) -> tuple[list[Attempt], list[str]]:
+    """Get, List and Watch of every sensitive type the node serves, as os:reader.
+
+    Sensitive = marked so in the node's resource definitions, or known so upstream
+    (:data:`KNOWN_SENSITIVE`). Gets ask for the ids the admin sees (at most two a type),
+    or an absent id: the access policy refuses before any lookup
+    (internal/app/resources/access.go), so NotFound is a finding too. Returns the attempts
+    and the known-sensitive types the node does not serve.
+    """
+    definitions = admin.resource_definitions(refresh=True)
+    served = {d.resource_type: d for d in definitions}
+    targets = [d for d in definitions if d.sensitive or d.resource_type in KNOWN_SENSITIVE]
+    attempts = []
+    for definition in sorted(targets, key=lambda d: d.resource_type):
+        kind, namespace = definition.resource_type, definition.default_namespace
+        try:
+            ids = [r.id for r in admin.list_resources(kind, namespace)][:2]
+        except APIError:
+            ids = []
+        attempts += _reader_reads(reader, kind, namespace, ids or [_ABSENT_ID])
+    return attempts, sorted(KNOWN_SENSITIVE - set(served))
+
+
+def reader_admin_attempts(reader: TalosClient) -> dict[str, Attempt]:
+    """The Kubeconfig RPC, and GenerateClientConfiguration asking for os:admin, as os:reader.
+
+    Both are os:admin only (internal/app/machined/pkg/system/services/machined.go); the
+    authorizer refuses before the handler, so a worker's Unimplemented is a finding too.
+    Neither changes the node.
+    """
+    def kubeconfig() -> str:
+        return f"returned a kubeconfig of {len(reader.kubeconfig())} bytes"
+
+    def mint() -> str:
+        creds = reader.generate_client_configuration(["os:admin"], 60)
+        roles = ", ".join(certificate_roles(creds.crt_pem)) or "none"
+        return f"minted a client certificate with roles {roles}"
+
+    return {
+        "kubeconfig": _reader_verdict("Kubeconfig as os:reader", kubeconfig),
+        "mint": _reader_verdict(
+            "GenerateClientConfiguration(os:admin) as os:reader", mint),
+    }

@@ -1,9 +1,14 @@
 """The Talos API: answers everywhere with one version, enforces mTLS and RBAC, and its
 resource API is readable but never writable (as Talos's own integration tests check it:
-``internal/integration/api/version.go``, ``apid.go``, ``resources.go``)."""
+``internal/integration/api/version.go``, ``apid.go``, ``resources.go``).
+
+The access probes cannot change a healthy node: refused certificates are refused at TLS,
+an os:reader's requests are refused before any handler runs, and the one real apply sends
+the node's current config bytes unchanged under the config guard."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,12 +18,15 @@ from conformance._support.context import ReaderAccess
 from conformance.cluster.discovery import discovery_enabled
 from pytest_talos import models
 from pytest_talos.cluster import TalosCluster
+from pytest_talos.emulator.pki import CertificateAuthority
 from pytest_talos.errors import (
     APIError,
     ConformanceFailure,
     NodeError,
     PermissionDenied,
+    TalosError,
 )
+from pytest_talos.guard import ConfigGuard
 from pytest_talos.node import TalosNode
 
 # Resources every configured node has (registered in
@@ -48,6 +56,52 @@ def _ca_pem(cluster: TalosCluster) -> bytes:
     if cluster.talosconfig is None:
         pytest.skip("the talosconfig (and its CA) of this run is unknown")
     return cluster.talosconfig.context.ca_pem
+
+
+def _refused_or_fail(check: str, node: TalosNode, attempts: list[probes.Attempt],
+                     evidence: dict[str, Any], message: str, expected: str) -> None:
+    evidence.update({a.what: a.detail for a in attempts})
+    accepted = [a for a in attempts if a.accepted]
+    if accepted:
+        raise ConformanceFailure(
+            check, message, node=node.name, expected=expected,
+            observed="; ".join(f"{a.what}: {a.detail}" for a in accepted))
+
+
+@pytest.fixture(scope="module")
+def talos_ca_signer(talos_cluster: TalosCluster, talos_emulator: Any) -> Iterator[
+        CertificateAuthority | str]:
+    """The Talos OS CA with its key (to mint certificates apid must refuse), or why none.
+
+    The emulator hands it out; on a real cluster it is ``machine.ca`` of a control plane's
+    config (read as os:admin)."""
+    if talos_emulator is not None:
+        yield talos_emulator.ca
+        return
+    try:
+        raw = talos_cluster.controlplane().machine_config.raw
+    except TalosError as exc:
+        yield f"the Talos CA key is unknown: the control plane's config is unreadable ({exc})"
+        return
+    signer = probes.signer_from_config(raw, "machine")
+    yield signer if signer is not None else (
+        "the Talos CA key is unknown: the control plane's machine.ca has no usable key")
+
+
+@pytest.fixture(scope="module")
+def expired_credentials(talos_cluster: TalosCluster) -> tuple[bytes, bytes, str] | str:
+    try:
+        return probes.expired_credentials(talos_cluster.controlplane().client)
+    except TalosError as exc:
+        return f"no expired certificate: GenerateClientConfiguration failed ({exc})"
+
+
+@pytest.fixture(scope="module")
+def admin_kubeconfig(talos_cluster: TalosCluster) -> bytes | str:
+    try:
+        return talos_cluster.controlplane().client.kubeconfig()
+    except TalosError as exc:
+        return f"no admin kubeconfig to take a Kubernetes-CA certificate from ({exc})"
 
 
 @pytest.mark.talos_check(
@@ -144,6 +198,57 @@ def test_certificate_from_foreign_ca_is_refused(
 
 
 @pytest.mark.talos_check(
+    "api.expired-cert-refused", severity="critical",
+    claim="apid refuses an expired client certificate of the cluster's own CA")
+def test_expired_certificate_is_refused(
+    talos_node: TalosNode, talos_cluster: TalosCluster,
+    expired_credentials: tuple[bytes, bytes, str] | str, talos_evidence: dict[str, Any]
+) -> None:
+    if isinstance(expired_credentials, str):
+        pytest.skip(expired_credentials)
+    crt, key, what = expired_credentials
+    attempt = probes.certificate_attempt(
+        talos_node.host, _ca_pem(talos_cluster), crt, key, talos_cluster.client.timeout, what)
+    _refused_or_fail("api.expired-cert-refused", talos_node, [attempt], talos_evidence,
+                     "apid accepted an expired client certificate",
+                     "the TLS handshake refused (certificate expired)")
+
+
+@pytest.mark.talos_check(
+    "api.client-auth-eku-required", severity="high",
+    claim="apid refuses a Talos-CA certificate whose ExtKeyUsage is not exactly ClientAuth")
+def test_certificate_without_client_auth_usage_is_refused(
+    talos_node: TalosNode, talos_cluster: TalosCluster,
+    talos_ca_signer: CertificateAuthority | str, talos_evidence: dict[str, Any]
+) -> None:
+    if isinstance(talos_ca_signer, str):
+        pytest.skip(talos_ca_signer)
+    attempts = probes.eku_attempts(
+        talos_node.host, _ca_pem(talos_cluster), talos_ca_signer, talos_cluster.client.timeout)
+    _refused_or_fail("api.client-auth-eku-required", talos_node, attempts, talos_evidence,
+                     "apid accepted a certificate without exactly the client-auth usage",
+                     "the connection refused (verifyExtKeyUsage)")
+
+
+@pytest.mark.talos_check(
+    "api.kube-ca-refused", severity="critical",
+    claim="apid refuses a client certificate signed by the cluster's Kubernetes CA")
+def test_kubernetes_ca_certificate_is_refused(
+    talos_node: TalosNode, talos_cluster: TalosCluster, admin_kubeconfig: bytes | str,
+    talos_evidence: dict[str, Any]
+) -> None:
+    if isinstance(admin_kubeconfig, str):
+        pytest.skip(admin_kubeconfig)
+    attempt = probes.kubernetes_ca_attempt(
+        talos_node.host, _ca_pem(talos_cluster), admin_kubeconfig, talos_cluster.client.timeout)
+    if attempt is None:
+        pytest.skip("the admin kubeconfig holds no client certificate")
+    _refused_or_fail("api.kube-ca-refused", talos_node, [attempt], talos_evidence,
+                     "apid accepted a certificate of the Kubernetes CA",
+                     "the TLS handshake refused (unknown CA)")
+
+
+@pytest.mark.talos_check(
     "api.reader-cannot-apply", severity="critical",
     claim="An os:reader client cannot apply a machine configuration (PermissionDenied)")
 def test_reader_cannot_apply_configuration(
@@ -169,23 +274,90 @@ def test_reader_cannot_apply_configuration(
         observed=f"accepted (dry run): {reply.mode_details.splitlines()[0]}")
 
 
+@pytest.mark.talos_mutating
 @pytest.mark.talos_check(
-    "api.reader-cannot-read-secrets", severity="high",
-    claim="An os:reader client cannot read the machine config (a sensitive resource)")
-def test_reader_cannot_read_machine_config(
-    talos_node: TalosNode, talos_reader: ReaderAccess, talos_evidence: dict[str, Any]
+    "api.reader-cannot-apply-for-real", severity="critical",
+    claim="An os:reader client's real ApplyConfiguration is refused (sent with the node's "
+          "current config bytes, under the config guard)")
+def test_reader_cannot_really_apply_configuration(
+    talos_node: TalosNode, talos_reader: ReaderAccess, talos_config_guard: ConfigGuard,
+    talos_evidence: dict[str, Any]
 ) -> None:
     reader = talos_reader.for_node(talos_node.address)
+    # The guard snapshots the config first: whatever a defective node takes is undone.
+    talos_config_guard.protect(talos_node)
+    before = talos_node.machine_config
     try:
-        config = reader.machine_config()
+        # The current bytes unchanged: even a node that wrongly accepts changes only the version.
+        reply = reader.apply_configuration(before.raw, "no-reboot")
     except PermissionDenied as exc:
         talos_evidence["reply"] = f"{exc.code}: {exc.details}"
         return
+    except APIError as exc:
+        raise ConformanceFailure(
+            "api.reader-cannot-apply-for-real",
+            "the reader was refused, but not for lack of rights", node=talos_node.name,
+            expected="PermissionDenied: not authorized",
+            observed=f"{exc.code}: {exc.details}") from None
+    after = talos_node.machine_config
+    same = after.raw == before.raw
+    talos_evidence.update(version_before=before.version, version_after=after.version,
+                          bytes_unchanged=same)
+    if not same:
+        talos_config_guard.restore_node(talos_node)
     raise ConformanceFailure(
-        "api.reader-cannot-read-secrets",
-        "an os:reader client read the MachineConfig (it holds the cluster's secrets)",
+        "api.reader-cannot-apply-for-real", "an os:reader client's real apply was carried out",
         node=talos_node.name, expected="PermissionDenied: not authorized",
-        observed=f"MachineConfig version {config.version}, {len(config.raw)} bytes")
+        observed=f"accepted: {reply.mode_details.splitlines()[0] if reply.mode_details else ''}"
+                 f" (MachineConfig version {before.version} -> {after.version}, bytes "
+                 f"{'unchanged' if same else 'changed, restored'})")
+
+
+@pytest.mark.talos_check(
+    "api.reader-cannot-read-secrets", severity="high",
+    claim="An os:reader client can neither Get, List nor Watch a sensitive resource "
+          "(MachineConfig, the secrets types)")
+def test_reader_cannot_read_sensitive_resources(
+    talos_node: TalosNode, talos_reader: ReaderAccess, talos_evidence: dict[str, Any]
+) -> None:
+    reader = talos_reader.for_node(talos_node.address)
+    attempts, not_served = probes.sensitive_read_attempts(talos_node.client, reader)
+    talos_evidence["probed"] = len(attempts)
+    if not_served:
+        talos_evidence["known sensitive types the node does not serve"] = not_served
+    if not attempts:
+        raise ConformanceFailure(
+            "api.reader-cannot-read-secrets", "the node serves no sensitive resource type",
+            node=talos_node.name, expected="MachineConfigs defined and marked sensitive",
+            observed="no resource definition is sensitive")
+    _refused_or_fail("api.reader-cannot-read-secrets", talos_node, attempts, talos_evidence,
+                     "an os:reader client read sensitive resources",
+                     "PermissionDenied: not authorized for every Get, List and Watch")
+
+
+@pytest.mark.talos_check(
+    "api.reader-cannot-get-kubeconfig", severity="critical",
+    claim="An os:reader client is refused the Kubeconfig RPC (PermissionDenied)")
+def test_reader_cannot_get_kubeconfig(
+    talos_node: TalosNode, talos_reader: ReaderAccess, talos_evidence: dict[str, Any]
+) -> None:
+    attempt = probes.reader_admin_attempts(talos_reader.for_node(talos_node.address))
+    _refused_or_fail("api.reader-cannot-get-kubeconfig", talos_node, [attempt["kubeconfig"]],
+                     talos_evidence, "an os:reader client got past Kubeconfig's os:admin rule",
+                     "PermissionDenied: not authorized")
+
+
+@pytest.mark.talos_check(
+    "api.reader-cannot-mint-roles", severity="critical",
+    claim="An os:reader client cannot mint a client configuration with os:admin "
+          "(GenerateClientConfiguration is refused)")
+def test_reader_cannot_mint_admin_configuration(
+    talos_node: TalosNode, talos_reader: ReaderAccess, talos_evidence: dict[str, Any]
+) -> None:
+    attempt = probes.reader_admin_attempts(talos_reader.for_node(talos_node.address))
+    _refused_or_fail("api.reader-cannot-mint-roles", talos_node, [attempt["mint"]],
+                     talos_evidence, "an os:reader client got past GenerateClientConfiguration's "
+                     "os:admin rule", "PermissionDenied: not authorized")
 
 
 @pytest.mark.talos_check(

@@ -53,22 +53,31 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
     "kube-cert-expired": FaultCase(
         ("kube-cert-expired",),
         _failed("certs.kubernetes-api", "kubernetes.kubeconfig-obtainable",
-                "kubernetes.node-ready", "config.label-applies-without-reboot"),
+                "kubernetes.node-ready", "kubernetes.node-conditions-clear",
+                "config.label-applies-without-reboot"),
         why="an expired kube-apiserver certificate stops every Kubernetes client: the checks "
         "that talk to Kubernetes fail with the TLS error",
     ),
     "client-certs-unverified": FaultCase(
         ("client-certs-unverified",),
         _failed("api.mtls-required", "api.foreign-ca-refused", "api.reader-cannot-apply",
-                "api.reader-cannot-read-secrets"),
-        why="apid that never asks for a client certificate cannot tell a foreign CA's, nor a "
-        "reader's, from none; Python's ssl cannot ask for one and then accept any CA",
+                "api.reader-cannot-read-secrets", "api.expired-cert-refused",
+                "api.client-auth-eku-required", "api.kube-ca-refused",
+                "api.reader-cannot-apply-for-real", "api.reader-cannot-get-kubeconfig",
+                "api.reader-cannot-mint-roles"),
+        why="apid that never asks for a client certificate cannot tell a foreign CA's, an "
+        "expired one, one without client-auth usage, the Kubernetes CA's, nor a reader's, "
+        "from none (all get os:admin); Python's ssl cannot ask for one and then accept any CA",
     ),
     "cosi-writable": FaultCase(("cosi-writable",), _failed("api.resource-writes-refused")),
     "dry-run-applies": FaultCase(
-        ("dry-run-applies",), _failed("config.dry-run-changes-nothing", "config.matches-desired"),
-        why="the dry run's label stays on every node (nothing guards a dry run), so the nodes "
-        "then differ from their desired state",
+        ("dry-run-applies",), _failed("config.dry-run-changes-nothing"),
+        why="the check guards its dry run like any change, so the applied label is taken "
+        "back and the nodes still match their desired state",
+    ),
+    "dry-run-applies-late": FaultCase(
+        ("dry-run-applies-late",), _failed("config.dry-run-changes-nothing"),
+        why="only a second look after the settle time sees the change",
     ),
     "etcd-member-missing": FaultCase(
         ("etcd-member-missing",),
@@ -95,6 +104,41 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
         ("host-shell-process",), _failed("immutability.no-shell-or-ssh"),
         why="a shell outside every pod's containerd shim is a way into the host itself",
     ),
+    "shell-in-libexec": FaultCase(
+        ("shell-in-libexec",), _failed("immutability.no-shell-or-ssh"),
+        why="/usr/libexec is off PATH, so a search of the bin directories alone missed it",
+    ),
+    "shell-alias": FaultCase(
+        ("shell-alias",), _failed("immutability.no-shell-or-ssh"),
+        why="busybox.static is busybox under its static-build name; an exact name match missed it",
+    ),
+    "web-terminal-running": FaultCase(
+        ("web-terminal-running",), _failed("immutability.no-shell-or-ssh"),
+        why="ttyd serves a terminal on a unix socket: no port, no shell or sshd process name",
+    ),
+    "package-manager-in-opt": FaultCase(
+        ("package-manager-in-opt",), _failed("immutability.no-package-manager"),
+        why="/opt/foo/bin is an add-on tree under the writable /opt, not /opt/bin",
+    ),
+    "usr-writable": FaultCase(
+        ("usr-writable",), _failed("immutability.rootfs-read-only"),
+        why="/ stays ro; a writable overlay mounted over /usr makes the image content writable",
+    ),
+    "node-memory-pressure": FaultCase(
+        ("node-memory-pressure",), _failed("kubernetes.node-conditions-clear"),
+        why="Ready stays True; only the MemoryPressure condition shows it",
+    ),
+    "node-cordoned": FaultCase(
+        ("node-cordoned",),
+        _failed("kubernetes.node-conditions-clear", "cluster.health-check-passes"),
+        why="Ready stays True; spec.unschedulable shows it, as does talosctl health's "
+        "'all k8s nodes to report schedulable' (pkg/cluster/check/kubernetes.go)",
+    ),
+    "ready-flapping": FaultCase(
+        ("ready-flapping",), _failed("kubernetes.node-ready"),
+        why="Ready is True most of the time, so a wait for Ready passed; the watch over the "
+        "window sees it False (or its lastTransitionTime move) within one 8 s period",
+    ),
     "kubelet-crashloop": FaultCase(
         ("kubelet-crashloop",),
         _failed("services.expected-running-healthy", "services.no-recent-restarts",
@@ -103,6 +147,10 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
         why="kubelet is never up, so the boot never ends (no restart is excused as the "
         "boot's); a kubelet silent for the node-monitor grace period (40 s) turns its Node "
         "NotReady; the suite reaches the Kubernetes checks well after that",
+    ),
+    "late-apply-on-reject": FaultCase(
+        ("late-apply-on-reject",), _failed("config.invalid-patch-rejected"),
+        why="the reply and the first read are right; the config changes 2 s later",
     ),
     "labels-not-synced": FaultCase(("labels-not-synced",),
                                    _failed("config.label-applies-without-reboot")),
@@ -147,10 +195,13 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
     "no-kubeconfig": FaultCase(
         ("no-kubeconfig",),
         {"kubernetes.kubeconfig-obtainable": "failed", "kubernetes.node-ready": "error",
+         "kubernetes.node-conditions-clear": "error",
          "config.label-applies-without-reboot": "error", "certs.kubernetes-api": "error"},
         why="without a kubeconfig the Kubernetes-side checks cannot be measured (errors)",
     ),
     "no-mtls": FaultCase(("no-mtls",), _failed("api.mtls-required")),
+    "no-reboot-accepts-reboot-fields": FaultCase(
+        ("no-reboot-accepts-reboot-fields",), _failed("config.no-reboot-refuses-reboot-fields")),
     "node-not-ready": FaultCase(("node-not-ready",),
                                 _failed("kubernetes.node-ready", "cluster.health-check-passes")),
     "package-manager-present": FaultCase(("package-manager-present",),
@@ -159,7 +210,29 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
                                    _failed("immutability.pid1-is-machined")),
     "pid1-systemd-as-init": FaultCase(("pid1-systemd-as-init",),
                                       _failed("immutability.pid1-is-machined")),
-    "reader-can-apply": FaultCase(("reader-can-apply",), _failed("api.reader-cannot-apply")),
+    "reader-can-apply": FaultCase(
+        ("reader-can-apply",),
+        _failed("api.reader-cannot-apply", "api.reader-cannot-apply-for-real"),
+        why="the handler's admin rule is gone for dry runs and real applies alike",
+    ),
+    "reader-applies-for-real": FaultCase(("reader-applies-for-real",),
+                                         _failed("api.reader-cannot-apply-for-real"),
+                                         why="the dry run is refused; only a real apply shows it"),
+    "reader-watches-secrets": FaultCase(("reader-watches-secrets",),
+                                        _failed("api.reader-cannot-read-secrets"),
+                                        why="Get and List are refused; only a Watch leaks"),
+    "reader-gets-kubeconfig": FaultCase(("reader-gets-kubeconfig",),
+                                        _failed("api.reader-cannot-get-kubeconfig")),
+    "reader-mints-admin": FaultCase(("reader-mints-admin",),
+                                    _failed("api.reader-cannot-mint-roles")),
+    "expired-certs-accepted": FaultCase(("expired-certs-accepted",),
+                                        _failed("api.expired-cert-refused")),
+    "any-eku-accepted": FaultCase(("any-eku-accepted",), _failed("api.client-auth-eku-required")),
+    "kube-ca-trusted": FaultCase(("kube-ca-trusted",), _failed("api.kube-ca-refused")),
+    "cosi-create-lies": FaultCase(
+        ("cosi-create-lies",), _failed("api.resource-writes-refused"),
+        why="the reply is PermissionDenied; only the Get afterwards finds the probe resource",
+    ),
     "reader-reads-secrets": FaultCase(("reader-reads-secrets",),
                                       _failed("api.reader-cannot-read-secrets")),
     "resources-unlistable": FaultCase(("resources-unlistable",),
@@ -180,6 +253,10 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
     "ssh-open": FaultCase(("ssh-open",), _failed("immutability.no-shell-or-ssh",
                                                  "immutability.only-expected-ports")),
     "try-no-revert": FaultCase(("try-no-revert",), _failed("config.try-mode-reverts")),
+    "try-revert-keeps-label": FaultCase(
+        ("try-revert-keeps-label",), _failed("config.try-mode-reverts"),
+        why="the config comes back; only the Kubernetes Node shows the tried label staying",
+    ),
     "try-not-cancelled": FaultCase(("try-not-cancelled",),
                                    _failed("config.apply-cancels-try-revert")),
     "udp-listener": FaultCase(
