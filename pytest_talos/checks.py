@@ -16,6 +16,7 @@ helper returns::
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import posixpath
 import re
@@ -720,15 +721,20 @@ def assert_config_unchanged_after_rejection(
     *,
     mode: models.ApplyMode = "no-reboot",
     guard: ConfigGuard | None = None,
+    settle: float = 0.0,
+    expect_rejection: str = "",
+    check_id: str = "config.invalid-patch-rejected",
 ) -> CheckResult:
     """Applying ``patch`` is refused with InvalidArgument and leaves the config untouched.
 
-    Both the MachineConfig resource version and the exact bytes must stay the same. If the
-    node accepts the patch, the original config is restored and the check fails with the
-    node's reply.
+    Both the MachineConfig resource version and the exact bytes must stay the same, on the
+    first read and again after ``settle`` seconds (a node may refuse in its reply and apply
+    later). ``expect_rejection``, when given, must appear in the node's refusal. If the node
+    accepts the patch, or changes its config later, the original config is restored and the
+    check fails with what was seen. ``check_id`` names the failure.
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
-    check = "config.invalid-patch-rejected"
+    check = check_id
     with _guarding(node, guard) as chosen:
         before = node.machine_config
         try:
@@ -749,8 +755,28 @@ def assert_config_unchanged_after_rejection(
                 evidence={"warnings": "\n".join(reply.warnings)} if reply.warnings else None,
             )
         after = node.machine_config
-    _require_same_config(check, node, before, after, rejection)
+        when = "at once"
+        if settle > 0 and (after.version, after.raw) == (before.version, before.raw):
+            after, when = _settled_config(node, before, settle), f"within {settle:g}s"
+        if (after.version, after.raw) != (before.version, before.raw):
+            chosen.restore_node(node)
+    _require_same_config(check, node, before, after, rejection, when)
+    if expect_rejection and expect_rejection not in rejection:
+        raise ConformanceFailure(
+            check, "the patch was refused for another reason than expected", node=node.name,
+            expected=f"InvalidArgument: {expect_rejection}", observed=rejection[:800],
+        )
     return CheckResult(check, node.name, {"rejection": rejection, "version": after.version})
+
+
+def _settled_config(
+    node: TalosNode, before: models.MachineConfig, settle: float
+) -> models.MachineConfig:
+    """The active config once ``settle`` s have passed with no change (or at the first one)."""
+    with contextlib.suppress(WaitTimeout):
+        wait_for_config(node, lambda raw: raw != before.raw, timeout=settle,
+                        description="a late change (there should be none)")
+    return node.machine_config
 
 
 def _require_same_config(
@@ -759,6 +785,7 @@ def _require_same_config(
     before: models.MachineConfig,
     after: models.MachineConfig,
     rejection: str,
+    when: str = "at once",
 ) -> None:
     problems = []
     if after.version != before.version:
@@ -768,8 +795,9 @@ def _require_same_config(
     if problems:
         raise ConformanceFailure(
             check,
-            "the patch was rejected, but the machine config changed anyway: "
-            + "; ".join(problems),
+            "the patch was rejected, but the machine config changed anyway"
+            + ("" if when == "at once" else f" ({when} of the refusal; restored)")
+            + ": " + "; ".join(problems),
             node=node.name,
             expected=f"unchanged: {config_summary(before.raw, before.version)}",
             observed=config_summary(after.raw, after.version),
@@ -877,11 +905,13 @@ def assert_try_reverts(
     try_timeout: float = 30.0,
     timeout: float | None = None,
     guard: ConfigGuard | None = None,
+    settle: float = 0.0,
 ) -> CheckResult:
     """A try-mode apply takes effect, then the exact previous config comes back by itself.
 
     ``try_timeout`` is sent to the node (its revert timer); ``timeout`` bounds the wait for
-    the revert on this side (default: ``try_timeout`` + 30 s).
+    the revert on this side (default: ``try_timeout`` + 30 s). With ``settle`` > 0 the
+    reverted config must then stay as it is (bytes and version) for ``settle`` seconds.
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     check = "config.try-mode-reverts"
@@ -913,6 +943,20 @@ def assert_try_reverts(
                 observed=str(exc.last_observation),
                 evidence={"apply": reply.mode_details},
             ) from None
+        if settle > 0:
+            reverted = node.machine_config
+            settled = _settled_config(node, reverted, settle)
+            if (settled.version, settled.raw) != (reverted.version, reverted.raw):
+                chosen.restore_node(node)
+                raise ConformanceFailure(
+                    check,
+                    f"the try-mode change was reverted, but the config changed again within "
+                    f"{settle:g}s (the original config was restored)",
+                    node=node.name,
+                    expected=f"stays {config_summary(reverted.raw, reverted.version)}",
+                    observed=config_summary(settled.raw, settled.version),
+                    evidence={"apply": reply.mode_details},
+                )
     return CheckResult(
         check, node.name,
         {"apply": reply.mode_details, "tried": config_summary(tried.raw, tried.version)},

@@ -6,11 +6,19 @@ As measured on Talos v1.13 nodes: validation rejects malformed documents without
 config, but cannot know kubelet's flags — an unknown ``machine.kubelet.extraArgs`` flag is
 accepted and kubelet then restarts about every 5 s — so the kit must see kubelet fail and say
 why; a ``$patch: delete`` of that key heals it within seconds; try mode reverts unless another
-apply cancels it; a dry run shows a diff and changes nothing.
+apply cancels it; a dry run shows a diff and changes nothing; ``no-reboot`` refuses fields that
+need a reboot (``CanApplyImmediate`` in
+``internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_runtime.go``: ``machine.env`` and
+``machine.files`` are not on its list).
+
+A refusal, a dry run and a revert are judged again after the node has had ``CONFIG_SETTLE``
+node seconds to act on them (a node may answer one thing and do another a moment later), by
+the config's version and bytes and by the labels of the Kubernetes Node.
 """
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any
 
@@ -22,8 +30,9 @@ from pytest_talos.checks import (
     assert_service_healthy_after_patch,
     assert_try_reverts,
 )
-from pytest_talos.cluster import KubernetesAccess
+from pytest_talos.cluster import KubernetesAccess, TalosCluster
 from pytest_talos.errors import ConformanceFailure, InvalidArgument, WaitTimeout
+from pytest_talos.guard import ConfigGuard
 from pytest_talos.node import TalosNode
 from pytest_talos.wait import config_summary, wait_for_config, wait_service_stable, wait_until
 
@@ -32,6 +41,8 @@ UNKNOWN_KUBELET_FLAG = "pytest-talos-no-such-flag"
 KUBELET_STABLE = 12.0  # node seconds: two kubelet restart periods (~5 s each)
 TRY_WINDOW = 10.0  # node seconds of the try-mode rollback timer
 LABEL_SETTLE = 30.0  # node seconds for a label to reach the Kubernetes Node
+CONFIG_SETTLE = 10.0  # node seconds a refused, dry-run or reverted change is watched for
+IMMEDIATE_REFUSAL = "this config change can't be applied in immediate mode"
 
 
 def _label(kind: str) -> str:
@@ -46,16 +57,69 @@ def _has_label(raw: bytes, key: str) -> bool:
     return key.encode() in raw
 
 
+def _kube_labels(cluster: TalosCluster, node: TalosNode) -> dict[str, str] | str:
+    """The Kubernetes Node's labels, or why they could not be read (another check reports
+    an unreachable Kubernetes API; this one still judges the config)."""
+    try:
+        return dict(cluster.kubernetes.node(node.hostname).metadata.labels or {})
+    except Exception as exc:  # TalosError (no kubeconfig) or the client's ApiException
+        return f"not checked: {type(exc).__name__}: {str(exc)[:200]}"
+
+
+def _require_no_label(
+    check: str, cluster: TalosCluster, node: TalosNode, key: str, evidence: dict[str, Any],
+    why: str,
+) -> None:
+    labels = _kube_labels(cluster, node)
+    if isinstance(labels, str):
+        evidence["kubernetes node labels"] = labels
+        return
+    if key in labels:
+        raise ConformanceFailure(
+            check, f"{why}, but the Kubernetes Node carries its label", node=node.name,
+            expected=f"no label {key}", observed=f"{key}={labels[key]}")
+
+
 @pytest.mark.talos_mutating
 @pytest.mark.talos_check(
     "config.invalid-patch-rejected", severity="critical",
-    claim="A patch with an invalid label name is rejected and leaves the config untouched")
+    claim="A patch with an invalid label name is rejected and leaves the config untouched "
+    "(version and bytes, also after a settle time) and the Kubernetes Node unlabelled")
 def test_invalid_label_patch_is_rejected_without_change(
-    talos_node: TalosNode, talos_evidence: dict[str, Any]
+    talos_node: TalosNode, talos_cluster: TalosCluster, talos_timing: Timing,
+    talos_evidence: dict[str, Any]
 ) -> None:
+    # A valid label rides along with the invalid one: if the node applies the patch anyway,
+    # even later, the valid one shows on the Kubernetes Node.
+    key = _label("rejected")
+    patch = {"machine": {"nodeLabels": {key: "yes", "bad label name with spaces": "yes"}}}
     result = assert_config_unchanged_after_rejection(
-        talos_node, _label_patch("bad label name with spaces"))
+        talos_node, patch, settle=talos_timing.real(CONFIG_SETTLE))
     talos_evidence.update(result.evidence)
+    _require_no_label("config.invalid-patch-rejected", talos_cluster, talos_node, key,
+                      talos_evidence, "the patch was refused and the config is unchanged")
+
+
+@pytest.mark.talos_mutating
+@pytest.mark.talos_check(
+    "config.no-reboot-refuses-reboot-fields", severity="high",
+    claim="A no-reboot apply of fields that need a reboot (machine.env, machine.files) is "
+    "refused and leaves the config untouched")
+@pytest.mark.parametrize("field", ["env", "files"])
+def test_no_reboot_refuses_reboot_only_fields(
+    talos_node: TalosNode, talos_timing: Timing, talos_evidence: dict[str, Any], field: str
+) -> None:
+    probe = uuid.uuid4().hex[:8]
+    # Harmless if a defective node takes it: an unused variable, a file in /var.
+    patch: dict[str, Any] = {"machine": {"env": {"PYTEST_TALOS_PROBE": probe}}}
+    if field == "files":
+        patch = {"machine": {"files": [{
+            "content": "pytest-talos probe\n", "permissions": 0o644, "op": "create",
+            "path": f"/var/pytest-talos-probe-{probe}"}]}}
+    result = assert_config_unchanged_after_rejection(
+        talos_node, patch, mode="no-reboot", settle=talos_timing.real(CONFIG_SETTLE),
+        expect_rejection=IMMEDIATE_REFUSAL, check_id="config.no-reboot-refuses-reboot-fields")
+    talos_evidence.update(field=f"machine.{field}", **result.evidence)
 
 
 @pytest.mark.talos_mutating
@@ -138,14 +202,30 @@ def test_unknown_kubelet_flag_is_detected_and_healed(
 @pytest.mark.talos_mutating
 @pytest.mark.talos_check(
     "config.try-mode-reverts", severity="high",
-    claim="A try-mode change is reverted to the exact previous config when its timer ends")
+    claim="A try-mode change is reverted to the exact previous config when its timer ends, "
+    "stays reverted, and its label leaves the Kubernetes Node")
 def test_try_mode_change_reverts(
-    talos_node: TalosNode, talos_timing: Timing, talos_evidence: dict[str, Any]
+    talos_node: TalosNode, talos_cluster: TalosCluster, talos_timing: Timing,
+    talos_evidence: dict[str, Any]
 ) -> None:
+    key = _label("tried")
     result = assert_try_reverts(
-        talos_node, _label_patch(_label("tried")), try_timeout=TRY_WINDOW,
-        timeout=talos_timing.real(TRY_WINDOW * 2) + talos_node.client.timeout)
+        talos_node, _label_patch(key), try_timeout=TRY_WINDOW,
+        timeout=talos_timing.real(TRY_WINDOW * 2) + talos_node.client.timeout,
+        settle=talos_timing.real(CONFIG_SETTLE))
     talos_evidence.update(result.evidence)
+    # The revert must reach Kubernetes too: the tried label leaves the Node.
+    try:
+        wait_until(lambda: _kube_labels(talos_cluster, talos_node),
+                   lambda labels: isinstance(labels, str) or key not in labels,
+                   timeout=talos_timing.real(LABEL_SETTLE), node=talos_node.name,
+                   description=f"label {key} to leave the Kubernetes Node")
+    except WaitTimeout:
+        raise ConformanceFailure(
+            "config.try-mode-reverts",
+            "the config was reverted, but the Kubernetes Node kept the tried label",
+            node=talos_node.name, expected=f"no label {key} after the revert",
+            observed=f"{key} still set {LABEL_SETTLE:g} node seconds later") from None
 
 
 @pytest.mark.talos_mutating
@@ -177,23 +257,39 @@ def test_apply_during_try_window_cancels_revert(
 @pytest.mark.talos_mutating
 @pytest.mark.talos_check(
     "config.dry-run-changes-nothing", severity="high",
-    claim="A dry run shows the change as a diff and leaves the config untouched")
+    claim="A dry run shows the change as a diff and leaves the config untouched (also after "
+    "a settle time) and the Kubernetes Node unlabelled")
 def test_dry_run_shows_diff_and_changes_nothing(
-    talos_node: TalosNode, talos_evidence: dict[str, Any]
+    talos_node: TalosNode, talos_cluster: TalosCluster, talos_config_guard: ConfigGuard,
+    talos_timing: Timing, talos_evidence: dict[str, Any]
 ) -> None:
+    check = "config.dry-run-changes-nothing"
     key = _label("dry-run")
+    # A dry run is guarded like any change: a node that applies it anyway is put back.
+    talos_config_guard.protect(talos_node)
     before = talos_node.machine_config
     reply = talos_node.apply_patch(_label_patch(key), mode="no-reboot", dry_run=True)
     after = talos_node.machine_config
+    when = "at once"
+    if (after.version, after.raw) == (before.version, before.raw):
+        settle = talos_timing.real(CONFIG_SETTLE)
+        with contextlib.suppress(WaitTimeout):
+            wait_for_config(talos_node, lambda raw: raw != before.raw, timeout=settle,
+                            description="a late change (there should be none)")
+        after, when = talos_node.machine_config, f"within {CONFIG_SETTLE:g} node seconds"
     talos_evidence.update(reply=reply.mode_details.splitlines()[:3], before=before.version,
                           after=after.version)
     problems = []
     if "Dry run summary" not in reply.mode_details or key not in reply.mode_details:
         problems.append("the reply has no dry-run diff naming the label")
     if after.version != before.version or after.raw != before.raw:
-        problems.append(f"the config changed: {config_summary(before.raw, before.version)} -> "
+        talos_config_guard.restore_node(talos_node)
+        problems.append(f"the config changed {when} (restored): "
+                        f"{config_summary(before.raw, before.version)} -> "
                         f"{config_summary(after.raw, after.version)}")
     if problems:
         raise ConformanceFailure(
-            "config.dry-run-changes-nothing", "; ".join(problems), node=talos_node.name,
+            check, "; ".join(problems), node=talos_node.name,
             expected="a 'Dry run summary' with the diff, config unchanged")
+    _require_no_label(check, talos_cluster, talos_node, key, talos_evidence,
+                      "the dry run left the config unchanged")

@@ -37,6 +37,7 @@ __all__ = [
 ]
 
 DEFAULT_TRY_TIMEOUT = 60.0  # pkg/machinery/constants: ConfigTryTimeout = 1m
+LATE_APPLY_DELAY = 2.0  # node seconds: how late the late-applying faults change the config
 # pkg/machinery/resources/config/machine_config.go NewMachineConfigWithID
 CONFIG_ANNOTATIONS = {"talos.dev/yaml-spec": "1"}
 
@@ -101,6 +102,8 @@ class ConfigMixin:
     # Whether the persisted config is on the node's STATE partition yet; None until the first
     # boot decides (see _boot_config_from_state).
     _config_on_disk: bool | None = None
+    # Node labels a defective revert left on the Kubernetes Node (fault try-revert-keeps-label).
+    labels_kept_after_revert: dict[str, str] = {}  # noqa: RUF012 - replaced, never mutated
 
     if TYPE_CHECKING:
         clock: Clock
@@ -146,8 +149,14 @@ class ConfigMixin:
         # fails later (fault try-not-cancelled skips it).
         if request.mode != "TRY" and not self._fault("try-not-cancelled"):
             self.cancel_try()
-        warnings = self._validate(request.data)
         old, new = self.active_config, request.data
+        try:
+            warnings = self._validate(request.data)
+        except NodeFailure:
+            if self._fault("late-apply-on-reject") and _parses_with_v1alpha1(new):
+                # fault late-apply-on-reject: refused in the reply, applied 2 s later anyway
+                self.clock.call_later(LATE_APPLY_DELAY, lambda: self._execute("NO_REBOOT", new, 0))
+            raise
         mode, reason = self._resolve_mode(request.mode, old, new)
         # A try_mode_timeout that is present is used as it is, even 0s (the handler tests
         # `in.TryModeTimeout != nil`); only an absent one means ConfigTryTimeout.
@@ -156,6 +165,8 @@ class ConfigMixin:
             # No warnings and no AUTO `: <reason>` in a dry run; nothing changes.
             if self._fault("dry-run-applies"):  # fault dry-run-applies
                 self._execute(mode, new, timeout)
+            elif self._fault("dry-run-applies-late"):  # fault dry-run-applies-late
+                self.clock.call_later(LATE_APPLY_DELAY, lambda: self._execute(mode, new, timeout))
             return ApplyResult(mode, mc.dry_run_details(mode, old, new))
         self._execute(mode, new, timeout)
         try_text = go_duration(timeout) if mode == "TRY" else ""
@@ -178,6 +189,9 @@ class ConfigMixin:
         """TRY/NO_REBOOT must pass CanApplyImmediate; AUTO picks NO_REBOOT or REBOOT."""
         if mode in ("TRY", "NO_REBOOT", "AUTO"):
             blockers = mc.immediate_apply_blockers(old, new)
+            if self._fault("no-reboot-accepts-reboot-fields"):
+                # fault no-reboot-accepts-reboot-fields: env and files pass as immediate
+                blockers = [b for b in blockers if b not in ("machine.env", "machine.files")]
             if not blockers:
                 return ("NO_REBOOT" if mode == "AUTO" else mode), ""
             error = mc.immediate_apply_error(old, new)
@@ -271,6 +285,11 @@ class ConfigMixin:
         target, self._try_target, self._try_timer = self._try_target, None, None
         if target is None or self._fault("try-no-revert"):
             return
+        if self._fault("try-revert-keeps-label"):
+            # fault try-revert-keeps-label: the Node keeps the labels the tried config added
+            tried = mc.node_labels(self.active_config)
+            kept = {k: v for k, v in tried.items() if k not in mc.node_labels(target)}
+            self.labels_kept_after_revert = {**self.labels_kept_after_revert, **kept}
         self._set_active(target)  # SetConfig again: v1alpha1 +1, `persistent` untouched
 
     def cancel_try(self) -> None:
