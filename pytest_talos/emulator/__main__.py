@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -20,14 +21,28 @@ from pytest_talos.errors import TalosError
 __all__ = ["main"]
 
 
+def _prog() -> str:
+    """``talos-emulator`` when run as the console script, else the ``-m`` form."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return (
+        "talos-emulator" if name.startswith("talos-emulator") else "python -m pytest_talos.emulator"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m pytest_talos.emulator",
-        description="Run an emulated Talos v1.13 cluster on loopback addresses.",
+        prog=_prog(),
+        usage="%(prog)s --talosconfig PATH [options]",
+        description="Run an emulated Talos v1.13 cluster on loopback addresses. "
+        "--talosconfig PATH is required (except with --list-faults or --list-variants).",
     )
     parser.add_argument("--controlplanes", type=int, default=1, metavar="N")
     parser.add_argument("--workers", type=int, default=1, metavar="M")
-    parser.add_argument("--talosconfig", metavar="PATH", help="where to write the talosconfig")
+    parser.add_argument(
+        "--talosconfig",
+        metavar="PATH",
+        help="required: where to write the admin talosconfig of the emulated cluster",
+    )
     parser.add_argument(
         "--write-desired",
         metavar="DIR",
