@@ -43,6 +43,7 @@ __all__ = [
     "apply_gate",
     "build_results",
     "check_waivers_known",
+    "decide_verdict",
     "find_waiver",
     "load_waivers",
     "parse_severity",
