@@ -144,3 +144,44 @@ def test_a_restart_the_kit_did_not_cause_still_fails(
     assert any(
         line.startswith("kubelet crashed") for line in failed["evidence"]["restarts not counted"]
     ), failed
+
+
+def _storm(st: Any, flips: int) -> None:
+    """Health changes of containerd at once (what a health check flapping hard records)."""
+    service = st.services.services["containerd"]
+    for index in range(flips):
+        healthy = index % 2 == 1
+        st.services._health_result(service, healthy, "" if healthy else "connection error")
+
+
+def test_a_crash_pushed_out_of_both_event_buffers_is_said(tmp_path: Path) -> None:
+    """A crash followed by more events than the node keeps (1000 buffered, 64 per service):
+    the crash itself is gone from every history, which a check of crashes alone passes; the
+    storm's failed health checks fail the check, and the evidence says the history does not
+    reach back to the window's start."""
+    with EmulatedCluster(1, 0, time_scale=1.0) as emulated:
+        address = emulated.nodes[0].address
+        hostname = emulated.nodes[0].hostname
+        node = emulated.node(address)
+        wait_until(
+            lambda: node.run(lambda st: st.stage),
+            lambda stage: stage == "running",
+            timeout=30,
+            description="the boot to end",
+        )
+        node.run(lambda st: st.services.fail(st.services.services["containerd"], "signal: killed"))
+        wait_until(
+            lambda: node.run(lambda st: st.services.services["containerd"].running),
+            lambda running: running,
+            timeout=20,
+            description="containerd to run again",
+        )
+        node.run(lambda st: _storm(st, 1200))
+        run = _services(emulated, tmp_path, "overflow", tmp_path / "state")
+    failed = _check(run, RESTARTS, hostname)
+    assert failed["outcome"] == "failed", run.describe()
+    text = str(failed)
+    assert "failed health check(s) while Running" in text, failed
+    assert "crash" not in failed["message"], failed  # the crash left every history
+    assert "after the window start" in text, failed
+    assert "its ServiceList history (64 events" in text, failed
