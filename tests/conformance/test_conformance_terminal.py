@@ -125,6 +125,8 @@ def test_every_report_says_the_target_was_emulated_with_its_faults(tmp_path: Pat
         "ssh-open",
         "--talos-check",
         SHELL,
+        "--talos-check",
+        "certs.client-certificate",
         "--junitxml",
         str(junit),
     )
@@ -146,6 +148,10 @@ def test_every_report_says_the_target_was_emulated_with_its_faults(tmp_path: Pat
     assert props["talos_allowed_changes"] == "--talos-allow none"
     assert props["talos_kit"].startswith("pytest-talos ")
     assert json.loads((report / "results.json").read_text())["run"]["tested"] == tested
+    # A warning a check raised is a note on that check, in the reports.
+    certs = next(c for c in result.checks if c["id"] == "certs.client-certificate")
+    assert any(n.startswith("CertificateWarning: ") for n in certs["notes"]), certs
+    assert "Note: CertificateWarning: " in (report / "report.html").read_text()
 
 
 CHROMIUM = next(
