@@ -904,6 +904,7 @@ def _html_failures(failures: Sequence[Mapping[str, Any]]) -> str:
         by_check.setdefault(c["id"], []).append(c)
     out = []
     for cards in by_check.values():
+        cards.sort(key=lambda c: _natural(str(c["node"] or "")))
         out += [_html_card(c) for c in cards[:_OPEN_PER_CHECK]]
         rest = cards[_OPEN_PER_CHECK:]
         if rest:
