@@ -7,13 +7,16 @@ read but whose transition time moved has flapped between two reads.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from conformance._support.context import Timing
 from pytest_talos.cluster import KubernetesAccess
 
-__all__ = ["READY_POLL", "ready_changes", "ready_of", "watch_ready"]
+__all__ = ["READY_POLL", "ReadyWatches", "ready_changes", "ready_of", "watch_ready"]
 
 READY_POLL = 0.5  # node seconds between two reads of the Node while Ready is watched
 
@@ -44,6 +47,43 @@ def watch_ready(
         if now >= deadline:
             return seen
         time.sleep(min(timing.real(READY_POLL), max(deadline - now, 0.0)))
+
+
+Seen = list[tuple[float, tuple[str, str, str]]]
+
+
+class ReadyWatches:
+    """One Ready watch per node, all started together the first time any node's is asked
+    for: the window is spent once for the whole cluster, not once per node in turn."""
+
+    def __init__(self, kube: KubernetesAccess, timing: Timing, window: float) -> None:
+        self._kube, self._timing, self.window = kube, timing, window
+        self._lock = threading.Lock()
+        self._watches: dict[str, Future[Seen]] = {}
+        self._pool: ThreadPoolExecutor | None = None
+
+    def start(self, names: Iterable[str]) -> None:
+        """Start the watches of ``names`` not watched yet (all at once)."""
+        with self._lock:
+            todo = [name for name in dict.fromkeys(names) if name not in self._watches]
+            if not todo:
+                return
+            self._pool = self._pool or ThreadPoolExecutor(
+                max_workers=64, thread_name_prefix="ready-watch"
+            )
+            for name in todo:
+                self._watches[name] = self._pool.submit(
+                    watch_ready, self._kube, name, self._timing, self.window
+                )
+
+    def result(self, name: str) -> Seen:
+        """What ``name``'s watch saw (started now, alone, if it was not started before)."""
+        self.start([name])
+        return self._watches[name].result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def ready_changes(seen: list[tuple[float, tuple[str, str, str]]]) -> list[str]:

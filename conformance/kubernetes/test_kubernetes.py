@@ -5,7 +5,9 @@ e.g. 10.244.0.0/16 on a 10.244.x LAN, breaks routing)."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,7 +16,7 @@ import yaml
 from conformance._support.context import Timing
 from conformance._support.settings import SuiteSettings
 from conformance.kubernetes.node_addresses import AddressBook
-from conformance.kubernetes.ready_watch import ready_changes, watch_ready
+from conformance.kubernetes.ready_watch import ReadyWatches, ready_changes
 from pytest_talos import models
 from pytest_talos.checks import assert_node_ready
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
@@ -65,6 +67,29 @@ def test_kubeconfig_is_obtainable_from_control_plane(
     talos_evidence.update(server=server, kubernetes_nodes=sorted(names))
 
 
+@pytest.fixture(scope="module")
+def ready_watches(
+    request: pytest.FixtureRequest,
+    talos_kubernetes: KubernetesAccess,
+    talos_timing: Timing,
+    talos_suite: SuiteSettings,
+) -> Iterator[ReadyWatches]:
+    watches = ReadyWatches(talos_kubernetes, talos_timing, talos_suite.observe)
+    yield watches
+    watches.close()
+
+
+def _ready_targets(request: pytest.FixtureRequest, cluster: TalosCluster) -> list[str]:
+    """The Kubernetes names of every node the Ready check runs on in this session."""
+    names = []
+    for item in request.session.items:
+        callspec = getattr(item, "callspec", None)
+        if getattr(item, "originalname", "") == "test_node_is_ready_in_kubernetes" and callspec:
+            with contextlib.suppress(KeyError, TalosError):
+                names.append(cluster.node(str(callspec.params["talos_node"])).hostname)
+    return names
+
+
 @pytest.mark.talos_check(
     "kubernetes.node-ready",
     severity="critical",
@@ -72,17 +97,18 @@ def test_kubeconfig_is_obtainable_from_control_plane(
     "is watched",
 )
 def test_node_is_ready_in_kubernetes(
+    request: pytest.FixtureRequest,
     talos_node: TalosNode,
     talos_cluster: TalosCluster,
-    talos_kubernetes: KubernetesAccess,
+    ready_watches: ReadyWatches,
     talos_timing: Timing,
-    talos_suite: SuiteSettings,
     talos_evidence: dict[str, Any],
 ) -> None:
     result = assert_node_ready(talos_cluster, talos_node, timeout=talos_timing.real(READY_SETTLE))
     talos_evidence.update(result.evidence)
-    window = talos_suite.observe
-    seen = watch_ready(talos_kubernetes, talos_node.hostname, talos_timing, window)
+    window = ready_watches.window
+    ready_watches.start(_ready_targets(request, talos_cluster))  # every node's window at once
+    seen = ready_watches.result(talos_node.hostname)
     talos_evidence["ready watched"] = f"{window:g}s (node time), {len(seen)} reads"
     changes = ready_changes(seen)
     if changes:
