@@ -841,6 +841,7 @@ details{margin:.5em 0}summary{cursor:pointer;font-weight:600}
 @media print{
 body{max-width:none;padding:0;font-size:11pt}
 details::details-content{content-visibility:visible;display:block}
+details:not([open])>summary~*{display:block}
 details>summary{list-style:none}
 .card,.summary,.emulated,tr{break-inside:avoid}
 h2{break-after:avoid}a{color:inherit;text-decoration:none}
@@ -1064,9 +1065,7 @@ def render_html(results: Mapping[str, Any]) -> str:
                                                                              "waived")]
     parts = [
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-        # Printing opens every collapsed section, so the PDF holds the whole report.
-        "<script>addEventListener('beforeprint',()=>document.querySelectorAll('details')"
-        ".forEach(d=>d.open=true))</script>"
+
         "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
         f"<title>Talos conformance report — {_h(_verdict_of(results))}</title>"
         f"<style>{_HTML_STYLE}</style></head><body>",

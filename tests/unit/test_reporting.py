@@ -357,7 +357,7 @@ def test_markdown_report_leads_with_the_verdict_and_shows_failure_evidence() -> 
 
 
 def test_markdown_verdict_passes_when_failures_are_below_the_gate() -> None:
-    records = [record("vendor.kernel-args", "failed", severity="low")]
+    records = [record("vendor.kernel-args", "failed", severity="low"), record()]
     text = render_markdown(build_results(records, run_info(threshold="high")))
     assert "**Verdict: PASSED** (severity gate: fail on `high` or worse; 0 blocking, 1 below" in (
         text
@@ -408,12 +408,18 @@ def test_every_report_says_what_was_tested_and_an_emulator_cannot_be_missed() ->
     md, page = render_markdown(results), render_html(results)
     for text in (md, page):
         assert "EMULATED TARGET" in text
-        assert "ssh-open" in text and "metal" in text and "20.0x" in text
-        assert "127.0.0.1:50000" in text and "emulator" in text
+        assert "ssh-open" in text
+        assert "metal" in text
+        assert "20.0x" in text
+        assert "127.0.0.1:50000" in text
+        assert "emulator" in text
         assert "v1.13.9" in text  # node versions
         assert "pytest-talos 9.9.9" in text
-        assert "quick" in text and "--talos-allow mutating" in text and "w.yaml" in text
-        assert "2026-06-01 10:00:00 UTC" in text and "1 min 0 s" in text
+        assert "quick" in text
+        assert "--talos-allow mutating" in text
+        assert "w.yaml" in text
+        assert "2026-06-01 10:00:00 UTC" in text
+        assert "1 min 0 s" in text
     assert md.index("EMULATED TARGET") < md.index("Verdict")
 
 
@@ -421,7 +427,9 @@ def test_a_real_target_says_real_nodes_and_no_emulator_banner() -> None:
     run = run_info(tested={"kind": "real", "endpoints": ["10.0.0.2:50000"], "context": "prod"})
     results = build_results([record()], run)
     for text in (render_markdown(results), render_html(results)):
-        assert "real nodes" in text and "EMULATED" not in text and "prod" in text
+        assert "real nodes" in text
+        assert "EMULATED" not in text
+        assert "prod" in text
 
 
 def test_html_is_a_document_summary_matrix_failures_first_passes_collapsed() -> None:
@@ -440,11 +448,16 @@ def test_html_is_a_document_summary_matrix_failures_first_passes_collapsed() -> 
     assert page.count('class="cell c-') >= 251  # one cell per result (and the legend)
     assert page.count('<th class="node">') == 51  # 50 nodes and the cluster column
     assert page.index("<h2>Failures (2)") < page.index("<h2>Passed")
-    assert "<h2>Passed</h2><details>" in page and "<h2>Skipped</h2><details>" in page
+    assert "<h2>Passed</h2><details>" in page
+    assert "<h2>Skipped</h2><details>" in page
     assert long_line in page  # never clipped in the HTML (JSON clips at 8000 characters)
-    assert "white-space:pre-wrap" in page and "@media print" in page
+    assert "white-space:pre-wrap" in page
+    # Printing (to PDF) opens every collapsed part.
+    print_css = page[page.index("@media print") :]
+    assert "details::details-content{content-visibility:visible;display:block}" in print_css
     assert "Note: images not verified" in page
-    assert 'href="#api.check-3@node-07"' in page and 'id="api.check-3@node-07"' in page
+    assert 'href="#api.check-3@node-07"' in page
+    assert 'id="api.check-3@node-07"' in page
 
 
 def test_waived_failures_show_their_waiver_in_every_report() -> None:
@@ -452,5 +465,6 @@ def test_waived_failures_show_their_waiver_in_every_report() -> None:
     results = build_results([record(check="api.mtls-required", outcome="waived",
                                     waiver=waiver)], run_info())
     for text in (render_markdown(results), render_html(results)):
-        assert "vendor ticket 42" in text and "2026-07-01" in text
+        assert "vendor ticket 42" in text
+        assert "2026-07-01" in text
     assert "<h2>Waived failures (1)</h2>" in render_html(results)
