@@ -83,6 +83,10 @@ def test_unmarked_test_cannot_change_a_node_through_its_client(
         def test_restart(talos_node):
             talos_node.client.service_restart("kubelet")
 
+        def test_cluster_client(talos_cluster):
+            worker = talos_cluster.worker().address
+            talos_cluster.client.with_node(worker).service_stop("kubelet")
+
         @pytest.mark.talos_role("worker")
         def test_dry_run_and_reads_pass(talos_node, talos_cluster):
             raw = talos_node.machine_config.raw
@@ -90,8 +94,8 @@ def test_unmarked_test_cannot_change_a_node_through_its_client(
             talos_cluster.client.with_node(talos_node.address).version()
     """)
     result = emulator_run("--talos-allow", "disruptive")
-    result.assert_outcomes(passed=1, failed=2)
-    for method in ("ApplyConfiguration", "ServiceRestart"):
+    result.assert_outcomes(passed=1, failed=3)
+    for method in ("ApplyConfiguration", "ServiceRestart", "ServiceStop"):
         result.stdout.fnmatch_lines(
             [
                 f"*ChangeNotAllowed: [[]node *, /machine.MachineService/{method}[]] {method} is a "
