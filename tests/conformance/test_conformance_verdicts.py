@@ -14,8 +14,9 @@ def run(tmp_path: Path, *args: str, emulator: bool = True) -> SuiteRun:
 
 
 def verdict_line(result: SuiteRun) -> str:
-    return next(line for line in result.output.splitlines()
-                if line.startswith("conformance: verdict "))
+    return next(
+        line for line in result.output.splitlines() if line.startswith("conformance: verdict ")
+    )
 
 
 def test_a_healthy_run_passes(tmp_path: Path) -> None:
@@ -55,11 +56,12 @@ def test_a_skipped_critical_check_is_incomplete(tmp_path: Path) -> None:
 def test_vendor_image_needs_a_profile_or_says_it_leaves_it_out(tmp_path: Path) -> None:
     refused = run(tmp_path, "--talos-suite", "vendor-image")
     assert refused.returncode == 4, refused.describe()
-    assert ("--talos-suite vendor-image needs --talos-profile FILE" in refused.output)
+    assert "--talos-suite vendor-image needs --talos-profile FILE" in refused.output
     assert "--talos-leave-out vendor" in refused.output
     assert refused.results is None  # stopped before any check
-    result = run(tmp_path, "--talos-suite", "vendor-image", "--talos-leave-out", "vendor",
-                 "-k", "pid1")
+    result = run(
+        tmp_path, "--talos-suite", "vendor-image", "--talos-leave-out", "vendor", "-k", "pid1"
+    )
     assert result.returncode == 0, result.describe()
     assert "left out: vendor (needs --talos-profile FILE)" in result.results["run"]["notes"]
 
@@ -67,12 +69,24 @@ def test_vendor_image_needs_a_profile_or_says_it_leaves_it_out(tmp_path: Path) -
 def test_post_upgrade_needs_its_inputs(tmp_path: Path) -> None:
     refused = run(tmp_path, "--talos-suite", "post-upgrade")
     assert refused.returncode == 4, refused.describe()
-    for needed in ("--talos-expect-version VERSION", "--talos-expect-kubernetes-version VERSION",
-                   "--talos-snapshot compare PATH"):
+    for needed in (
+        "--talos-expect-version VERSION",
+        "--talos-expect-kubernetes-version VERSION",
+        "--talos-snapshot compare PATH",
+    ):
         assert needed in refused.output
-    missing = run(tmp_path, "--talos-suite", "post-upgrade", "--talos-expect-version", "v1.13.9",
-                  "--talos-leave-out", "upgrade-kubernetes-version",
-                  "--talos-snapshot", "compare", str(tmp_path / "absent.json"))
+    missing = run(
+        tmp_path,
+        "--talos-suite",
+        "post-upgrade",
+        "--talos-expect-version",
+        "v1.13.9",
+        "--talos-leave-out",
+        "upgrade-kubernetes-version",
+        "--talos-snapshot",
+        "compare",
+        str(tmp_path / "absent.json"),
+    )
     assert missing.returncode == 4, missing.describe()
     assert f"--talos-snapshot compare {tmp_path / 'absent.json'}: no such file" in missing.output
 
@@ -80,14 +94,33 @@ def test_post_upgrade_needs_its_inputs(tmp_path: Path) -> None:
 def test_post_upgrade_with_its_inputs_passes(tmp_path: Path) -> None:
     snapshot = tmp_path / "snapshot.json"
     with EmulatedCluster(1, 1, time_scale=20) as cluster:
-        saved = run(tmp_path, *target_args(cluster), "--talos-snapshot", "save", str(snapshot),
-                    "-k", "snapshot_is_recorded", emulator=False)
+        saved = run(
+            tmp_path,
+            *target_args(cluster),
+            "--talos-snapshot",
+            "save",
+            str(snapshot),
+            "-k",
+            "snapshot_is_recorded",
+            emulator=False,
+        )
         assert saved.returncode == 0, saved.describe()
-        result = run(tmp_path, *target_args(cluster), "--talos-suite", "post-upgrade",
-                     "--talos-expect-version", "v1.13.9",
-                     "--talos-leave-out", "upgrade-kubernetes-version",
-                     "--talos-snapshot", "compare", str(snapshot), "-k", "upgrade",
-                     emulator=False)
+        result = run(
+            tmp_path,
+            *target_args(cluster),
+            "--talos-suite",
+            "post-upgrade",
+            "--talos-expect-version",
+            "v1.13.9",
+            "--talos-leave-out",
+            "upgrade-kubernetes-version",
+            "--talos-snapshot",
+            "compare",
+            str(snapshot),
+            "-k",
+            "upgrade",
+            emulator=False,
+        )
     assert result.returncode == 0, result.describe()
     assert "upgrade.kubernetes-version" not in result.outcomes()
 
@@ -114,7 +147,17 @@ def test_an_unreachable_target_is_its_own_exit_code(tmp_path: Path) -> None:
     talosconfig = tmp_path / "talosconfig"
     with EmulatedCluster(1, 0) as cluster:
         talosconfig.write_bytes(Path(cluster.talosconfig_path).read_bytes())
-    result = run(tmp_path, "--talosconfig", str(talosconfig), "--talos-endpoint", "127.0.0.1:1",
-                 "--talos-timeout", "2", "-k", "pid1", emulator=False)
+    result = run(
+        tmp_path,
+        "--talosconfig",
+        str(talosconfig),
+        "--talos-endpoint",
+        "127.0.0.1:1",
+        "--talos-timeout",
+        "2",
+        "-k",
+        "pid1",
+        emulator=False,
+    )
     assert result.returncode == 7, result.describe()
     assert "conformance: verdict UNREACHABLE (exit 7)" in result.output

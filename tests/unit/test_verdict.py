@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
-from pytest_talos.reporting import EXIT_CODES, CheckRecord, apply_gate, decide_verdict
+from typing import Any
+
+from pytest_talos.reporting import (
+    EXIT_CODES,
+    CheckRecord,
+    Outcome,
+    Severity,
+    apply_gate,
+    decide_verdict,
+)
 
 
-def rec(check: str, outcome: str, severity: str = "high", test: str = "") -> CheckRecord:
-    return CheckRecord(check, severity, "claim", outcome, node="n1",  # type: ignore[arg-type]
-                       test_id=test or f"{check}[n1]")
+def rec(check: str, outcome: Outcome, severity: Severity = "high", test: str = "") -> CheckRecord:
+    return CheckRecord(check, severity, "claim", outcome, node="n1", test_id=test or f"{check}[n1]")
 
 
-def verdict(records: list[CheckRecord], **kwargs: object) -> str:
-    return decide_verdict(records, apply_gate(records, "low"), **kwargs).name  # type: ignore[arg-type]
+def verdict(records: list[CheckRecord], **kwargs: Any) -> str:
+    return decide_verdict(records, apply_gate(records, "low"), **kwargs).name
 
 
 def test_exit_codes_are_distinct() -> None:
-    assert EXIT_CODES == {"PASSED": 0, "FAILED": 1, "USAGE": 4, "INCOMPLETE": 6,
-                          "UNREACHABLE": 7}
+    assert EXIT_CODES == {"PASSED": 0, "FAILED": 1, "USAGE": 4, "INCOMPLETE": 6, "UNREACHABLE": 7}
 
 
 def test_passed_failed_incomplete() -> None:
@@ -38,8 +45,12 @@ def test_a_critical_check_not_run_anywhere_is_incomplete() -> None:
     # in an area that needs inputs the run did not ask for: not required
     upgrade = [rec("api.a", "passed"), rec("upgrade.v", "skipped", "critical")]
     assert verdict(upgrade, optional_areas={"upgrade"}) == "PASSED"
-    assert verdict([rec("api.a", "passed"), rec("vendor.x", "skipped", "low")],
-                   defining_areas={"vendor"}) == "INCOMPLETE"
+    assert (
+        verdict(
+            [rec("api.a", "passed"), rec("vendor.x", "skipped", "low")], defining_areas={"vendor"}
+        )
+        == "INCOMPLETE"
+    )
     assert verdict(records, exempt={"api.c"}) == "PASSED"
 
 
