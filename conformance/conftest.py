@@ -192,10 +192,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     directory, no target (one paragraph, exit 4)."""
     config = session.config
     settings = config.stash[_SETTINGS]
+    if config.option.collectonly or getattr(settings, "list_checks", False):
+        return  # a run that only lists checks needs no inputs and no target
     _check_parts(config, settings)
     _check_inputs(settings)
-    if not config.option.collectonly and not getattr(settings, "list_checks", False):
-        session_of(config).check_target()
+    session_of(config).check_target()
 
 
 class _Unreachable:

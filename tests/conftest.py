@@ -37,3 +37,6 @@ _TALOS_ENVIRONMENT = (
 def _no_talos_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in _TALOS_ENVIRONMENT:
         monkeypatch.delenv(name, raising=False)
+    # Each test its own state directory: a journal one test leaves on purpose (a node left
+    # changed) must not turn up in the next test's run.
+    monkeypatch.setenv("XDG_STATE_HOME", tempfile.mkdtemp(prefix="state-", dir=_STATE_HOME))

@@ -107,7 +107,10 @@ def test_without_a_desired_state_the_drift_checks_skip_and_say_why(
 ) -> None:
     result = run(emulator, tmp_path, "-k", "drift")
     messages = {c["message"] for c in result.checks if c["id"] in (DRIFT, STAGED)}
-    assert result.returncode == 0, result.describe()
+    # Only skips: the verdict is INCOMPLETE (exit 6), never PASSED.
+    assert result.returncode == 6, result.describe()
+    assert result.results is not None
+    assert result.results["verdict"] == "INCOMPLETE", result.describe()
     assert messages == {
         "no desired state to compare with: give --talos-desired DIR (base "
         "configs, patches and talos-desired.yaml, kept in git)"
