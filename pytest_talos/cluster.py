@@ -72,9 +72,11 @@ class TalosCluster:
         """Connect through the first endpoint that answers and find the target nodes.
 
         ``talosconfig`` and ``context`` are looked up as talosctl does; ``endpoints`` and
-        ``nodes`` default to the context's.
+        ``nodes`` default to the context's, and ``scan_baseline`` to the one an emulator's
+        talosconfig names (``x-pytest-talos-scan-baseline``).
         """
         config = load_talosconfig(talosconfig, context=context, env=env)
+        scan_baseline = scan_baseline or config.context.scan_baseline
         client = _first_reachable(config, list(endpoints) or list(config.context.endpoints),
                                   timeout)
         try:

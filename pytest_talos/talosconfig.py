@@ -10,9 +10,10 @@ error, rather than a silent fall-through to some other cluster's config.
 
 Every problem is a :class:`~pytest_talos.errors.ConfigError` that names the file and the key
 path (``contexts[prod].crt``) and says what to fix. Private key material never appears in a
-message, ``repr`` or ``describe()``, and is never written to disk: talosctl's
+message, ``repr`` or ``describe()``, and is never kept on disk: talosctl's
 ``ED25519 PRIVATE KEY`` PEM is relabelled in memory, and :func:`load_client_identity` hands
-the key to :mod:`ssl` through a memory-only file (``memfd_create``).
+the key to :mod:`ssl` through a memory-only file (``memfd_create``), or where the platform
+has none (macOS) through a 0600 file in a private directory removed right after loading.
 
 Nor does key material appear in a traceback: from the moment the file is read, its bytes,
 the base64 ``key`` values and the decoded PEM are held in :class:`SecretBytes` /
@@ -47,11 +48,13 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import NameOID
 
 from pytest_talos.errors import ConfigError
+from pytest_talos.keyfile import SecretBytes, load_chain
 
 __all__ = [
     "DEFAULT_API_PORT",
     "EXPIRY_WARNING_WINDOW",
     "IN_POD_PATH",
+    "SCAN_BASELINE_KEY",
     "TIME_SCALE_KEY",
     "Context",
     "KeyType",
@@ -85,23 +88,12 @@ _ENDPOINT_FORMS = "use host, host:port, [ipv6]:port or https://host[:port]"
 # its nodes' clock runs. talosctl decodes the file without KnownFields, so it ignores the key
 # (pkg/machinery/client/config/config.go ReadFrom); a real cluster's talosconfig has none.
 TIME_SCALE_KEY = "x-pytest-talos-time-scale"
+# Also written only by the emulator: an address of its /24 where no node lives. Ports open
+# there are the host's own wildcard listeners, so the port scan leaves them out (scan baseline).
+SCAN_BASELINE_KEY = "x-pytest-talos-scan-baseline"
 
 
 # --------------------------------------------------------------------------- secrets
-
-
-class SecretBytes(bytes):
-    """Bytes holding key material: ``repr``, ``str`` and formatting never show the content."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return f"<secret: {len(self)} bytes>"
-
-    __str__ = __repr__
-
-    def __format__(self, spec: str) -> str:
-        return repr(self)
 
 
 class SecretStr(str):
@@ -154,6 +146,7 @@ class Context:
     crt_pem: bytes
     key_pem: bytes = field(repr=False)
     time_scale: float = 1.0  # the nodes' clock rate the talosconfig advertises (emulator only)
+    scan_baseline: str | None = None  # an address where no node lives (emulator only)
 
     def __repr__(self) -> str:
         return (
@@ -341,24 +334,21 @@ def _refuse_password() -> bytes:
 
 
 def load_client_identity(ctx: ssl.SSLContext, crt_pem: bytes, key_pem: bytes) -> None:
-    """Load a certificate chain and its key into ``ctx`` without writing the key to disk.
+    """Load a certificate chain and its key into ``ctx`` without leaving the key on disk.
 
-    ``ssl`` only loads keys from a path, so the PEM goes into an anonymous memory-backed
-    file (Linux ``memfd_create``) that ``ssl`` opens through ``/proc/self/fd``. Platforms
-    without ``memfd_create`` get a ConfigError instead of a temp file.
+    ``ssl`` only loads keys from a path: :func:`pytest_talos.keyfile.load_chain` hands it an
+    anonymous memory-backed file (Linux ``memfd_create``) or, where there is none (macOS), a
+    0600 file in a private 0700 temporary directory removed as soon as the key is loaded.
     """
     key_pem = SecretBytes(key_pem)  # a caller's plain bytes never sit in this frame
-    memfd_create = getattr(os, "memfd_create", None)
-    if memfd_create is None:
-        raise ConfigError(
-            "cannot load the client key on this platform: it has no os.memfd_create, and "
-            "pytest-talos never writes private keys to disk (Linux is required for now)"
-        )
-    fd: int = memfd_create("pytest-talos-identity", getattr(os, "MFD_CLOEXEC", 0))
     try:
-        with os.fdopen(os.dup(fd), "wb") as handle:
-            handle.write(crt_pem.rstrip(b"\n") + b"\n" + relabel_pkcs8_key(key_pem))
-        ctx.load_cert_chain(f"/proc/self/fd/{fd}", password=_refuse_password)
+        load_chain(
+            ctx,
+            crt_pem,
+            relabel_pkcs8_key(key_pem),
+            password=_refuse_password,
+            name="pytest-talos-identity",
+        )
     except ssl.SSLError as exc:
         raise ConfigError(
             f"the TLS library rejected the client certificate and key ({exc.reason or exc.args[0]})"
@@ -366,11 +356,9 @@ def load_client_identity(ctx: ssl.SSLContext, crt_pem: bytes, key_pem: bytes) ->
         ) from None
     except OSError as exc:
         raise ConfigError(
-            f"cannot read the in-memory key file through /proc/self/fd ({exc.strerror}); "
-            "is /proc mounted?"
+            f"cannot hand the client key to the TLS library ({exc.strerror}); "
+            "check that /proc is mounted or that $TMPDIR is writable"
         ) from None
-    finally:
-        os.close(fd)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -670,6 +658,21 @@ def _time_scale(where: _Where, value: Any) -> float:
     return float(value)
 
 
+def _scan_baseline(where: _Where, value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or _ip_address(value) is None:
+        where.fail("must be an IP address (where no node of the cluster lives)")
+    return value
+
+
+def _ip_address(text: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return None
+
+
 def load_talosconfig(
     path: str | os.PathLike[str] | None = None,
     *,
@@ -693,6 +696,9 @@ def load_talosconfig(
     scale = _time_scale(
         in_context.at(f"contexts[{name}].{TIME_SCALE_KEY}"), body.get(TIME_SCALE_KEY)
     )
+    baseline = _scan_baseline(
+        in_context.at(f"contexts[{name}].{SCAN_BASELINE_KEY}"), body.get(SCAN_BASELINE_KEY)
+    )
     moment = now or dt.datetime.now(dt.UTC)
     warning = _check_validity(in_context.at(f"contexts[{name}].crt"), creds.leaf, moment)
     selected = Context(
@@ -704,6 +710,7 @@ def load_talosconfig(
         crt_pem=creds.crt_pem,
         key_pem=creds.key_pem,
         time_scale=scale,
+        scan_baseline=baseline,
     )
     return TalosConfig(
         path=found,

@@ -334,6 +334,7 @@ class EmulatedCluster:
             ca_pem=self.ca.cert_pem,
             client=cert,
             time_scale=self.clock.time_scale,
+            scan_baseline=self.vacant_address,
         )
         return ClientIdentity(tuple(roles), _serial_of(cert), cert.cert_pem, data, target)
 
@@ -543,6 +544,7 @@ class EmulatedCluster:
             ca_pem=self.ca.cert_pem,
             client=self._admin_cert,
             time_scale=self.clock.time_scale,
+            scan_baseline=self.vacant_address,
         )
         self._talosconfig_file = path
         self._admin = ClientIdentity(

@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPri
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from pytest_talos.errors import ConfigError
+from pytest_talos.keyfile import load_chain
 
 __all__ = [
     "DEFAULT_CA_VALIDITY",
@@ -40,6 +41,7 @@ __all__ = [
     "DEFAULT_SERVER_VALIDITY",
     "EXPIRING_CLIENT_VALIDITY",
     "KUBERNETES_CERT_VALIDITY",
+    "SCAN_BASELINE_KEY",
     "TIME_SCALE_KEY",
     "CertAndKey",
     "CertificateAuthority",
@@ -143,21 +145,14 @@ class CertAndKey:
     def load_into(self, ctx: ssl.SSLContext) -> None:
         """Load this certificate and key into ``ctx`` (e.g. an emulated apid's server side).
 
-        ``ssl`` reads keys only from a path; the PEM goes into an anonymous memory-backed
-        file (Linux ``memfd_create``) so the key never touches a disk.
+        ``ssl`` reads keys only from a path: :func:`pytest_talos.keyfile.load_chain` gives it
+        an anonymous in-memory file (Linux ``memfd_create``), or elsewhere a 0600 file in a
+        private directory removed right after loading.
         """
-        memfd_create = getattr(os, "memfd_create", None)
-        if memfd_create is None:
-            raise ConfigError("loading keys needs os.memfd_create (Linux); keys are never written")
-        fd: int = memfd_create("pytest-talos-pki", getattr(os, "MFD_CLOEXEC", 0))
         try:
-            with os.fdopen(os.dup(fd), "wb") as handle:
-                handle.write(self.cert_pem + self.key_pem)
-            ctx.load_cert_chain(f"/proc/self/fd/{fd}")
+            load_chain(ctx, self.cert_pem, self.key_pem, name="pytest-talos-pki")
         except ssl.SSLError as exc:
             raise ConfigError(f"ssl rejected the certificate and key ({exc.reason})") from None
-        finally:
-            os.close(fd)
 
     @classmethod
     def from_key(cls, cert: x509.Certificate, key: PrivateKey) -> CertAndKey:
@@ -412,6 +407,11 @@ def _b64(data: bytes) -> str:
 # reads it as pytest_talos.talosconfig.TIME_SCALE_KEY). talosctl ignores keys it does not
 # know: its decoder does not set KnownFields (pkg/machinery/client/config/config.go ReadFrom).
 TIME_SCALE_KEY = "x-pytest-talos-time-scale"
+# An address of the emulated cluster's /24 where no node lives: scanning it shows which ports
+# the host itself listens on for every address (wildcard listeners), which the client side
+# (pytest_talos.talosconfig.SCAN_BASELINE_KEY) then does not count as the node's. talosctl
+# ignores it like the key above.
+SCAN_BASELINE_KEY = "x-pytest-talos-scan-baseline"
 
 
 def render_talosconfig(
@@ -423,6 +423,7 @@ def render_talosconfig(
     client: CertAndKey,
     cluster: str | None = None,
     time_scale: float = 1.0,
+    scan_baseline: str | None = None,
 ) -> bytes:
     """The talosconfig YAML (talosctl layout; ca/crt/key are base64 of the PEM); a clock
     faster than real time is advertised under ``TIME_SCALE_KEY``."""
@@ -434,6 +435,8 @@ def render_talosconfig(
     entry.update(ca=_b64(ca_pem), crt=_b64(client.cert_pem), key=_b64(client.key_pem_talos))
     if time_scale != 1:
         entry[TIME_SCALE_KEY] = float(time_scale)
+    if scan_baseline:
+        entry[SCAN_BASELINE_KEY] = scan_baseline
     document = {"context": context, "contexts": {context: entry}}
     text = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=1 << 16)
     return text.encode("utf-8")
@@ -449,6 +452,7 @@ def write_talosconfig(
     client: CertAndKey,
     cluster: str | None = None,
     time_scale: float = 1.0,
+    scan_baseline: str | None = None,
 ) -> bytes:
     """Render a talosconfig and, when ``path`` is given, write it with mode 0600.
 
@@ -462,6 +466,7 @@ def write_talosconfig(
         client=client,
         cluster=cluster,
         time_scale=time_scale,
+        scan_baseline=scan_baseline,
     )
     if path is not None:
         _write_private_file(Path(path), data)

@@ -6,12 +6,12 @@ Upstream: ``internal/app/apid/service.go`` and siderolabs/crypto ``tls/tls.go``.
 from __future__ import annotations
 
 import contextlib
-import os
 import ssl
-import tempfile
 
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from pytest_talos.keyfile import load_chain
 
 __all__ = [
     "client_tls_context",
@@ -29,24 +29,11 @@ _NO_CHECK_TIME = 0x200000
 def load_cert_chain(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
     """Load a certificate and key from memory (Python's ssl reads only files).
 
-    Linux: an anonymous in-memory file (memfd); elsewhere a private temporary directory that
-    is removed at once.
+    One loader for the whole kit (:func:`pytest_talos.keyfile.load_chain`): Linux uses an
+    anonymous in-memory file (memfd); elsewhere a 0600 file in a private temporary directory
+    that is removed at once.
     """
-    chain = cert_pem.rstrip(b"\n") + b"\n" + key_pem
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("emulator-cert", os.MFD_CLOEXEC)
-        try:
-            os.write(fd, chain)
-            context.load_cert_chain(f"/proc/self/fd/{fd}")
-        finally:
-            os.close(fd)
-        return
-    with tempfile.TemporaryDirectory() as directory:
-        path = os.path.join(directory, "chain.pem")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(chain)
-        context.load_cert_chain(path)
+    load_chain(context, cert_pem, key_pem, name="emulator-cert")
 
 
 def server_tls_context(

@@ -8,6 +8,7 @@ import ipaddress
 import os
 import ssl
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -237,12 +238,14 @@ def test_load_into_an_ssl_context(ca: pki.CertificateAuthority, admin: pki.CertA
         mixed.load_into(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER))
 
 
-def test_load_into_refuses_without_memfd(
-    monkeypatch: pytest.MonkeyPatch, admin: pki.CertAndKey
+def test_load_into_works_without_memfd_and_leaves_no_file(
+    monkeypatch: pytest.MonkeyPatch, admin: pki.CertAndKey, tmp_path: Path
 ) -> None:
     monkeypatch.delattr(os, "memfd_create", raising=False)
-    with pytest.raises(ConfigError, match="keys are never written"):
-        admin.load_into(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    admin.load_into(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+    assert list(tmp_path.iterdir()) == []
 
 
 # --------------------------------------------------------------------------- talosconfig

@@ -8,6 +8,7 @@ import datetime as dt
 import os
 import socket
 import ssl
+import tempfile
 import threading
 import traceback
 from collections.abc import Callable
@@ -707,9 +708,13 @@ def test_identity_with_an_encrypted_key_is_rejected(admin: pki.CertAndKey) -> No
         load_client_identity(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), admin.cert_pem, encrypted)
 
 
-def test_without_memfd_the_key_is_refused_not_written(
-    monkeypatch: pytest.MonkeyPatch, admin: pki.CertAndKey
+def test_without_memfd_the_key_loads_and_leaves_no_file(
+    monkeypatch: pytest.MonkeyPatch, admin: pki.CertAndKey, tmp_path: Path
 ) -> None:
+    # macOS has no memfd: a private temporary file is used and removed at once
+    # (tests/integration/test_keyfile_fallback.py checks its modes).
     monkeypatch.delattr(os, "memfd_create", raising=False)
-    with pytest.raises(ConfigError, match="never writes private keys to disk"):
-        load_client_identity(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), admin.cert_pem, admin.key_pem)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    load_client_identity(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), admin.cert_pem, admin.key_pem)
+    assert list(tmp_path.iterdir()) == []
