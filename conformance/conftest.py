@@ -86,13 +86,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--talos-leave-out", action="append", default=[], choices=sorted(PARTS),
         metavar="PART", help="leave out a part of the suite that needs an input this run "
         "does not give (repeatable): " + "; ".join(
-            f"{name} (needs {part.needs})" for name, part in sorted(PARTS.items())))
+            f"{name} (needs {part.needs})" for name, part in sorted(PARTS.items()))
+        + "; ini/env: comma-separated [ini talos_leave_out; env $TALOS_LEAVE_OUT]")
+    parser.addini("talos_leave_out", "comma-separated parts of the suite left out "
+                  "(--talos-leave-out)", default=None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     for line in _MARKERS:
         config.addinivalue_line("markers", line)
-    config.stash[_SETTINGS] = read_settings(config)
+    config.stash[_SETTINGS] = read_settings(config, parts=PARTS)
     collector = ResultCollector()
     config.stash[_COLLECTOR] = collector
     # Registered as a plugin so that it sees every report, also those xdist workers send.
@@ -152,7 +155,7 @@ _UNREACHABLE = pytest.StashKey["_Unreachable"]()
 
 
 def _left_out(config: pytest.Config) -> list[str]:
-    return list(config.getoption("talos_leave_out", None) or [])
+    return list(config.stash[_SETTINGS].leave_out)
 
 
 def _check_parts(config: pytest.Config, settings: SuiteSettings) -> None:
@@ -163,8 +166,9 @@ def _check_parts(config: pytest.Config, settings: SuiteSettings) -> None:
     if missing:
         needs = ", ".join(PARTS[part].needs for part in missing)
         leave = " ".join(f"--talos-leave-out {part}" for part in missing)
+        suite = settings.sources.get("talos_suite", "--talos-suite")
         raise pytest.UsageError(
-            f"--talos-suite {name} needs {needs}: without it the checks it is for cannot run. "
+            f"{suite} {name} needs {needs}: without it the checks it is for cannot run. "
             f"Give it, or say that this run leaves that part out: {leave}")
 
 
@@ -290,7 +294,8 @@ def pytest_collection_modifyitems(
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
     if ours and settings.checks:
-        _check_ids_known(settings.checks, owners)
+        _check_ids_known(settings.checks, owners,
+                         settings.sources.get("talos_check", "--talos-check"))
     if settings.list_checks:
         _list_checks(config, ours)
     keep = [i for i in items if _SPEC not in i.stash or _selected(i, settings)]
@@ -300,7 +305,7 @@ def pytest_collection_modifyitems(
         items[:] = keep
 
 
-def _check_ids_known(wanted: tuple[str, ...], known: dict[str, str]) -> None:
+def _check_ids_known(wanted: tuple[str, ...], known: dict[str, str], source: str) -> None:
     """--talos-check with an id that no check has is a usage error with the nearest ids."""
     for check_id in wanted:
         if check_id in known:
@@ -308,7 +313,7 @@ def _check_ids_known(wanted: tuple[str, ...], known: dict[str, str]) -> None:
         close = difflib.get_close_matches(check_id, list(known), n=3, cutoff=0.5)
         hint = f"; did you mean {' or '.join(close)}?" if close else ""
         raise pytest.UsageError(
-            f"--talos-check {check_id}: there is no such check{hint} (list them with "
+            f"{source} {check_id}: there is no such check{hint} (list them with "
             "--talos-list-checks)")
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import os
+import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from conformance._support.catalogue import SUITES, SuiteProfile
 from conformance._support.snapshot import SnapshotMode
 from conformance._support.vendor_profile import VendorProfile, load_vendor_profile
 from pytest_talos.errors import ConfigError
+from pytest_talos.plugin.settings import layered_value
 from pytest_talos.reporting import SEVERITIES, Severity, Waiver, load_waivers, parse_severity
 
 __all__ = ["DEFAULT_CERT_FAIL_DAYS", "DEFAULT_CERT_WARN_DAYS", "DEFAULT_OBSERVE",
@@ -46,7 +48,12 @@ class SuiteSettings:
     cert_fail_days: float = DEFAULT_CERT_FAIL_DAYS
     sources: dict[str, str] = field(default_factory=dict)
     checks: tuple[str, ...] = ()  # --talos-check: run only these check ids
+    leave_out: tuple[str, ...] = ()  # --talos-leave-out: parts of the suite left out
     list_checks: bool = False  # --talos-list-checks: print the catalogue and exit
+
+    def _given(self, name: str) -> str:
+        """`` [source]`` of a setting given on the command line, in ini or the environment."""
+        return f" [{self.sources[name]}]" if name in self.sources else ""
 
     def describe(self) -> list[str]:
         """Report-header lines (never credentials)."""
@@ -54,8 +61,8 @@ class SuiteSettings:
             "conformance: suite profile "
             + (f"{self.suite.name} ({self.suite.description})" if self.suite else
                "all checks (choose one with --talos-suite quick|full|post-upgrade|vendor-image)"),
-            f"conformance: fail under {self.fail_under}; restarts watched {self.observe:g}s "
-            f"(history {self.restart_window:g}s, node time)",
+            f"conformance: fail under {self.fail_under}{self._given('talos_fail_under')}; "
+            f"restarts watched {self.observe:g}s (history {self.restart_window:g}s, node time)",
         ]
         if self.vendor_profile:
             lines.append(f"conformance: vendor profile {self.vendor_profile.name} "
@@ -66,8 +73,8 @@ class SuiteSettings:
         if self.snapshot_mode:
             lines.append(f"conformance: snapshot {self.snapshot_mode} {self.snapshot_path}")
         if self.checks:
-            lines.append(f"conformance: only the checks {', '.join(self.checks)} "
-                         "(--talos-check)")
+            lines.append(f"conformance: only the checks {', '.join(self.checks)}"
+                         f"{self._given('talos_check')}")
         if self.waivers_path:
             lines.append(f"conformance: {len(self.waivers)} waiver(s) from {self.waivers_path}")
         if self.report_dir:
@@ -87,39 +94,43 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption(
         "--talos-suite", choices=sorted(SUITES), default=None, metavar="PROFILE",
         help="which checks to run: quick (read-only, seconds), full (everything --talos-allow "
-        "permits), post-upgrade, vendor-image (default: every check)")
+        "permits), post-upgrade, vendor-image (default: every check)" + _layers("talos_suite"))
     group.addoption(
         "--talos-profile", default=None, metavar="PATH",
-        help="vendor acceptance profile (YAML; see conformance/profiles/example-vendor.yaml)")
+        help="vendor acceptance profile (YAML; see conformance/profiles/example-vendor.yaml)"
+        + _layers("talos_profile"))
     group.addoption(
         "--talos-expect-version", default=None, metavar="VERSION",
-        help="Talos version every node must run, e.g. v1.13.9 or v1.13.x (post-upgrade)")
+        help="Talos version every node must run, e.g. v1.13.9 or v1.13.x (post-upgrade)"
+        + _layers("talos_expect_version"))
     group.addoption(
         "--talos-expect-kubernetes-version", default=None, metavar="VERSION",
-        help="Kubernetes (kubelet) version every node must run, e.g. v1.36.0 (post-upgrade)")
+        help="Kubernetes (kubelet) version every node must run, e.g. v1.36.0 (post-upgrade)"
+        + _layers("talos_expect_kubernetes_version"))
     group.addoption(
         "--talos-snapshot", nargs=2, default=None, metavar=("MODE", "PATH"),
         help="save: record config digest, extensions and node labels before an upgrade; "
-        "compare: check the nodes against that record after it")
+        "compare: check the nodes against that record after it (ini/env: 'MODE PATH')"
+        + _layers("talos_snapshot"))
     group.addoption(
         "--talos-waivers", default=None, metavar="FILE",
         help="YAML waivers (check, reason, expires[, node]): a waived failure is reported as "
-        "an expected failure until it expires")
+        "an expected failure until it expires" + _layers("talos_waivers"))
     group.addoption(
         "--talos-fail-under", choices=SEVERITIES, default=None, metavar="SEVERITY",
         help="fail the run only for failing checks of this severity or worse: critical, high, "
-        "medium, low (default: low, i.e. any failure)")
+        "medium, low (default: low, i.e. any failure)" + _layers("talos_fail_under"))
     group.addoption(
         "--talos-report", default=None, metavar="DIR",
-        help="write results.json, report.md and report.html into DIR")
+        help="write results.json, report.md and report.html into DIR" + _layers("talos_report"))
     group.addoption(
         "--talos-observe", type=float, default=None, metavar="SECONDS",
         help=f"how long to watch each node for service restarts (node seconds; default "
-        f"{DEFAULT_OBSERVE:g})")
+        f"{DEFAULT_OBSERVE:g})" + _layers("talos_observe"))
     group.addoption(
         "--talos-restart-window", type=float, default=None, metavar="SECONDS",
         help=f"a service that failed or restarted this recently fails the check (node seconds; "
-        f"default {DEFAULT_RESTART_WINDOW:g})")
+        f"default {DEFAULT_RESTART_WINDOW:g})" + _layers("talos_restart_window"))
     group.addoption(
         "--talos-desired", default=None, metavar="DIR",
         help="desired state in git: base configs, patches and talos-desired.yaml; the drift "
@@ -135,12 +146,13 @@ def add_options(parser: pytest.Parser) -> None:
         "[ini talos_cert_fail_days; env $TALOS_CERT_FAIL_DAYS]")
     for ini, what in (("talos_desired", "the desired-state directory (--talos-desired)"),
                       ("talos_cert_warn_days", "days before expiry a certificate warns"),
-                      ("talos_cert_fail_days", "days before expiry a certificate fails")):
+                      ("talos_cert_fail_days", "days before expiry a certificate fails"),
+                      *_INI_KEYS.items()):
         parser.addini(ini, what, default=None)
     group.addoption(
         "--talos-check", action="append", default=None, metavar="ID", dest="talos_check_ids",
         help="run only this check (its id, e.g. immutability.no-shell-or-ssh); repeatable; "
-        "replaces the --talos-suite selection")
+        "replaces the --talos-suite selection (ini/env: comma-separated)" + _layers("talos_check"))
     group.addoption(
         "--talos-list-checks", action="store_true", default=False,
         help="print every check of the suite (id, severity, area, what it changes, claim) and "
@@ -151,44 +163,119 @@ def add_options(parser: pytest.Parser) -> None:
         "cluster create docker): also require `docker exec <node> sh` to fail with 127")
 
 
-def _path(config: pytest.Config, value: str | None) -> Path | None:
-    if not value:
+# Ini keys of the options that take a value (besides desired and the certificate days).
+_INI_KEYS = {
+    "talos_suite": "suite profile (--talos-suite)",
+    "talos_profile": "vendor acceptance profile (--talos-profile)",
+    "talos_expect_version": "Talos version every node must run (--talos-expect-version)",
+    "talos_expect_kubernetes_version": "Kubernetes version every node must run "
+    "(--talos-expect-kubernetes-version)",
+    "talos_snapshot": "MODE PATH (--talos-snapshot)",
+    "talos_waivers": "waivers file (--talos-waivers)",
+    "talos_fail_under": "severity gate (--talos-fail-under)",
+    "talos_report": "report directory (--talos-report)",
+    "talos_observe": "seconds watched for restarts (--talos-observe)",
+    "talos_restart_window": "restart history in seconds (--talos-restart-window)",
+    "talos_check": "comma-separated check ids to run (--talos-check)",
+}
+
+
+def _layers(name: str) -> str:
+    """The help suffix naming an option's ini key and environment variable."""
+    return f" [ini {name}; env ${name.upper()}]"
+
+
+def _layered(config: pytest.Config, name: str, dest: str | None = None) -> tuple[Any, str] | None:
+    """Command line ``--talos-x`` > ini ``talos_x`` > ``$TALOS_X``: the value and its source."""
+    return layered_value(config, dest or name, "--" + name.replace("_", "-"), name, name.upper())
+
+
+def _resolve(config: pytest.Config, source: str, value: str) -> Path:
+    """A path from ini is relative to the rootdir, from the command line or env to the
+    invocation directory."""
+    base = config.rootpath if source.startswith("ini") else config.invocation_params.dir
+    return base / Path(value.strip()).expanduser()
+
+
+def _path(config: pytest.Config, name: str, sources: dict[str, str]) -> Path | None:
+    found = _layered(config, name)
+    if found is None or not str(found[0]).strip():
         return None
-    return config.invocation_params.dir / Path(value).expanduser()
+    sources[name] = found[1]
+    return _resolve(config, found[1], str(found[0]))
 
 
-def _positive(name: str, value: Any, default: float) -> float:
-    if value is None:
+def _text(config: pytest.Config, name: str, sources: dict[str, str]) -> str | None:
+    found = _layered(config, name)
+    if found is None or not str(found[0]).strip():
+        return None
+    sources[name] = found[1]
+    return str(found[0]).strip()
+
+
+def _choice(config: pytest.Config, name: str, choices: Collection[str],
+            sources: dict[str, str]) -> str | None:
+    found = _layered(config, name)
+    if found is None:
+        return None
+    value = str(found[0]).strip().lower()
+    if value not in choices:
+        raise pytest.UsageError(f"{found[1]}: {found[0]!r} is not one of {', '.join(choices)}")
+    sources[name] = found[1]
+    return value
+
+
+def _positive(config: pytest.Config, name: str, default: float,
+              sources: dict[str, str]) -> float:
+    found = _layered(config, name)
+    if found is None:
         return default
-    if not float(value) > 0:
-        raise pytest.UsageError(f"{name}: {value!r} is not a positive number of seconds")
-    return float(value)
+    try:
+        value = float(found[0])
+    except (TypeError, ValueError):
+        value = -1.0
+    if not (value > 0 and math.isfinite(value)):
+        raise pytest.UsageError(f"{found[1]}: {found[0]!r} is not a positive number of seconds")
+    sources[name] = found[1]
+    return value
 
 
-def _snapshot(config: pytest.Config) -> tuple[SnapshotMode | None, Path | None]:
-    raw = config.getoption("talos_snapshot")
-    if not raw:
+def _list(config: pytest.Config, name: str, sources: dict[str, str], dest: str | None = None,
+          choices: Collection[str] | None = None) -> tuple[str, ...]:
+    """A repeatable option; from ini or env comma-separated. Duplicates dropped, order kept."""
+    found = _layered(config, name, dest)
+    if found is None:
+        return ()
+    raw, source = found
+    items = raw if isinstance(raw, list) else [raw]
+    values = tuple(dict.fromkeys(
+        part.strip() for item in items for part in str(item).split(",") if part.strip()))
+    unknown = [v for v in values if choices is not None and v not in choices]
+    if unknown:
+        raise pytest.UsageError(f"{source}: {unknown[0]!r} is not one of "
+                                f"{', '.join(sorted(choices or ()))}")
+    sources[name] = source
+    return values
+
+
+def _snapshot(config: pytest.Config,
+              sources: dict[str, str]) -> tuple[SnapshotMode | None, Path | None]:
+    found = _layered(config, "talos_snapshot")
+    if found is None:
         return None, None
-    mode, path = raw
-    if mode == "save":
-        return "save", _path(config, path)
-    if mode == "compare":
-        return "compare", _path(config, path)
-    raise pytest.UsageError(
-        f"--talos-snapshot: {mode!r} is not a mode; write --talos-snapshot save PATH before the "
-        "upgrade and --talos-snapshot compare PATH after it")
-
-
-def _layered(config: pytest.Config, dest: str) -> tuple[Any, str] | None:
-    """The first of command line, ini, environment that sets ``dest``, and its source."""
-    value = config.getoption(dest)
-    if value not in (None, ""):
-        return value, "--" + dest.replace("_", "-")
-    value = config.getini(dest)
-    if value not in (None, ""):
-        return value, f"ini {dest}"
-    value = os.environ.get(dest.upper(), "").strip()
-    return (value, f"${dest.upper()}") if value else None
+    raw, source = found
+    parts = list(raw) if isinstance(raw, (list, tuple)) else str(raw).split(None, 1)
+    if len(parts) != 2:
+        raise pytest.UsageError(
+            f"{source}: {raw!r} is not MODE PATH; write save PATH before the upgrade and "
+            "compare PATH after it")
+    mode, path = str(parts[0]).strip(), str(parts[1])
+    if mode not in ("save", "compare"):
+        raise pytest.UsageError(
+            f"{source}: {mode!r} is not a mode; write --talos-snapshot save PATH before the "
+            "upgrade and --talos-snapshot compare PATH after it")
+    sources["talos_snapshot"] = source
+    return ("save" if mode == "save" else "compare"), _resolve(config, source, path)
 
 
 def _desired(config: pytest.Config) -> tuple[Path | str | None, str]:
@@ -225,44 +312,46 @@ def _cert_days(config: pytest.Config) -> tuple[float, float]:
     return warn, fail
 
 
-def read_settings(config: pytest.Config) -> SuiteSettings:
-    """Parse and validate every conformance option; pytest.UsageError names what to fix."""
+def read_settings(config: pytest.Config, parts: Collection[str] = ()) -> SuiteSettings:
+    """Parse and validate every conformance option (``parts``: what --talos-leave-out may
+    name); pytest.UsageError names what to fix, and the source of a bad value."""
     try:
-        return _read(config)
+        return _read(config, parts)
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
 
 
-def _read(config: pytest.Config) -> SuiteSettings:
-    suite_name = config.getoption("talos_suite")
-    profile_path = _path(config, config.getoption("talos_profile"))
-    waivers_path = _path(config, config.getoption("talos_waivers"))
-    snapshot_mode, snapshot_path = _snapshot(config)
-    fail_under = config.getoption("talos_fail_under")
-    report = config.getoption("talos_report")
+def _read(config: pytest.Config, parts: Collection[str]) -> SuiteSettings:
+    sources: dict[str, str] = {}
+    suite_name = _choice(config, "talos_suite", sorted(SUITES), sources)
+    profile_path = _path(config, "talos_profile", sources)
+    waivers_path = _path(config, "talos_waivers", sources)
+    snapshot_mode, snapshot_path = _snapshot(config, sources)
+    fail_under = _choice(config, "talos_fail_under", SEVERITIES, sources)
     desired, desired_source = _desired(config)
+    if desired_source:
+        sources["desired"] = desired_source
     warn_days, fail_days = _cert_days(config)
     return SuiteSettings(
         suite=SUITES[suite_name] if suite_name else None,
         vendor_profile=load_vendor_profile(profile_path) if profile_path else None,
-        expect_version=config.getoption("talos_expect_version"),
-        expect_kubernetes_version=config.getoption("talos_expect_kubernetes_version"),
+        expect_version=_text(config, "talos_expect_version", sources),
+        expect_kubernetes_version=_text(config, "talos_expect_kubernetes_version", sources),
         snapshot_mode=snapshot_mode,
         snapshot_path=snapshot_path,
         waivers=tuple(load_waivers(waivers_path)) if waivers_path else (),
         waivers_path=waivers_path,
         fail_under=parse_severity(fail_under) if fail_under else "low",
-        report_dir=_path(config, report),
-        observe=_positive("--talos-observe", config.getoption("talos_observe"),
-                          DEFAULT_OBSERVE),
-        restart_window=_positive("--talos-restart-window",
-                                 config.getoption("talos_restart_window"),
-                                 DEFAULT_RESTART_WINDOW),
+        report_dir=_path(config, "talos_report", sources),
+        observe=_positive(config, "talos_observe", DEFAULT_OBSERVE, sources),
+        restart_window=_positive(config, "talos_restart_window", DEFAULT_RESTART_WINDOW,
+                                 sources),
         docker=bool(config.getoption("talos_docker")),
         desired=desired,
         cert_warn_days=warn_days,
         cert_fail_days=fail_days,
-        sources={"desired": desired_source} if desired_source else {},
-        checks=tuple(dict.fromkeys(c.strip() for c in config.getoption("talos_check_ids") or ())),
+        sources=sources,
+        checks=_list(config, "talos_check", sources, dest="talos_check_ids"),
+        leave_out=_list(config, "talos_leave_out", sources, choices=parts),
         list_checks=bool(config.getoption("talos_list_checks")),
     )

@@ -24,6 +24,7 @@ __all__ = [
     "Setting",
     "TalosSettings",
     "add_options",
+    "layered_value",
     "resolve_settings",
 ]
 
@@ -132,19 +133,29 @@ class TalosSettings:
         return self.allow.value == "disruptive"
 
 
+def layered_value(
+    config: pytest.Config, dest: str, flag: str, ini: str, env: str
+) -> tuple[Any, str] | None:
+    """The first of command line (option ``dest``, shown as ``flag``), ini key ``ini`` and
+    environment variable ``env`` that is set, with its source (``--talos-x``, ``ini talos_x``,
+    ``$TALOS_X``); None when none is. The conformance suite resolves its options with it too.
+    """
+    cli = config.getoption(dest)
+    if cli not in (None, [], ""):
+        return cli, flag
+    from_ini = config.getini(ini)
+    if from_ini not in (None, [], ""):
+        return from_ini, f"ini {ini}"
+    from_env = os.environ.get(env, "")
+    if from_env.strip():
+        return from_env, f"${env}"
+    return None
+
+
 def _raw(config: pytest.Config, dest: str) -> tuple[Any, str] | None:
     """The first of command line, ini, environment that sets ``dest``, with its source."""
     option = _OPTIONS[dest]
-    cli = config.getoption(dest)
-    if cli not in (None, [], ""):
-        return cli, option.flag
-    ini = config.getini(option.ini)
-    if ini not in (None, [], ""):
-        return ini, f"ini {option.ini}"
-    env = os.environ.get(option.env, "")
-    if env.strip():
-        return env, f"${option.env}"
-    return None
+    return layered_value(config, dest, option.flag, option.ini, option.env)
 
 
 def _split(value: Any) -> tuple[str, ...]:
