@@ -15,8 +15,9 @@ PORTS = "immutability.only-expected-ports"
 HEADER = ("--talos-list-checks", "-v")  # -q -v: the report header is shown
 
 
-def run(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
-        ini: str | None = None) -> SuiteRun:
+def run(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None, ini: str | None = None
+) -> SuiteRun:
     extra: list[str] = []
     if ini is not None:
         (tmp_path / "sub").mkdir(exist_ok=True)
@@ -27,7 +28,7 @@ def run(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
 
 
 def test_command_line_beats_ini_beats_environment_and_the_header_names_the_source(
-    tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     env = {"TALOS_FAIL_UNDER": "critical", "TALOS_CHECK": f"{NO_SHELL}, {PORTS}"}
     ini = "talos_fail_under = medium\n"
@@ -37,28 +38,44 @@ def test_command_line_beats_ini_beats_environment_and_the_header_names_the_sourc
     assert f"conformance: only the checks {NO_SHELL}, {PORTS} [$TALOS_CHECK]" in from_env.output
     from_ini = run(tmp_path, *HEADER, env=env, ini=ini)
     assert "conformance: fail under medium [ini talos_fail_under]" in from_ini.output, (
-        from_ini.describe())
-    from_cli = run(tmp_path, *HEADER, "--talos-fail-under", "high", env=env,
-                   ini=ini)
+        from_ini.describe()
+    )
+    from_cli = run(tmp_path, *HEADER, "--talos-fail-under", "high", env=env, ini=ini)
     assert "conformance: fail under high [--talos-fail-under]" in from_cli.output, (
-        from_cli.describe())
+        from_cli.describe()
+    )
 
 
 def test_a_bad_value_from_the_environment_or_ini_names_its_source(tmp_path: Path) -> None:
     for env, ini, message in (
-        ({"TALOS_FAIL_UNDER": "hgh"}, None,
-         "$TALOS_FAIL_UNDER: 'hgh' is not one of critical, high, medium, low"),
-        ({"TALOS_OBSERVE": "10"}, "talos_observe = soon\n",
-         "ini talos_observe: 'soon' is not a positive number of seconds"),
-        ({"TALOS_RESTART_WINDOW": "-1"}, None,
-         "$TALOS_RESTART_WINDOW: '-1' is not a positive number of seconds"),
-        ({"TALOS_SUITE": "quik"}, None,
-         "$TALOS_SUITE: 'quik' is not one of full, post-upgrade, quick, vendor-image"),
+        (
+            {"TALOS_FAIL_UNDER": "hgh"},
+            None,
+            "$TALOS_FAIL_UNDER: 'hgh' is not one of critical, high, medium, low",
+        ),
+        (
+            {"TALOS_OBSERVE": "10"},
+            "talos_observe = soon\n",
+            "ini talos_observe: 'soon' is not a positive number of seconds",
+        ),
+        (
+            {"TALOS_RESTART_WINDOW": "-1"},
+            None,
+            "$TALOS_RESTART_WINDOW: '-1' is not a positive number of seconds",
+        ),
+        (
+            {"TALOS_SUITE": "quik"},
+            None,
+            "$TALOS_SUITE: 'quik' is not one of full, post-upgrade, quick, vendor-image",
+        ),
         ({"TALOS_SNAPSHOT": "save"}, None, "$TALOS_SNAPSHOT: 'save' is not MODE PATH"),
         ({}, "talos_snapshot = keep snap.json\n", "ini talos_snapshot: 'keep' is not a mode"),
         ({"TALOS_LEAVE_OUT": "vendor, nope"}, None, "$TALOS_LEAVE_OUT: 'nope' is not one of"),
-        ({}, "talos_check = immutability.no-shel\n",
-         "ini talos_check immutability.no-shel: there is no such check; did you mean"),
+        (
+            {},
+            "talos_check = immutability.no-shel\n",
+            "ini talos_check immutability.no-shel: there is no such check; did you mean",
+        ),
     ):
         result = run(tmp_path, "--talos-list-checks", env=env, ini=ini)
         assert result.returncode == USAGE_ERROR, result.describe()
@@ -66,23 +83,31 @@ def test_a_bad_value_from_the_environment_or_ini_names_its_source(tmp_path: Path
 
 
 def test_a_list_from_the_environment_and_the_suite_from_it_too(tmp_path: Path) -> None:
-    env = {"TALOS_SUITE": "post-upgrade",
-           "TALOS_LEAVE_OUT": "upgrade-version, upgrade-kubernetes-version"}
+    env = {
+        "TALOS_SUITE": "post-upgrade",
+        "TALOS_LEAVE_OUT": "upgrade-version, upgrade-kubernetes-version",
+    }
     result = run(tmp_path, env=env)
     assert result.returncode == USAGE_ERROR, result.describe()
     # Both parts the environment left out are left out: only the snapshot is still missing.
-    assert ("$TALOS_SUITE post-upgrade needs --talos-snapshot compare PATH:"
-            in result.output), result.describe()
+    assert "$TALOS_SUITE post-upgrade needs --talos-snapshot compare PATH:" in result.output, (
+        result.describe()
+    )
     assert "--talos-leave-out upgrade-snapshot\n" in result.output, result.describe()
 
 
 def test_paths_from_ini_are_relative_to_the_rootdir_from_env_to_the_invocation_directory(
-    tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     from_env = run(tmp_path, env={"TALOS_SNAPSHOT": "compare snap.json"})
     assert from_env.returncode == USAGE_ERROR, from_env.describe()
     assert f"--talos-snapshot compare {tmp_path / 'snap.json'}: no such file" in from_env.output
-    from_ini = run(tmp_path, env={"TALOS_SNAPSHOT": "compare other.json"},
-                   ini="talos_snapshot = compare snap.json\n")
-    assert (f"--talos-snapshot compare {tmp_path / 'sub' / 'snap.json'}: no such file"
-            in from_ini.output), from_ini.describe()
+    from_ini = run(
+        tmp_path,
+        env={"TALOS_SNAPSHOT": "compare other.json"},
+        ini="talos_snapshot = compare snap.json\n",
+    )
+    assert (
+        f"--talos-snapshot compare {tmp_path / 'sub' / 'snap.json'}: no such file"
+        in from_ini.output
+    ), from_ini.describe()
