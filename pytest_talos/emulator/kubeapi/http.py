@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import ssl
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from pytest_talos.emulator.kubeapi.objects import Object
+from pytest_talos.keyfile import load_chain
 
 _MAX_HEADER_LINES = 100
 _MAX_BODY = 1 << 20
@@ -40,46 +39,20 @@ def _status(code: int, message: str, reason: str, details: Object | None = None)
     return status
 
 
-def _write_private(directory: str, name: str, data: bytes) -> str:
-    path = os.path.join(directory, name)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    return path
-
 
 def server_ssl_context(*, cert_pem: bytes, key_pem: bytes, client_ca_pem: bytes) -> ssl.SSLContext:
     """A TLS server context that requires a client certificate signed by ``client_ca_pem``.
 
-    Python's ``ssl`` loads keys only from files: the key goes through an anonymous in-memory
-    file where the platform has one (Linux ``memfd``), otherwise through a private temporary
-    directory removed at once.
+    The key is loaded by the one in-memory loader, :func:`pytest_talos.keyfile.load_chain`.
     """
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.verify_mode = ssl.CERT_REQUIRED
     context.load_verify_locations(cadata=client_ca_pem.decode("ascii"))
     context.set_alpn_protocols(["http/1.1"])  # no HTTP/2 here: Go clients must not try it
-    chain = cert_pem + b"\n" + key_pem
-    if _load_chain_from_memory(context, chain):
-        return context
-    with tempfile.TemporaryDirectory() as directory:
-        context.load_cert_chain(_write_private(directory, "server.pem", chain))
+    load_chain(context, cert_pem, key_pem, name="kubeapi-server-cert")
     return context
 
-
-def _load_chain_from_memory(context: ssl.SSLContext, chain: bytes) -> bool:
-    if not hasattr(os, "memfd_create"):
-        return False
-    fd = os.memfd_create("kubeapi-server-cert", os.MFD_CLOEXEC)
-    try:
-        os.write(fd, chain)
-        context.load_cert_chain(f"/proc/self/fd/{fd}")
-    except FileNotFoundError:  # no /proc: fall back to a private temporary file
-        return False
-    finally:
-        os.close(fd)
-    return True
 
 
 async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
