@@ -269,7 +269,9 @@ class Transport:
                 reply = await call.recv_message()
         except Exception as exc:
             error = classify_error(exc, self.call_info(rpc, target, limit))
-            self._log_call(rpc, target, started, f"failed: {type(error).__name__}")
+            self._log_call(rpc, target, started, f"failed: {type(error or exc).__name__}")
+            if error is None:
+                raise  # not a wire failure: a bug, shown as it is
             raise error from None
         self._log_call(rpc, target, started, "ok")
         if reply is None:
@@ -323,7 +325,10 @@ class Transport:
             info = self.call_info(rpc, target, total, streaming=True)
             if idle is not None and idle.expired() and idle_timeout is not None:
                 raise with_context(idle_expired(info, idle_timeout), info) from None
-            raise classify_error(exc, info) from None
+            error = classify_error(exc, info)
+            if error is None:
+                raise  # not a wire failure: a bug, shown as it is
+            raise error from None
 
     def _log_call(self, rpc: Rpc[Any, Any], target: Target, started: float, how: str) -> None:
         if _log.isEnabledFor(logging.DEBUG):

@@ -154,8 +154,11 @@ def _ssl_failure(exc: ssl.SSLError, host: str, endpoint: str) -> TransportError:
     )
 
 
-def connect_failure(exc: BaseException, host: str, port: int, phase: ConnectPhase) -> TalosError:
-    """Classify an error raised while resolving, connecting or handshaking."""
+def connect_failure(
+    exc: OSError | EOFError, host: str, port: int, phase: ConnectPhase
+) -> TalosError:
+    """Classify an OS, TLS or end-of-file error raised while resolving, connecting or
+    handshaking (the channel lets anything else, such as a bug of ours, pass unchanged)."""
     endpoint = endpoint_text(host, port)
     if isinstance(exc, socket.gaierror):
         return ConnectError(
@@ -177,7 +180,7 @@ def connect_failure(exc: BaseException, host: str, port: int, phase: ConnectPhas
         return ConnectError(
             f"cannot connect to {endpoint} ({why}): check the address, routing and firewall"
         )
-    return TransportError(f"cannot connect to {endpoint}: unexpected {type(exc).__name__}")
+    return ConnectError(f"{endpoint} closed the connection while it was being made")
 
 
 def _code_name(code: int) -> str:
@@ -270,8 +273,13 @@ def _connection_lost(exc: BaseException, info: CallInfo) -> TalosError:
     )
 
 
-def classify_error(exc: BaseException, info: CallInfo) -> TalosError:
-    """Map any exception raised by a call into the pytest-talos error tree."""
+def classify_error(exc: BaseException, info: CallInfo) -> TalosError | None:
+    """Map an exception raised by a call into the pytest-talos error tree.
+
+    Only what the wire raises is mapped: our own errors, grpclib's, h2's, the OS's, TLS
+    and timeouts. Anything else is None: a bug (ours or a library's), which the transport
+    re-raises unchanged, with its traceback, instead of dressing it up as a TransportError.
+    """
     if isinstance(exc, TalosError):
         exc.node = exc.node or info.node
         exc.method = exc.method or info.method
@@ -289,11 +297,9 @@ def classify_error(exc: BaseException, info: CallInfo) -> TalosError:
             node=info.node,
             method=info.method,
         )
-    return TransportError(
-        f"unexpected {type(exc).__name__} talking to {info.endpoint}: {exc}",
-        node=info.node,
-        method=info.method,
-    )
+    if isinstance(exc, OSError):  # ssl.SSLError included: the connection failed mid-call
+        return _connection_lost(exc, info)
+    return None
 
 
 def with_context(error: TalosError, info: CallInfo) -> TalosError:

@@ -40,6 +40,7 @@ from pytest_talos.transport import (
     node_error,
     split_endpoint,
 )
+from pytest_talos.transport._channel import Session
 
 READ = "/machine.MachineService/Read"
 INFO = CallInfo(
@@ -203,11 +204,47 @@ def test_connection_lost_mid_call_is_a_transport_error() -> None:
     assert "the connection to 10.5.0.2:50000 broke during the call" in str(error)
 
 
-def test_protocol_errors_and_surprises_never_escape_raw() -> None:
+def test_protocol_errors_never_escape_raw() -> None:
     assert type(classify_error(ProtocolError("bad frame"), INFO)) is TransportError
-    surprise = classify_error(KeyError("what"), INFO)
-    assert type(surprise) is TransportError
-    assert "unexpected KeyError" in str(surprise)
+
+
+def test_what_the_wire_does_not_raise_is_not_classified() -> None:
+    # A KeyError or TypeError is a bug (ours or a library's), not a transport failure.
+    assert classify_error(KeyError("what"), INFO) is None
+    assert classify_error(TypeError("bad argument"), INFO) is None
+
+
+class _BrokenChannel:
+    """A channel whose request() hits a bug, as our own code might."""
+
+    phase = "ready"
+    session = Session(server_spoke=True)
+
+    def request(self, *args: object, **kwargs: object) -> object:
+        raise KeyError("a bug of ours")
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_the_transport_re_raises_a_bug_unchanged(streaming: bool) -> None:
+    import asyncio
+
+    from pytest_talos._proto.machine import machine_pb2
+    from pytest_talos.transport import Rpc
+
+    version = Rpc("/machine.MachineService/Version", common_pb2.Data, machine_pb2.VersionResponse)
+    transport = Transport("10.5.0.2", ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+    transport._channel = _BrokenChannel()  # type: ignore[assignment]
+
+    async def call() -> None:
+        if streaming:
+            async for _ in transport.stream(version, common_pb2.Data()):
+                pass
+        else:
+            await transport.unary(version, common_pb2.Data())
+
+    with pytest.raises(KeyError, match="a bug of ours") as caught:
+        asyncio.run(call())
+    assert caught.value.__context__ is None  # the bug itself, not a TransportError around it
 
 
 # --------------------------------------------------------------------------- connecting
