@@ -226,6 +226,20 @@ class AsyncTalosClient:
             self._single = NO_TARGET
 
     @classmethod
+    def from_transport(
+        cls,
+        transport: Transport,
+        *,
+        node: str | None = None,
+        nodes: Sequence[str] | None = None,
+    ) -> AsyncTalosClient:
+        """A client on a transport built elsewhere, e.g. a
+        :class:`~pytest_talos.transport.FakeTransport` in a unit test (no socket)."""
+        client = object.__new__(cls)
+        client._setup(_Shared(transport), node, tuple(nodes or ()))
+        return client
+
+    @classmethod
     def from_talosconfig(
         cls,
         path: str | os.PathLike[str] | None = None,

@@ -20,7 +20,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 from pytest_talos.client._async import AsyncTalosClient, OpenedStream, StreamOpener, present_as
 from pytest_talos.client._gate import ChangeGate
 from pytest_talos.errors import TransportError
-from pytest_talos.transport import DEFAULT_STREAM_TIMEOUT, DEFAULT_TIMEOUT
+from pytest_talos.transport import DEFAULT_STREAM_TIMEOUT, DEFAULT_TIMEOUT, Transport
 
 __all__ = ["StreamIterator", "TalosClient"]
 
@@ -205,6 +205,25 @@ class TalosClient:
         self._runner = _LoopThread(core.endpoint)
         self._owner = True
         self._finalizer = weakref.finalize(self, _shutdown, self._runner, core)
+
+    @classmethod
+    def from_transport(
+        cls,
+        transport: Transport,
+        *,
+        node: str | None = None,
+        nodes: Sequence[str] | None = None,
+    ) -> TalosClient:
+        """A client on a transport built elsewhere; the documented seam for unit tests::
+
+            client = TalosClient.from_transport(FakeTransport(handler))
+
+        (see :class:`~pytest_talos.transport.FakeTransport`). Closing the client closes it.
+        """
+        core = AsyncTalosClient.from_transport(transport, node=node, nodes=nodes)
+        client = object.__new__(cls)
+        client._adopt(core)
+        return client
 
     @classmethod
     def from_talosconfig(

@@ -20,8 +20,13 @@ carrying ``.node`` and ``.method``::
 Node targeting works as with talosctl: ``node`` metadata proxies one-to-one through the
 endpoint's apid, ``nodes`` fans out and apid tags every reply element with the node.
 
-Layout: this module (TLS context, targets, :class:`Transport`), ``_channel`` (the phased
-connection), ``_errors`` (the classification above, pure functions).
+Layout: this module (TLS context, targets, :class:`Transport`, :class:`FakeTransport`),
+``_channel`` (the phased connection), ``_errors`` (the classification above, pure
+functions), ``_fake`` (what a FakeTransport handler receives and may raise).
+
+The seam for tests: ``TalosClient.from_transport(transport)`` (and
+``AsyncTalosClient.from_transport``) builds a client on any Transport; a
+:class:`FakeTransport` answers from a Python function, with no socket at all.
 """
 
 from __future__ import annotations
@@ -30,8 +35,8 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from cryptography import x509
@@ -54,6 +59,16 @@ from pytest_talos.transport._errors import (
     node_error,
     with_context,
 )
+from pytest_talos.transport._fake import (
+    FakeRequest,
+    FakeStatus,
+    Handler,
+    as_handler,
+    each_reply,
+    mapped,
+    unary_reply,
+    unused_tls_context,
+)
 from pytest_talos.transport._peer import read_peer_certificate
 
 __all__ = [
@@ -62,6 +77,10 @@ __all__ = [
     "NO_TARGET",
     "CallInfo",
     "ConnectPhase",
+    "FakeRequest",
+    "FakeStatus",
+    "FakeTransport",
+    "Handler",
     "Rpc",
     "Target",
     "Transport",
@@ -320,8 +339,12 @@ class Transport:
                     received += 1
                     yield message
         except Exception as exc:
-            self._log_call(rpc, target, started, f"stream stopped ({type(exc).__name__}) "
-                           f"after {received} messages")
+            self._log_call(
+                rpc,
+                target,
+                started,
+                f"stream stopped ({type(exc).__name__}) after {received} messages",
+            )
             info = self.call_info(rpc, target, total, streaming=True)
             if idle is not None and idle.expired() and idle_timeout is not None:
                 raise with_context(idle_expired(info, idle_timeout), info) from None
@@ -332,9 +355,14 @@ class Transport:
 
     def _log_call(self, rpc: Rpc[Any, Any], target: Target, started: float, how: str) -> None:
         if _log.isEnabledFor(logging.DEBUG):
-            _log.debug("%s to %s via %s: %s in %.3fs", rpc.path,
-                       target.label or "the endpoint", self.endpoint, how,
-                       time.monotonic() - started)
+            _log.debug(
+                "%s to %s via %s: %s in %.3fs",
+                rpc.path,
+                target.label or "the endpoint",
+                self.endpoint,
+                how,
+                time.monotonic() - started,
+            )
 
     def close(self) -> None:
         """Close the connection now, without waiting for the server's TLS goodbye.
@@ -360,3 +388,116 @@ class Transport:
 def _check_positive(name: str, value: float) -> None:
     if not value > 0:
         raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+
+
+class FakeTransport(Transport):
+    """A transport that answers from ``handler`` instead of a node: no socket, no TLS.
+
+    ``handler`` takes a :class:`FakeRequest` and returns the reply message (unary calls),
+    an iterable or async iterable of messages (server streams), or raises
+    :class:`FakeStatus` (a gRPC status), a :class:`~pytest_talos.errors.TalosError` or
+    ``TimeoutError``; or it is a mapping from method path or short name (``"Version"``)
+    to such functions (an unknown method is Unimplemented). Use it with
+    ``TalosClient.from_transport(FakeTransport(handler))``; ``requests`` records every call.
+    """
+
+    def __init__(
+        self,
+        handler: Handler | Mapping[str, Handler],
+        *,
+        endpoint: str = "fake.invalid:50000",
+        cluster: str | None = None,
+        client_roles: Sequence[str] = ("os:admin",),
+        timeout: float = DEFAULT_TIMEOUT,
+        stream_timeout: float = DEFAULT_STREAM_TIMEOUT,
+    ) -> None:
+        super().__init__(
+            endpoint,
+            unused_tls_context(),
+            cluster=cluster,
+            client_roles=client_roles,
+            timeout=timeout,
+            stream_timeout=stream_timeout,
+        )
+        self._handler = as_handler(handler)
+        self.requests: list[FakeRequest] = []
+
+    def __repr__(self) -> str:
+        return f"FakeTransport({self.endpoint!r}, roles={self.client_roles!r})"
+
+    def channel(self) -> TalosChannel:
+        raise AssertionError("a FakeTransport never opens a connection")
+
+    def call_info(
+        self, rpc: Rpc[Any, Any], target: Target, timeout: float, *, streaming: bool = False
+    ) -> CallInfo:
+        info = super().call_info(rpc, target, timeout, streaming=streaming)
+        return replace(info, phase="ready", server_spoke=True)
+
+    def _receive(self, rpc: Rpc[Any, Any], request: Message, target: Target, timeout: float) -> Any:
+        if self.closed:
+            raise TransportError(f"the client for {self.endpoint} is closed")
+        fake = FakeRequest(
+            method=rpc.path,
+            message=rpc.request_type.FromString(request.SerializeToString()),
+            node=target.node,
+            nodes=target.nodes,
+            metadata=tuple(self.metadata(target)),
+            timeout=timeout,
+        )
+        self.requests.append(fake)
+        return self._handler(fake)
+
+    async def unary(
+        self,
+        rpc: Rpc[ReqT, RepT],
+        request: ReqT,
+        target: Target = NO_TARGET,
+        *,
+        timeout: float | None = None,
+    ) -> RepT:
+        limit = timeout if timeout is not None else self.timeout
+        _check_positive("timeout", limit)
+        try:
+            return unary_reply(self._receive(rpc, request, target, limit), rpc.reply_type, rpc.path)
+        except Exception as exc:
+            error = mapped(exc, self.call_info(rpc, target, limit))
+            if error is None:
+                raise  # a bug in the handler (or in the client): shown as it is
+            raise error from None
+
+    async def stream(
+        self,
+        rpc: Rpc[ReqT, RepT],
+        request: ReqT,
+        target: Target = NO_TARGET,
+        *,
+        idle_timeout: float | None = None,
+        total_timeout: float | None = None,
+    ) -> AsyncGenerator[RepT, None]:
+        total = total_timeout if total_timeout is not None else self.stream_timeout
+        _check_positive("total_timeout", total)
+        info = self.call_info(rpc, target, total, streaming=True)
+        idle: asyncio.Timeout | None = None
+        messages: AsyncGenerator[Message, None] | None = None
+        try:
+            messages = each_reply(self._receive(rpc, request, target, total), rpc.path)
+            while True:
+                async with asyncio.timeout(idle_timeout) as idle:
+                    message = await anext(messages, None)
+                if message is None:
+                    return
+                yield unary_reply(message, rpc.reply_type, rpc.path)
+        except Exception as exc:
+            if idle is not None and idle.expired() and idle_timeout is not None:
+                raise with_context(idle_expired(info, idle_timeout), info) from None
+            error = mapped(exc, info)
+            if error is None:
+                raise
+            raise error from None
+        finally:
+            if messages is not None:
+                await messages.aclose()  # the handler's generator ends with the call
+
+    async def aclose(self) -> None:
+        self.closed = True
