@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """How much does TalosClient add on top of a bare grpclib stub call?
 
-Both go over the same mTLS (Ed25519) HTTP/2 connection to the minimal test apid on
-127.0.0.2, in the same run, interleaved round by round so drift hits both alike:
+Both go over the same mTLS (Ed25519) HTTP/2 connection to the apid of an emulated control
+plane, in the same run, interleaved round by round so drift hits both alike:
 
 * bare   - ``MachineServiceStub(channel).Version(Empty())`` awaited on the client's loop
 * async  - ``await AsyncTalosClient.version()`` on the same loop (our code, no thread hop)
@@ -27,26 +27,22 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # for tests.integration.minimal_server
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from google.protobuf import empty_pb2  # noqa: E402
 
 from pytest_talos._proto.machine import machine_grpc  # noqa: E402
 from pytest_talos.client import TalosClient  # noqa: E402
 
-HOST = "127.0.0.2"
-
 
 def _serve(queue: Any, stop: Any) -> None:
-    """Child process: run a minimal apid, hand back endpoint and client credentials."""
-    from pytest_talos.emulator.pki import CertificateAuthority, issue_client_cert, issue_server_cert
-    from tests.integration.minimal_server import MinimalApid
+    """Child process: run one emulated control plane, hand back endpoint and credentials."""
+    from pytest_talos.emulator import EmulatedCluster
+    from pytest_talos.emulator.pki import issue_client_cert
 
-    ca = CertificateAuthority.generate()
-    server = issue_server_cert(ca, hostname="bench", ips=[HOST])
-    admin = issue_client_cert(ca, roles=["os:admin"])
-    with MinimalApid(HOST, ca, server) as apid:
-        queue.put((apid.endpoint, ca.cert_pem, admin.cert_pem, admin.key_pem_talos))
+    with EmulatedCluster(controlplanes=1, workers=0) as cluster:
+        admin = issue_client_cert(cluster.ca, roles=["os:admin"])
+        queue.put((cluster.endpoint, cluster.ca.cert_pem, admin.cert_pem, admin.key_pem_talos))
         stop.wait()
 
 
@@ -71,7 +67,7 @@ def main() -> None:
     finally:
         stop.set()
         child.join(10)
-    _report(results, args.calls, args.rounds)
+    _report(results, endpoint, args.calls, args.rounds)
 
 
 def _measure(client: TalosClient, calls: int, rounds: int) -> dict[str, list[float]]:
@@ -126,9 +122,9 @@ def _measure(client: TalosClient, calls: int, rounds: int) -> dict[str, list[flo
     return results
 
 
-def _report(results: dict[str, list[float]], calls: int, rounds: int) -> None:
+def _report(results: dict[str, list[float]], endpoint: str, calls: int, rounds: int) -> None:
     median = {kind: statistics.median(values) for kind, values in results.items()}
-    print(f"Version() over Ed25519 mTLS to {HOST}, {rounds} rounds x {calls} calls per kind")
+    print(f"Version() over Ed25519 mTLS to {endpoint}, {rounds} rounds x {calls} calls per kind")
     print(f"{'kind':<10} {'median us/call':>15} {'min':>9} {'max':>9}")
     for kind, values in results.items():
         print(f"{kind:<10} {median[kind]:>15.1f} {min(values):>9.1f} {max(values):>9.1f}")

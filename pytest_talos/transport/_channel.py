@@ -94,7 +94,9 @@ class TalosChannel(Channel):
             self.phase = "tls"
             protocol = await self._handshake(loop, sock)
         except (OSError, EOFError) as exc:  # ssl.SSLError and socket.gaierror are OSErrors
-            raise connect_failure(exc, host, port, self.phase) from None
+            raise connect_failure(
+                exc, host, port, self.phase, server_name=self._server_name
+            ) from None
         self.phase = "ready"
         return protocol
 

@@ -155,7 +155,12 @@ def _ssl_failure(exc: ssl.SSLError, host: str, endpoint: str) -> TransportError:
 
 
 def connect_failure(
-    exc: OSError | EOFError, host: str, port: int, phase: ConnectPhase
+    exc: OSError | EOFError,
+    host: str,
+    port: int,
+    phase: ConnectPhase,
+    *,
+    server_name: str | None = None,
 ) -> TalosError:
     """Classify an OS, TLS or end-of-file error raised while resolving, connecting or
     handshaking (the channel lets anything else, such as a bug of ours, pass unchanged)."""
@@ -165,8 +170,8 @@ def connect_failure(
             f"cannot resolve {host!r} ({exc.strerror}): check the endpoint in the talosconfig "
             "and this machine's DNS"
         )
-    if isinstance(exc, ssl.SSLError):
-        return _ssl_failure(exc, host, endpoint)
+    if isinstance(exc, ssl.SSLError):  # the name verified is server_hostname when one is set
+        return _ssl_failure(exc, server_name or host, endpoint)
     if isinstance(exc, ConnectionRefusedError):
         return ConnectError(f"connection to {endpoint} refused: is apid listening on {endpoint}?")
     if phase == "tls" and isinstance(exc, ConnectionError | EOFError):

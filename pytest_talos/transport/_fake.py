@@ -67,9 +67,10 @@ class FakeRequest:
 
 
 def as_handler(handler: Handler | Mapping[str, Handler]) -> Handler:
+    """A handler; a mapping of routes is read at each call, so a test may add routes later."""
     if not isinstance(handler, Mapping):
         return handler
-    routes = dict(handler)
+    routes = handler
 
     def route(request: FakeRequest) -> Reply:
         chosen = routes.get(request.method) or routes.get(request.name)

@@ -1,6 +1,7 @@
-"""Fixtures for the client integration tests: certificates made per session, a minimal
-apid on 127.0.0.2 (fronting three simulated nodes), misbehaving endpoints, and an emulated
-Talos cluster (``emulated_cluster``) for the client-against-emulator tests.
+"""Fixtures for the client integration tests: the emulated Talos cluster
+(``emulated_cluster``) every client test talks to over real Ed25519 mutual TLS, client
+certificates issued from its CA per session, and misbehaving endpoints (silent, refusing,
+plain text).
 
 Everything listens on 127.0.0.0/8 only. No key is ever written except inside the
 talosconfig files under the session's tmp directory (mode 0600).
@@ -13,35 +14,24 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from pytest_talos.client import TalosClient
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.pki import (
-    CertAndKey,
-    CertificateAuthority,
-    KeyType,
-    issue_client_cert,
-    issue_server_cert,
-    write_talosconfig,
-)
-from tests.integration.minimal_server import FakeNode, MinimalApid
+from pytest_talos.emulator.pki import CertAndKey, CertificateAuthority, issue_client_cert
 
-APID_HOST = "127.0.0.2"
-OTHER_NODE = "127.0.0.12"
-DOWN_NODE = "127.0.0.13"
-WRONG_SAN_HOST = "127.0.0.3"  # serves a certificate made for APID_HOST only
-CLUSTER = "minimal"
+# A TEST-NET-1 address (RFC 5737): apid cannot dial it, as a node that is down.
+DOWN_NODE = "192.0.2.13"
 # The emulated cluster's clock runs 20x: a 4 s try-mode window lasts 0.2 s, a 5 s reboot 0.25 s.
 EMULATOR_TIME_SCALE = 20.0
 
 
 @dataclass(frozen=True)
 class Pki:
+    """Client certificates for the emulated cluster (and one from a CA it does not know)."""
+
     ca: CertificateAuthority
-    server: CertAndKey
     admin: CertAndKey
     reader: CertAndKey
     operator: CertAndKey
@@ -58,13 +48,12 @@ def _no_developer_talosconfig(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
-def pki() -> Pki:
-    ca = CertificateAuthority.generate()
+def pki(emulated_cluster: EmulatedCluster) -> Pki:
+    ca = emulated_cluster.ca
     foreign_ca = CertificateAuthority.generate()
     now = dt.datetime.now(dt.UTC)
     return Pki(
         ca=ca,
-        server=issue_server_cert(ca, hostname="node-1", ips=[APID_HOST]),
         admin=issue_client_cert(ca, roles=["os:admin"]),
         reader=issue_client_cert(ca, roles=["os:reader"]),
         operator=issue_client_cert(ca, roles=["os:operator"]),
@@ -77,46 +66,6 @@ def pki() -> Pki:
         foreign_ca=foreign_ca,
         foreign_admin=issue_client_cert(foreign_ca, roles=["os:admin"]),
     )
-
-
-def fake_nodes() -> list[FakeNode]:
-    return [
-        FakeNode(APID_HOST, "node-1"),
-        FakeNode(OTHER_NODE, "node-2", tag="v1.13.8"),
-        FakeNode(DOWN_NODE, "node-3", down=True),
-    ]
-
-
-@pytest.fixture(scope="session")
-def apid(pki: Pki) -> Iterator[MinimalApid]:
-    with MinimalApid(APID_HOST, pki.ca, pki.server, fake_nodes()) as server:
-        yield server
-
-
-@pytest.fixture(scope="session")
-def wrong_san_apid(pki: Pki) -> Iterator[MinimalApid]:
-    with MinimalApid(WRONG_SAN_HOST, pki.ca, pki.server) as server:
-        yield server
-
-
-@pytest.fixture(scope="session")
-def talosconfig(tmp_path_factory: pytest.TempPathFactory, pki: Pki, apid: MinimalApid) -> Path:
-    path = tmp_path_factory.mktemp("talos") / "config"
-    write_talosconfig(
-        path,
-        context=CLUSTER,
-        endpoints=[apid.endpoint],
-        ca_pem=pki.ca.cert_pem,
-        client=pki.admin,
-        cluster=CLUSTER,
-    )
-    return path
-
-
-@pytest.fixture(scope="session")
-def client(talosconfig: Path) -> Iterator[TalosClient]:
-    with TalosClient.from_talosconfig(talosconfig) as talos:
-        yield talos
 
 
 MakeClient = Callable[..., TalosClient]
@@ -201,27 +150,6 @@ def plaintext_endpoint() -> Iterator[str]:
     server = _PlainServer()
     yield server.endpoint
     server.close()
-
-
-# --------------------------------------------------------------------------- other key types
-
-
-@dataclass(frozen=True)
-class KeyTypeSetup:
-    ca: CertificateAuthority
-    client: CertAndKey
-    apid: MinimalApid
-
-
-@pytest.fixture(scope="session", params=["ecdsa", "rsa"])
-def other_key_type(request: pytest.FixtureRequest) -> Iterator[KeyTypeSetup]:
-    key_type: KeyType = request.param
-    host = {"ecdsa": "127.0.0.4", "rsa": "127.0.0.5"}[key_type]
-    ca = CertificateAuthority.generate(key_type=key_type)
-    server = issue_server_cert(ca, hostname="node-1", ips=[host], key_type=key_type)
-    client = issue_client_cert(ca, roles=["os:admin"], key_type=key_type)
-    with MinimalApid(host, ca, server) as running:
-        yield KeyTypeSetup(ca, client, running)
 
 
 # --------------------------------------------------------------------------- emulated cluster
