@@ -32,6 +32,7 @@ from cryptography.x509.oid import NameOID
 from pytest_talos.client import TalosClient
 from pytest_talos.errors import TalosError, TransportError
 from pytest_talos.node import TalosNode
+from pytest_talos.talos_api import APID_PORT
 from pytest_talos.talosconfig import Context
 from pytest_talos.transport import read_peer_certificate
 
@@ -53,7 +54,6 @@ __all__ = [
     "load_certificates",
 ]
 
-APID_PORT = 50000
 DEFAULT_WARN_DAYS = 30.0
 DEFAULT_FAIL_DAYS = 7.0
 # Talos renews apid's (and kube-apiserver's) certificate at half its lifetime; one with less

@@ -39,7 +39,6 @@ from pytest_talos.errors import (
 )
 from pytest_talos.guard import ConfigGuard, _guarding
 from pytest_talos.node import (
-    APID_PORT,
     TalosNode,
     _dig,
     _v1alpha1,
@@ -47,6 +46,7 @@ from pytest_talos.node import (
     expected_ports_for,
 )
 from pytest_talos.patches import PatchInput
+from pytest_talos.talos_api import APID_PORT
 from pytest_talos.wait import (
     StabilityReport,
     config_summary,

@@ -25,11 +25,12 @@ from pytest_talos import models
 from pytest_talos.client import DEFAULT_TIMEOUT, TalosClient
 from pytest_talos.errors import ConfigError, NotFound, TalosError, TransportError
 from pytest_talos.node import TalosNode
+from pytest_talos.talos_api import ResourceType, split_host_port
 from pytest_talos.talosconfig import TalosConfig, load_talosconfig
 
 __all__ = ["MEMBERS_TYPE", "KubernetesAccess", "TalosCluster", "UnreachableNode"]
 
-MEMBERS_TYPE = ("Members.cluster.talos.dev", "cluster")
+MEMBERS_TYPE = (ResourceType.MEMBERS, "cluster")
 
 
 class UnreachableNode(TalosNode):
@@ -237,8 +238,10 @@ def _member_address(member: models.Resource) -> str | None:
 
 
 def _endpoint_host(endpoint: str) -> str:
-    host, _, _ = endpoint.rpartition(":")
-    return host.strip("[]") or endpoint
+    try:
+        return split_host_port(endpoint)[0] or endpoint
+    except ValueError:  # a malformed bracket: the text as given
+        return endpoint
 
 
 def _describe_node(client: TalosClient, address: str, scan_baseline: str | None) -> TalosNode:

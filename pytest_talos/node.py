@@ -26,6 +26,7 @@ from pytest_talos import models, ports
 from pytest_talos.client import DEFAULT_WATCH_TIMEOUT, StreamIterator, TalosClient
 from pytest_talos.errors import PermissionDenied, TalosError
 from pytest_talos.patches import PatchInput, apply_patches
+from pytest_talos.talos_api import APID_PORT, TRUSTD_PORT, ResourceType, split_host_port
 
 __all__ = [
     "MACHINE_TYPE",
@@ -39,9 +40,7 @@ __all__ = [
     "is_missing_path",
 ]
 
-MACHINE_TYPE = ("MachineTypes.config.talos.dev", "machine-type", "config")
-APID_PORT = 50000
-TRUSTD_PORT = 50001
+MACHINE_TYPE = (ResourceType.MACHINE_TYPES, "machine-type", "config")
 KUBELET_PORT = 10250
 KUBE_APISERVER_PORT = 6443
 ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
@@ -142,11 +141,10 @@ def is_missing_path(exc: TalosError) -> bool:
 
 def host_of(address: str) -> str:
     """The host part of ``host``, ``host:port``, ``[v6]:port`` or a bare IPv6 address."""
-    if address.startswith("["):
-        return address[1:].partition("]")[0]
-    if address.count(":") == 1:
-        return address.partition(":")[0]
-    return address
+    try:
+        return split_host_port(address)[0]
+    except ValueError:  # a malformed bracket: the text as given
+        return address
 
 
 class ConfigProtector(Protocol):

@@ -15,6 +15,16 @@ The method lists are those of ``api/machine/machine.proto``, ``api/machine/image
 ``api/machine/lifecycle.proto``, ``api/machine/debug.proto``, ``api/storage/storage.proto``
 and ``api/resource/...`` (COSI ``State``). Reading calls (Version, List, Logs, EtcdSnapshot,
 EtcdStatus, PacketCapture, ImageList, Verify, ...) are absent: they do not change the node.
+
+The other facts here, each stated once for both sides:
+
+* ports: :data:`APID_PORT` (50000), :data:`TRUSTD_PORT` (50001);
+* roles: the built-in role names (``pkg/machinery/role/role.go``), machined's authorizer rule
+  table :data:`ROLE_RULES` (``internal/app/machined/pkg/system/services/machined.go``), and
+  what a method needs on a running node (:func:`roles_needed`);
+* which roles a client certificate carries (:func:`certificate_roles`);
+* resource type names (:class:`ResourceType`);
+* :func:`split_host_port`, the one way ``host[:port]`` text is taken apart.
 """
 
 from __future__ import annotations
@@ -22,13 +32,230 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
 __all__ = [
+    "ADMIN",
     "ALLOW_LEVELS",
+    "APID_PORT",
     "CHANGING_METHODS",
+    "ETCD_BACKUP",
+    "IMAGE_VERIFIER",
+    "IMPERSONATOR",
+    "META_WRITER",
+    "OPERATOR",
+    "READER",
+    "ROLE_RULES",
+    "TRUSTD_PORT",
     "ChangeLevel",
+    "ResourceType",
+    "allowed_roles",
+    "certificate_roles",
     "change_level",
     "permits",
+    "roles_needed",
+    "split_host_port",
 ]
+
+# --------------------------------------------------------------------------- ports
+
+APID_PORT: Final = 50000  # internal/app/machined/pkg/controllers/runtime/api_service_config.go
+TRUSTD_PORT: Final = 50001  # internal/app/trustd/main.go
+
+# --------------------------------------------------------------------------- resource types
+
+
+class ResourceType:
+    """Resource type names (``pkg/machinery/resources/<group>/*.go``; cosi's own ``meta``)."""
+
+    RESOURCE_DEFINITIONS: Final = "ResourceDefinitions.meta.cosi.dev"
+    NAMESPACES: Final = "Namespaces.meta.cosi.dev"
+    MACHINE_CONFIGS: Final = "MachineConfigs.config.talos.dev"
+    MACHINE_TYPES: Final = "MachineTypes.config.talos.dev"
+    SERVICES: Final = "Services.v1alpha1.talos.dev"
+    MACHINE_STATUSES: Final = "MachineStatuses.runtime.talos.dev"
+    VERSIONS: Final = "Versions.runtime.talos.dev"
+    EXTENSION_STATUSES: Final = "ExtensionStatuses.runtime.talos.dev"
+    DIAGNOSTICS: Final = "Diagnostics.runtime.talos.dev"
+    VOLUME_STATUSES: Final = "VolumeStatuses.block.talos.dev"
+    MEMBERS: Final = "Members.cluster.talos.dev"
+    IDENTITIES: Final = "Identities.cluster.talos.dev"
+    INFOS: Final = "Infos.cluster.talos.dev"
+    NODE_ADDRESSES: Final = "NodeAddresses.net.talos.dev"
+    HOSTNAME_STATUSES: Final = "HostnameStatuses.net.talos.dev"
+    ETCD_MEMBERS: Final = "EtcdMembers.etcd.talos.dev"
+    NODENAMES: Final = "Nodenames.kubernetes.talos.dev"
+    ADDRESS_STATUSES: Final = "AddressStatuses.net.talos.dev"
+    LINK_STATUSES: Final = "LinkStatuses.net.talos.dev"
+
+
+# --------------------------------------------------------------------------- roles
+
+ADMIN: Final = "os:admin"
+OPERATOR: Final = "os:operator"
+READER: Final = "os:reader"
+ETCD_BACKUP: Final = "os:etcd:backup"
+IMAGE_VERIFIER: Final = "os:image:verifier"
+META_WRITER: Final = "os:meta:writer"
+IMPERSONATOR: Final = "os:impersonator"
+
+_A = frozenset({ADMIN})
+_AO = frozenset({ADMIN, OPERATOR})
+_AOR = frozenset({ADMIN, OPERATOR, READER})
+
+
+def _rules(prefix: str, roles: frozenset[str], *names: str) -> dict[str, frozenset[str]]:
+    return {prefix + name: roles for name in names}
+
+
+# machined's authorizer: the roles allowed to call each method; a method not listed is
+# admin only (internal/app/machined/pkg/system/services/machined.go, ``rules``).
+ROLE_RULES: Final[Mapping[str, frozenset[str]]] = {
+    "/cluster.ClusterService/HealthCheck": _AOR,
+    "/inspect.InspectService/ControllerRuntimeDependencies": _AOR,
+    **_rules("/machine.ImageService/", _A, "Import", "Remove"),
+    "/machine.ImageService/List": _AOR,
+    "/machine.ImageService/Pull": _AO,
+    "/machine.ImageService/Verify": _AOR | {IMAGE_VERIFIER},
+    "/machine.DebugService/ContainerRun": _A,
+    **_rules("/machine.LifecycleService/", _A, "Install", "Upgrade"),
+    # admin, and reader for maintenance only (the handler checks: see roles_needed)
+    "/machine.MachineService/ApplyConfiguration": frozenset({ADMIN, READER}),
+    **_rules(
+        "/machine.MachineService/",
+        _A,
+        "Bootstrap",
+        "Copy",
+        "EtcdForfeitLeadership",
+        "EtcdLeaveCluster",
+        "EtcdRecover",
+        "EtcdRemoveMemberByID",
+        "EtcdDowngradeCancel",
+        "EtcdDowngradeEnable",
+        "EtcdDowngradeValidate",
+        "GenerateClientConfiguration",
+        "Kubeconfig",
+        "Read",
+        "Reset",
+        "Rollback",
+        "Upgrade",
+    ),
+    **_rules(
+        "/machine.MachineService/",
+        _AO,
+        "EtcdAlarmDisarm",
+        "EtcdDefragment",
+        "ImagePull",
+        "PacketCapture",
+        "Reboot",
+        "Restart",
+        "ServiceRestart",
+        "ServiceStart",
+        "ServiceStop",
+        "Shutdown",
+    ),
+    **_rules(
+        "/machine.MachineService/",
+        _AOR,
+        "CPUInfo",
+        "CPUFreqStats",
+        "Containers",
+        "DiskStats",
+        "DiskUsage",
+        "Dmesg",
+        "Events",
+        "Hostname",
+        "ImageList",
+        "List",
+        "LoadAvg",
+        "Logs",
+        "LogsContainers",
+        "Memory",
+        "Mounts",
+        "NetworkDeviceStats",
+        "Netstat",
+        "Processes",
+        "ServiceList",
+        "Stats",
+        "SystemStat",
+        "Version",
+    ),
+    **_rules(
+        "/machine.MachineService/",
+        _AOR | {ETCD_BACKUP},
+        "EtcdAlarmList",
+        "EtcdMemberList",
+        "EtcdStatus",
+    ),
+    "/machine.MachineService/EtcdSnapshot": _AO | {ETCD_BACKUP},
+    **_rules(
+        "/machine.MachineService/", frozenset({ADMIN, META_WRITER}), "MetaWrite", "MetaDelete"
+    ),
+    **_rules("/cosi.resource.State/", _AOR, "Get", "List", "Watch"),
+    **_rules("/cosi.resource.State/", _A, "Create", "Update", "Destroy"),
+    "/storage.StorageService/Disks": _AOR,
+    # admin, and reader for maintenance only (the handler checks: see roles_needed)
+    "/storage.StorageService/BlockDeviceWipe": frozenset({ADMIN, READER}),
+    **_rules("/time.TimeService/", _AOR, "Time", "TimeCheck"),
+}
+
+# Methods whose handler admits a reader only in maintenance mode (machined.go comments;
+# v1alpha1_server.go ApplyConfiguration: ``!inMaintenance && !roles.Includes(role.Admin)``).
+_ADMIN_OUTSIDE_MAINTENANCE = frozenset(
+    {"/machine.MachineService/ApplyConfiguration", "/storage.StorageService/BlockDeviceWipe"}
+)
+
+
+def allowed_roles(method: str) -> frozenset[str]:
+    """The roles machined's authorizer lets call ``method`` (unlisted: admin only)."""
+    return ROLE_RULES.get(method, _A)
+
+
+def roles_needed(method: str) -> tuple[str, ...]:
+    """The roles one of which a call to ``method`` needs on a running (not maintenance) node,
+    sorted; what a PermissionDenied hint names."""
+    roles = _A if method in _ADMIN_OUTSIDE_MAINTENANCE else allowed_roles(method)
+    return tuple(sorted(roles))
+
+
+def certificate_roles(cert: x509.Certificate | bytes) -> tuple[str, ...]:
+    """The Talos roles a client certificate carries: its Subject Organization values, empty
+    ones dropped as Talos drops them (``pkg/grpc/middleware/authz``); a PEM that does not
+    parse carries none."""
+    if isinstance(cert, bytes):
+        try:
+            cert = x509.load_pem_x509_certificate(cert)
+        except ValueError:
+            return ()
+    values = cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
+    roles = (v.value.decode() if isinstance(v.value, bytes) else v.value for v in values)
+    return tuple(role for role in roles if role)
+
+
+# --------------------------------------------------------------------------- host and port
+
+
+def split_host_port(text: str) -> tuple[str, str | None]:
+    """``host``, ``host:port``, ``[v6]``, ``[v6]:port`` or a bare IPv6 address -> the host and
+    the port text (None without one), neither judged further.
+
+    Raises ValueError for a ``[`` without ``]`` and for anything after ``]`` but ``:port``.
+    """
+    if text.startswith("["):
+        inner, closed, rest = text[1:].partition("]")
+        if not closed:
+            raise ValueError("'[' without a closing ']'")
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"unexpected {rest!r} after ']'")
+        return inner, rest[1:] if rest else None
+    if text.count(":") == 1:
+        host, _, port = text.partition(":")
+        return host, port
+    return text, None  # a name, an IPv4 address, or a bare IPv6 address: no port
+
+
+# --------------------------------------------------------------------------- changing methods
 
 ChangeLevel = Literal["mutating", "disruptive"]
 ALLOW_LEVELS: Final = ("none", "mutating", "disruptive")  # each permits those before it

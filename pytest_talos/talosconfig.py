@@ -45,10 +45,10 @@ from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
-from cryptography.x509.oid import NameOID
 
 from pytest_talos.errors import ConfigError
 from pytest_talos.keyfile import SecretBytes, load_chain
+from pytest_talos.talos_api import APID_PORT, certificate_roles, split_host_port
 
 __all__ = [
     "DEFAULT_API_PORT",
@@ -71,7 +71,7 @@ __all__ = [
 KeyType = Literal["ed25519", "ecdsa", "rsa"]
 _PrivateKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
-DEFAULT_API_PORT = 50000  # apid
+DEFAULT_API_PORT = APID_PORT
 _HTTPS_PORT = 443
 EXPIRY_WARNING_WINDOW = dt.timedelta(days=7)
 IN_POD_PATH = Path("/var/run/secrets/talos.dev/config")
@@ -275,18 +275,13 @@ def _check_host(host: str) -> str:
 
 
 def _host_port(text: str, default_port: int) -> str:
-    if text.startswith("["):
-        inner, closed, rest = text[1:].partition("]")
-        if not closed:
-            raise _BadEndpoint("'[' without a closing ']'")
-        if rest and not rest.startswith(":"):
-            raise _BadEndpoint(f"unexpected {rest!r} after ']'")
-        port = _parse_port(rest[1:]) if rest else default_port
-        return f"[{_parse_ipv6(inner)}]:{port}"
-    if text.count(":") > 1:  # a bare IPv6 address cannot carry a port
-        return f"[{_parse_ipv6(text)}]:{default_port}"
-    host, has_port, port_text = text.partition(":")
-    port = _parse_port(port_text) if has_port else default_port
+    try:
+        host, port_text = split_host_port(text)
+    except ValueError as exc:
+        raise _BadEndpoint(str(exc)) from None
+    port = _parse_port(port_text) if port_text is not None else default_port
+    if text.startswith("[") or ":" in host:  # bracketed, or a bare IPv6 address (no port)
+        return f"[{_parse_ipv6(host)}]:{port}"
     return f"{_check_host(host)}:{port}"
 
 
@@ -569,12 +564,6 @@ def _spki(public_key: Any) -> bytes:
     )
 
 
-def _roles(cert: x509.Certificate) -> tuple[str, ...]:
-    values = cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
-    roles = (v.value.decode() if isinstance(v.value, bytes) else v.value for v in values)
-    return tuple(role for role in roles if role)  # Talos ignores empty entries
-
-
 def _when(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -718,7 +707,7 @@ def load_talosconfig(
         context_name=name,
         contexts=names,
         context=selected,
-        roles=_roles(creds.leaf),
+        roles=certificate_roles(creds.leaf),
         not_before=creds.leaf.not_valid_before_utc,
         not_after=creds.leaf.not_valid_after_utc,
         key_type=creds.key_type,

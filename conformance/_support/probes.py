@@ -29,6 +29,7 @@ from pytest_talos._proto.v1alpha1 import resource_pb2, state_pb2
 from pytest_talos.client import TalosClient
 from pytest_talos.emulator.pki import CertificateAuthority, issue_client_cert
 from pytest_talos.errors import APIError, DeadlineExceeded, TalosError, TransportError
+from pytest_talos.talos_api import APID_PORT
 from pytest_talos.talosconfig import Context
 from pytest_talos.transport import Rpc, Target, Transport, build_ssl_context, certificate_roles
 
@@ -47,7 +48,6 @@ __all__ = [
     "write_attempts",
 ]
 
-APID_PORT = 50000
 # The HTTP/2 client preface and an empty SETTINGS frame: what any gRPC client sends first.
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")
 _WRITE_PROBE_ID = "pytest-talos-write-probe"

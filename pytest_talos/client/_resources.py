@@ -24,10 +24,11 @@ from pytest_talos._proto.resource.definitions.v1alpha1 import v1alpha1_pb2
 from pytest_talos._proto.v1alpha1 import meta_pb2, resource_pb2, state_pb2
 from pytest_talos.client._convert import enum_name, net_ip, timestamp
 from pytest_talos.errors import InvalidArgument, NotFound
+from pytest_talos.talos_api import ResourceType as T
 
-RD_TYPE = "ResourceDefinitions.meta.cosi.dev"
+RD_TYPE = T.RESOURCE_DEFINITIONS
 META_NAMESPACE = "meta"
-MACHINE_CONFIG_TYPE = "MachineConfigs.config.talos.dev"
+MACHINE_CONFIG_TYPE = T.MACHINE_CONFIGS
 MACHINE_CONFIG_NAMESPACE = "config"
 ACTIVE_MACHINE_CONFIG = "v1alpha1"
 
@@ -135,14 +136,14 @@ def _rd_spec(spec: meta_pb2.ResourceDefinitionSpec) -> models.ResourceDefinition
 _SpecDecoder = tuple[type[Message], Callable[[Any], models.ResourceSpec]]
 
 SPEC_DECODERS: dict[str, _SpecDecoder] = {
-    "Services.v1alpha1.talos.dev": (v1alpha1_pb2.ServiceSpec, _service_spec),
-    "Members.cluster.talos.dev": (cluster_pb2.MemberSpec, _member_spec),
-    "MachineStatuses.runtime.talos.dev": (runtime_pb2.MachineStatusSpec, _machine_status_spec),
-    "NodeAddresses.net.talos.dev": (network_pb2.NodeAddressSpec, _node_address_spec),
-    "HostnameStatuses.net.talos.dev": (network_pb2.HostnameStatusSpec, _hostname_status_spec),
-    "Versions.runtime.talos.dev": (runtime_pb2.VersionSpec, _version_spec),
+    T.SERVICES: (v1alpha1_pb2.ServiceSpec, _service_spec),
+    T.MEMBERS: (cluster_pb2.MemberSpec, _member_spec),
+    T.MACHINE_STATUSES: (runtime_pb2.MachineStatusSpec, _machine_status_spec),
+    T.NODE_ADDRESSES: (network_pb2.NodeAddressSpec, _node_address_spec),
+    T.HOSTNAME_STATUSES: (network_pb2.HostnameStatusSpec, _hostname_status_spec),
+    T.VERSIONS: (runtime_pb2.VersionSpec, _version_spec),
     MACHINE_CONFIG_TYPE: (config_pb2.MachineConfigSpec, _machine_config_spec),
-    "MachineTypes.config.talos.dev": (config_pb2.MachineTypeSpec, _machine_type_spec),
+    T.MACHINE_TYPES: (config_pb2.MachineTypeSpec, _machine_type_spec),
     RD_TYPE: (meta_pb2.ResourceDefinitionSpec, _rd_spec),
 }
 

@@ -31,6 +31,7 @@ from pytest_talos._proto.resource.definitions.network import network_pb2
 from pytest_talos._proto.resource.definitions.runtime import runtime_pb2
 from pytest_talos._proto.resource.definitions.v1alpha1 import v1alpha1_pb2
 from pytest_talos._proto.v1alpha1 import meta_pb2
+from pytest_talos.talos_api import ResourceType as T  # the one table of type names
 
 __all__ = [
     "DEFINITIONS",
@@ -44,30 +45,6 @@ __all__ = [
     "T",
     "definition_for",
 ]
-
-
-class T:
-    """Resource type names (``pkg/machinery/resources/<group>/*.go``)."""
-
-    RESOURCE_DEFINITIONS = "ResourceDefinitions.meta.cosi.dev"
-    NAMESPACES = "Namespaces.meta.cosi.dev"
-    MACHINE_CONFIGS = "MachineConfigs.config.talos.dev"
-    MACHINE_TYPES = "MachineTypes.config.talos.dev"
-    SERVICES = "Services.v1alpha1.talos.dev"
-    MACHINE_STATUSES = "MachineStatuses.runtime.talos.dev"
-    VERSIONS = "Versions.runtime.talos.dev"
-    EXTENSION_STATUSES = "ExtensionStatuses.runtime.talos.dev"
-    DIAGNOSTICS = "Diagnostics.runtime.talos.dev"
-    VOLUME_STATUSES = "VolumeStatuses.block.talos.dev"
-    MEMBERS = "Members.cluster.talos.dev"
-    IDENTITIES = "Identities.cluster.talos.dev"
-    INFOS = "Infos.cluster.talos.dev"
-    NODE_ADDRESSES = "NodeAddresses.net.talos.dev"
-    HOSTNAME_STATUSES = "HostnameStatuses.net.talos.dev"
-    ETCD_MEMBERS = "EtcdMembers.etcd.talos.dev"
-    NODENAMES = "Nodenames.kubernetes.talos.dev"
-    ADDRESS_STATUSES = "AddressStatuses.net.talos.dev"
-    LINK_STATUSES = "LinkStatuses.net.talos.dev"
 
 
 # The namespaces machined registers, with their descriptions

@@ -60,13 +60,17 @@ from pytest_talos.emulator.tls import (
     ignore_validity_period,
     trust_also,
 )
-from pytest_talos.talos_api import change_level
+from pytest_talos.talos_api import (
+    ADMIN,
+    APID_PORT,
+    IMPERSONATOR,
+    READER,
+    change_level,
+    split_host_port,
+)
 
 __all__ = ["APID_PORT", "NodeServer", "method_table"]
 
-APID_PORT = 50000
-IMPERSONATOR = "os:impersonator"
-ADMIN = "os:admin"
 FORWARD_TIMEOUT = 30.0  # seconds, for forwarded unary calls without a client deadline
 # A forwarded call gets the client's deadline plus this: the client's own deadline (which
 # cancels the forwarded call with it) always ends the call first, never ours.
@@ -168,7 +172,6 @@ _READER_GRANTS = {
     "reader-gets-kubeconfig": _M + "Kubeconfig",
     "reader-mints-admin": _M + "GenerateClientConfiguration",
 }
-READER = "os:reader"
 
 
 def _kubernetes_ca_pem(config: bytes) -> bytes | None:
@@ -659,19 +662,17 @@ def _error_metadata(metadata: common_pb2.Metadata, target: str, error: GRPCError
 
 
 def _host_of(target: str) -> str:
-    if target.startswith("["):
-        return target[1:].split("]", 1)[0]
-    if target.count(":") == 1:
-        return target.split(":", 1)[0]
-    return target
+    try:
+        return split_host_port(target)[0]
+    except ValueError:  # a malformed bracket: the text as given
+        return target
 
 
 def _port_of(target: str) -> int:
-    if target.startswith("[") and "]:" in target:
-        return int(target.rsplit(":", 1)[1])
-    if target.count(":") == 1:
-        with contextlib.suppress(ValueError):
-            return int(target.split(":", 1)[1])
+    with contextlib.suppress(ValueError):
+        port = split_host_port(target)[1]
+        if port is not None:
+            return int(port)
     return APID_PORT
 
 

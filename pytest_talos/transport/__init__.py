@@ -39,12 +39,11 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
-from cryptography import x509
-from cryptography.x509.oid import NameOID
 from google.protobuf.message import Message
 from grpclib.const import Cardinality
 
 from pytest_talos.errors import ConfigError, TransportError
+from pytest_talos.talos_api import certificate_roles, roles_needed, split_host_port
 from pytest_talos.talosconfig import SecretBytes, load_client_identity, normalize_endpoint
 from pytest_talos.transport._channel import Session, TalosChannel
 from pytest_talos.transport._errors import (
@@ -108,12 +107,18 @@ RepT = TypeVar("RepT", bound=Message)
 
 @dataclass(frozen=True)
 class Rpc(Generic[ReqT, RepT]):
-    """One gRPC method: its wire path, message types and the roles allowed to call it."""
+    """One gRPC method: its wire path, message types and the roles allowed to call it
+    (by default those of the shared role table, :func:`~pytest_talos.talos_api.roles_needed`).
+    """
 
     path: str
     request_type: type[ReqT]
     reply_type: type[RepT]
-    roles: tuple[str, ...] = ("os:admin",)
+    roles: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.roles:
+            object.__setattr__(self, "roles", roles_needed(self.path))
 
 
 @dataclass(frozen=True)
@@ -145,9 +150,9 @@ NO_TARGET = Target()
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:
     """``host[:port]`` (default 50000, IPv6 in brackets) -> ``(host, port)``."""
-    normalized = normalize_endpoint(endpoint)
-    host, _, port = normalized.rpartition(":")
-    return host.strip("[]"), int(port)
+    host, port = split_host_port(normalize_endpoint(endpoint))
+    assert port is not None  # a normalized endpoint always carries its port
+    return host, int(port)
 
 
 def build_ssl_context(ca_pem: bytes, crt_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
@@ -169,17 +174,6 @@ def build_ssl_context(ca_pem: bytes, crt_pem: bytes, key_pem: bytes) -> ssl.SSLC
         ) from None
     load_client_identity(ctx, crt_pem, key_pem)
     return ctx
-
-
-def certificate_roles(crt_pem: bytes) -> tuple[str, ...]:
-    """The Talos roles a client certificate carries (its Subject Organization values)."""
-    try:
-        cert = x509.load_pem_x509_certificate(crt_pem)
-    except ValueError:
-        return ()
-    values = cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
-    roles = (v.value.decode() if isinstance(v.value, bytes) else v.value for v in values)
-    return tuple(role for role in roles if role)
 
 
 # --------------------------------------------------------------------------- transport

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from pytest_talos.talos_api import CHANGING_METHODS
+from pytest_talos.talos_api import ADMIN, CHANGING_METHODS, ROLE_RULES, allowed_roles
 
 if TYPE_CHECKING:
     from pytest_talos.emulator.clock import Clock
@@ -31,68 +31,9 @@ __all__ = [
     "require_control_plane",
 ]
 
-ADMIN, OPERATOR, READER = "os:admin", "os:operator", "os:reader"
-ETCD_BACKUP, META_WRITER = "os:etcd:backup", "os:meta:writer"
-_AOR = frozenset({ADMIN, OPERATOR, READER})
-_AO = frozenset({ADMIN, OPERATOR})
-_A = frozenset({ADMIN})
-
 _M = "/machine.MachineService/"
-# internal/app/machined/pkg/system/services/machined.go: the authorizer rule table (allowed
-# roles per method); unlisted = admin only.
-ROLE_RULES: Mapping[str, frozenset[str]] = {
-    **{
-        _M + name: _AOR
-        for name in (
-            "Version",
-            "Hostname",
-            "Memory",
-            "Mounts",
-            "Processes",
-            "ServiceList",
-            "LogsContainers",
-            "Netstat",
-            "List",
-            "Logs",
-            "Dmesg",
-            "Events",
-        )
-    },
-    _M + "EtcdMemberList": _AOR | {ETCD_BACKUP},
-    # machined.go: A (+R in maintenance); the v1alpha1_server.go handler itself refuses
-    # non-admins outside maintenance.
-    _M + "ApplyConfiguration": frozenset({ADMIN, READER}),
-    **{
-        _M + name: _A
-        for name in (
-            "Bootstrap",
-            "Read",
-            "Copy",
-            "Kubeconfig",
-            "Reset",
-            "Rollback",
-            "Upgrade",
-            "GenerateClientConfiguration",
-        )
-    },
-    **{
-        _M + name: _AO
-        for name in (
-            "ServiceStart",
-            "ServiceStop",
-            "ServiceRestart",
-            "Reboot",
-            "Shutdown",
-        )
-    },
-    "/cluster.ClusterService/HealthCheck": _AOR,
-    "/cosi.resource.State/Get": _AOR,
-    "/cosi.resource.State/List": _AOR,
-    "/cosi.resource.State/Watch": _AOR,
-    "/cosi.resource.State/Create": _A,
-    "/cosi.resource.State/Update": _A,
-    "/cosi.resource.State/Destroy": _A,
-}
+# machined's authorizer rule table (allowed roles per method; unlisted = admin only) is one
+# fact shared with the client: pytest_talos.talos_api.ROLE_RULES (machined.go).
 
 # Methods that change a node (the call log marks them; the plugin flags tests that sent them
 # without a marker): the one table in pytest_talos.talos_api.
@@ -117,10 +58,6 @@ def require_control_plane(call: Call) -> None:
     api = CONTROL_PLANE_ONLY.get(call.method)
     if api is not None and not call.state.identity.controlplane:
         raise RPCFailure("UNIMPLEMENTED", f"{api} is only available on control plane nodes")
-
-
-def allowed_roles(method: str) -> frozenset[str]:
-    return ROLE_RULES.get(method, _A)
 
 
 class RPCFailure(Exception):
