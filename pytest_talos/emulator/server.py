@@ -189,7 +189,7 @@ def _kubernetes_ca_pem(config: bytes) -> bytes | None:
 def _certificate_identity(cert: Mapping[str, Any] | None) -> Identity:
     """Roles (Organization values) and serial of a verified client certificate."""
     if not cert:  # only possible with fault no-mtls
-        return Identity(frozenset({"os:admin"}), "", False)
+        return Identity(frozenset({ADMIN}), "", False)
     roles = frozenset(
         value
         for rdn in cert.get("subject", ())

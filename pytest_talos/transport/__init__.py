@@ -43,7 +43,7 @@ from google.protobuf.message import Message
 from grpclib.const import Cardinality
 
 from pytest_talos.errors import ConfigError, TransportError
-from pytest_talos.talos_api import certificate_roles, roles_needed, split_host_port
+from pytest_talos.talos_api import ADMIN, certificate_roles, roles_needed, split_host_port
 from pytest_talos.talosconfig import SecretBytes, load_client_identity, normalize_endpoint
 from pytest_talos.transport._channel import Session, TalosChannel
 from pytest_talos.transport._errors import (
@@ -401,7 +401,7 @@ class FakeTransport(Transport):
         *,
         endpoint: str = "fake.invalid:50000",
         cluster: str | None = None,
-        client_roles: Sequence[str] = ("os:admin",),
+        client_roles: Sequence[str] = (ADMIN,),
         timeout: float = DEFAULT_TIMEOUT,
         stream_timeout: float = DEFAULT_STREAM_TIMEOUT,
     ) -> None:
