@@ -4,8 +4,9 @@ Why grpclib and not grpcio: Talos signs its API certificates with Ed25519, which
 BoringSSL refuses while verifying a server; Python's ``ssl`` (OpenSSL 3) handles it.
 
 This is the only module of the client side that touches grpclib, ``ssl`` errors and raw
-sockets. Whatever goes wrong below it leaves as a :class:`~pytest_talos.errors.TalosError`
-carrying ``.node`` and ``.method``::
+sockets. Every wire failure (grpclib, h2, OS, TLS, timeouts) leaves as a
+:class:`~pytest_talos.errors.TalosError` carrying ``.node`` and ``.method``; anything else
+(a bug, ours or a library's) is re-raised as it is::
 
     DNS failure                     -> ConnectError        "cannot resolve ..."
     TCP refused / unreachable       -> ConnectError        "... refused: is apid listening on ...?"

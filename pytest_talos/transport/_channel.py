@@ -145,7 +145,9 @@ async def resolve(host: str, port: int) -> list[tuple[Any, ...]]:
     def lookup() -> None:
         try:
             outcome: tuple[Any, BaseException | None] = (
-                socket.getaddrinfo(host, port, type=socket.SOCK_STREAM), None)
+                socket.getaddrinfo(host, port, type=socket.SOCK_STREAM),
+                None,
+            )
         except Exception as exc:  # a gaierror, or anything the resolver raised
             outcome = (None, exc)
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
