@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_talos.client import ChangeGate
-from pytest_talos.cluster import TalosCluster, UnreachableNode
+from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import ConfigError, TalosError
 from pytest_talos.guard import ConfigGuard, ConfigRestoreError, JournalOrigin
 from pytest_talos.node import TalosNode, expected_ports_for
@@ -238,8 +238,8 @@ def _node_lines(cluster: TalosCluster) -> list[str]:
     if cluster.talosconfig is not None and cluster.talosconfig.expiry_warning:
         lines.append(f"talos: WARNING: {cluster.talosconfig.expiry_warning}")
     for node in cluster.nodes:
-        if isinstance(node, UnreachableNode):
-            lines.append(f"talos: node {node.address}: unreachable: {node.error}")
+        if node.unreachable is not None:
+            lines.append(f"talos: node {node.address}: unreachable: {node.unreachable}")
             continue
         try:
             version = node.version
