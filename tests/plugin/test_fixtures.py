@@ -172,7 +172,8 @@ def test_call_log_fails_an_unmarked_test_that_changed_a_node(
     result.stdout.fnmatch_lines([
         "this test sent changing calls to the emulated cluster (ServiceRestart to "
         "talos-default-worker-1) but is not marked talos_mutating; mark it "
-        "@pytest.mark.talos_mutating so that it runs only when --talos-allow permits such changes"
+        "@pytest.mark.talos_mutating so that it runs only when --talos-allow permits "
+        "such changes"
     ])
 
 
