@@ -28,21 +28,9 @@ from pytest_talos.node import TalosNode
 from pytest_talos.talos_api import ResourceType, split_host_port
 from pytest_talos.talosconfig import TalosConfig, load_talosconfig
 
-__all__ = ["MEMBERS_TYPE", "KubernetesAccess", "TalosCluster", "UnreachableNode"]
+__all__ = ["MEMBERS_TYPE", "KubernetesAccess", "TalosCluster"]
 
 MEMBERS_TYPE = (ResourceType.MEMBERS, "cluster")
-
-
-class UnreachableNode(TalosNode):
-    """A target that did not answer while the cluster was built; ``error`` says why."""
-
-    error: TalosError
-
-
-def _unreachable(client: TalosClient, address: str, error: TalosError) -> UnreachableNode:
-    node = UnreachableNode(client, address, role="unknown")
-    node.error = error
-    return node
 
 
 class TalosCluster:
@@ -99,7 +87,8 @@ class TalosCluster:
 
     @property
     def reachable(self) -> list[TalosNode]:
-        return [node for node in self._nodes if not isinstance(node, UnreachableNode)]
+        """The target nodes that answered when the cluster was built."""
+        return [node for node in self._nodes if node.reachable]
 
     def node(self, name: str) -> TalosNode:
         """A node by hostname or address."""
@@ -250,7 +239,7 @@ def _describe_node(client: TalosClient, address: str, scan_baseline: str | None)
     try:
         hostname, role = node.hostname, node.role
     except TalosError as exc:
-        return _unreachable(client, address, exc)
+        return TalosNode(client, address, role="unknown", unreachable=exc)
     return TalosNode(
         client, address, hostname=hostname, role=role, scan_baseline=scan_baseline
     )

@@ -5,7 +5,7 @@ plugin like any pytest hook (every argument is optional in an implementation)::
 
     def pytest_talos_expected_ports(node, role, ports):
         if role == "worker":
-            return {4240, 4244}            # extend: Cilium health checks and Hubble
+            ports.update({4240, 4244})     # Cilium health checks and Hubble
 
     def pytest_talos_select_nodes(nodes, config):
         return [n for n in nodes if not n.hostname.startswith("spare-")]
@@ -30,18 +30,27 @@ if TYPE_CHECKING:
 hookspec = pluggy.HookspecMarker("pytest")
 
 
+class PytestTalosDeprecationWarning(DeprecationWarning):
+    """A pytest-talos feature that still works but will be removed; the message says how."""
+
+
 @hookspec
-def pytest_talos_expected_ports(node: TalosNode, role: str, ports: set[int]) -> set[int] | None:
-    """The TCP ports ``node`` (of ``role``: ``controlplane`` or ``worker``) may have open.
+def pytest_talos_expected_ports(node: TalosNode, role: str, ports: set[int]) -> None:
+    """Edit, in place, the TCP ports ``node`` (of ``role``: ``controlplane`` or ``worker``) may
+    have open.
 
     ``ports`` starts as what Talos opens for the role and the node's machine config
     (:func:`pytest_talos.node.default_expected_ports`: worker 50000, 10250 and kube-proxy's
-    10256 unless ``cluster.proxy.disabled``; control plane also 50001, 6443, 2379, 2380) and is
-    shared by every implementation: return a set to **extend** it (another CNI's ports: Cilium
-    listens on 4240 for health checks and 4244 for Hubble), or change ``ports`` in place
-    (``ports.discard(10250)``, ``ports.clear()``) to **override** it. The result becomes
-    ``talos_node.expected_ports`` and the allowlist of
-    :func:`pytest_talos.checks.assert_only_expected_ports`.
+    10256 unless ``cluster.proxy.disabled``; control plane also 50001, 6443, 2379, 2380). It is
+    one set, passed to every implementation in turn: add ports (``ports.update({4240, 4244})``
+    for Cilium's health checks and Hubble), remove them (``ports.discard(10250)``) or empty it
+    (``ports.clear()``); each implementation sees the edits of those called before it. Return
+    nothing. What ``ports`` holds at the end becomes ``talos_node.expected_ports`` and the
+    allowlist of :func:`pytest_talos.checks.assert_only_expected_ports`.
+
+    Deprecated: a returned set is still added to ``ports`` after every implementation ran (the
+    old way to extend it), with a :class:`PytestTalosDeprecationWarning`; edit ``ports``
+    instead.
     """
 
 

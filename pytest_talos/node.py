@@ -235,6 +235,9 @@ class TalosNode:
     its host part, scanned by :attr:`ports`. ``scan_baseline`` is an address where no node
     lives, probed to tell the node's ports from wildcard listeners on a shared host (the
     emulator sets it). ``expected_ports`` is the allowlist the plugin built for this node.
+    ``unreachable`` is the error that kept the node from answering when its cluster was built
+    (its hostname and role could not be read), ``None`` for a node that answered; see
+    :attr:`reachable`.
     """
 
     def __init__(
@@ -247,8 +250,10 @@ class TalosNode:
         guard: ConfigProtector | None = None,
         scan_baseline: str | None = None,
         expected_ports: Iterable[int] | None = None,
+        unreachable: TalosError | None = None,
     ) -> None:
         self.client = client if client.node == address else client.with_node(address)
+        self.unreachable = unreachable
         self.address = address
         self.guard = guard
         self.scan_baseline = scan_baseline
@@ -269,9 +274,15 @@ class TalosNode:
             guard=guard,
             scan_baseline=self.scan_baseline,
             expected_ports=self.expected_ports,
+            unreachable=self.unreachable,
         )
 
     # ------------------------------------------------------------------ identity
+
+    @property
+    def reachable(self) -> bool:
+        """Whether the node answered when its cluster was built (see ``unreachable``)."""
+        return self.unreachable is None
 
     @property
     def name(self) -> str:

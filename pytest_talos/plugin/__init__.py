@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_talos import hookspecs
-from pytest_talos.cluster import TalosCluster, UnreachableNode
+from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import FailedPrecondition, TalosError
 from pytest_talos.guard import ConfigGuard, ConfigRestoreError
 from pytest_talos.node import ReadOnlyGuard, TalosNode
@@ -235,9 +235,9 @@ def talos_node(request: pytest.FixtureRequest, talos_cluster: TalosCluster) -> T
         pytest.fail("talos_node must be a test argument (pytest-talos parametrizes it)",
                     pytrace=False)
     node = talos_cluster.node(str(name))
-    if isinstance(node, UnreachableNode):
+    if node.unreachable is not None:
         request.node.stash[_UNREACHABLE_KEY] = True
-        pytest.fail(f"node {node.address} did not answer: {node.error}", pytrace=False)
+        pytest.fail(f"node {node.address} did not answer: {node.unreachable}", pytrace=False)
     _skip_unless_capable(request.node, node)
     session = session_of(request.config)
     if _changes_level(request.node) is not None:

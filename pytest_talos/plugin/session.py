@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_talos.client import ChangeGate
-from pytest_talos.cluster import TalosCluster, UnreachableNode
+from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import ConfigError, TalosError
 from pytest_talos.guard import ConfigGuard, ConfigRestoreError, JournalOrigin
+from pytest_talos.hookspecs import PytestTalosDeprecationWarning
 from pytest_talos.node import TalosNode, expected_ports_for
 from pytest_talos.plugin.settings import Setting, TalosSettings
 from pytest_talos.talosconfig import load_talosconfig
@@ -125,10 +128,13 @@ class TalosSession:
     def expected_ports(self, node: TalosNode) -> frozenset[int]:
         if node.address not in self._ports:
             ports = set(expected_ports_for(node))  # the role and the node's machine config
-            for extra in self.config.hook.pytest_talos_expected_ports(
+            returned = self.config.hook.pytest_talos_expected_ports(
                 node=node, role=node.role, ports=ports
-            ):
-                ports.update(extra or ())
+            )
+            for extra in returned:  # the deprecated way: a returned set extends ``ports``
+                if extra is not None:
+                    _warn_returned_ports(extra)
+                    ports.update(extra)
             self._ports[node.address] = frozenset(ports)
         return self._ports[node.address]
 
@@ -238,8 +244,8 @@ def _node_lines(cluster: TalosCluster) -> list[str]:
     if cluster.talosconfig is not None and cluster.talosconfig.expiry_warning:
         lines.append(f"talos: WARNING: {cluster.talosconfig.expiry_warning}")
     for node in cluster.nodes:
-        if isinstance(node, UnreachableNode):
-            lines.append(f"talos: node {node.address}: unreachable: {node.error}")
+        if node.unreachable is not None:
+            lines.append(f"talos: node {node.address}: unreachable: {node.unreachable}")
             continue
         try:
             version = node.version
@@ -296,3 +302,14 @@ def _allow_lines(session: TalosSession) -> list[str]:
             f"REAL nodes ({session.describe_target()})"
         )
     return lines
+
+
+def _warn_returned_ports(extra: Iterable[int]) -> None:
+    warnings.warn(
+        PytestTalosDeprecationWarning(
+            f"a pytest_talos_expected_ports implementation returned {sorted(extra)}: returning "
+            "ports to add is deprecated; add them to the `ports` argument in place instead "
+            "(ports.update(...)) and return nothing"
+        ),
+        stacklevel=2,
+    )

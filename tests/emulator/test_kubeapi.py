@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import socket
+import ssl
 import threading
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
@@ -39,6 +41,7 @@ from pytest_talos.emulator.pki import (
     issue_client_cert,
     issue_server_cert,
 )
+from pytest_talos.keyfile import load_chain
 
 # The client's generated models make every field Optional; the tests read them untyped.
 k8s: Any = kubernetes.client
@@ -70,19 +73,37 @@ def pki() -> KubePKI:
     return KubePKI(ca, server, admin)
 
 
-def node(name: str, *, labels: dict[str, str] | None = None, ready: bool = True,
-         address: str = "10.5.0.2") -> dict[str, Any]:
+def node(
+    name: str,
+    *,
+    labels: dict[str, str] | None = None,
+    ready: bool = True,
+    address: str = "10.5.0.2",
+) -> dict[str, Any]:
     return make_node_object(
-        name, labels=labels or {}, ready=ready, addresses=[address], kubelet_version="1.36.0",
-        pod_cidr="10.244.0.0/24", resource_version=1, creation_ts=CREATED,
+        name,
+        labels=labels or {},
+        ready=ready,
+        addresses=[address],
+        kubelet_version="1.36.0",
+        pod_cidr="10.244.0.0/24",
+        resource_version=1,
+        creation_ts=CREATED,
     )
 
 
 def pod(name: str, namespace: str, node_name: str) -> dict[str, Any]:
     return make_pod_object(
-        name, namespace, node_name=node_name, image="registry.k8s.io/kube-apiserver:v1.36.0",
-        resource_version=1, creation_ts=CREATED, labels={"tier": "control-plane"},
-        host_ip="10.5.0.2", pod_ip="10.5.0.2", host_network=True,
+        name,
+        namespace,
+        node_name=node_name,
+        image="registry.k8s.io/kube-apiserver:v1.36.0",
+        resource_version=1,
+        creation_ts=CREATED,
+        labels={"tier": "control-plane"},
+        host_ip="10.5.0.2",
+        pod_ip="10.5.0.2",
+        host_network=True,
     )
 
 
@@ -163,16 +184,19 @@ def start_server(
 
 
 @pytest.fixture
-def running(
-    loop: asyncio.AbstractEventLoop, pki: KubePKI, tmp_path: Path
-) -> Iterator[Running]:
+def running(loop: asyncio.AbstractEventLoop, pki: KubePKI, tmp_path: Path) -> Iterator[Running]:
     provider = FakeProvider()
     server = start_server(loop, pki, provider)
     path = tmp_path / "kubeconfig"
-    path.write_bytes(render_kubeconfig(
-        cluster_name="talos-default", server=server.url, ca_pem=pki.ca.cert_pem,
-        client_cert_pem=pki.admin.cert_pem, client_key_pem=pki.admin.key_pem,
-    ))
+    path.write_bytes(
+        render_kubeconfig(
+            cluster_name="talos-default",
+            server=server.url,
+            ca_pem=pki.ca.cert_pem,
+            client_cert_pem=pki.admin.cert_pem,
+            client_key_pem=pki.admin.key_pem,
+        )
+    )
     api = k8s_config.new_client_from_config(config_file=str(path))
     try:
         yield Running(server, provider, path, api)
@@ -219,7 +243,8 @@ def test_list_nodes_returns_realistic_nodes(running: Running) -> None:
     assert info.container_runtime_version == "containerd://2.2.3"
     assert info.kernel_version == "6.18.24-talos"
     assert {(a.type, a.address) for a in cp.status.addresses} == {
-        ("InternalIP", "10.5.0.2"), ("Hostname", "cp-1"),
+        ("InternalIP", "10.5.0.2"),
+        ("Hostname", "cp-1"),
     }
     assert cp.spec.pod_cidr == "10.244.0.0/24"
 
@@ -333,8 +358,54 @@ def test_keep_alive_serves_several_requests_on_one_connection(running: Running) 
         pool.close()
 
 
-def test_client_without_certificate_is_refused(running: Running, pki: KubePKI,
-                                               tmp_path: Path) -> None:
+def raw_exchange(running: Running, pki: KubePKI, request: bytes) -> bytes:
+    """Send ``request`` as bytes over the admin's mTLS connection; everything the server sends
+    until it closes the connection."""
+    context = ssl.create_default_context(cadata=pki.ca.cert_pem.decode("ascii"))
+    load_chain(context, pki.admin.cert_pem, pki.admin.key_pem, name="test-admin")
+    with (
+        socket.create_connection(("127.0.0.1", running.server.port), timeout=TIMEOUT) as raw,
+        context.wrap_socket(raw, server_hostname="kubernetes") as tls,
+    ):
+        tls.sendall(request)
+        received = b""
+        while chunk := tls.recv(65536):
+            received += chunk
+    return received
+
+
+def test_malformed_request_line_is_a_bad_request_and_closes(running: Running, pki: KubePKI) -> None:
+    reply = raw_exchange(running, pki, b"NOT-HTTP\r\n\r\n")
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ")
+    assert json.loads(body)["reason"] == "BadRequest"
+
+
+def test_pipelined_requests_are_answered_in_order_and_close_is_honoured(
+    running: Running, pki: KubePKI
+) -> None:
+    request = b"GET /version HTTP/1.1\r\nHost: k\r\n\r\n"
+    closing = b"GET /api HTTP/1.1\r\nHost: k\r\nConnection: close\r\n\r\n"
+    reply = raw_exchange(running, pki, request + closing)  # returns: the server closed
+    assert reply.count(b"HTTP/1.1 200 ") == 2
+    assert reply.index(b'"gitVersion"') < reply.index(b'"APIVersions"')
+
+
+def test_a_write_with_a_chunked_body_is_refused_as_read_only(
+    running: Running, pki: KubePKI
+) -> None:
+    request = (
+        b"POST /api/v1/nodes HTTP/1.1\r\nHost: k\r\nTransfer-Encoding: chunked\r\n"
+        b"Connection: close\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
+    )
+    head, _, body = raw_exchange(running, pki, request).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 405 ")
+    assert json.loads(body)["message"] == READ_ONLY_MESSAGE
+
+
+def test_client_without_certificate_is_refused(
+    running: Running, pki: KubePKI, tmp_path: Path
+) -> None:
     ca_file = tmp_path / "ca.crt"
     ca_file.write_bytes(pki.ca.cert_pem)
     pool = urllib3.PoolManager(cert_reqs="CERT_REQUIRED", ca_certs=str(ca_file))
@@ -344,15 +415,19 @@ def test_client_without_certificate_is_refused(running: Running, pki: KubePKI,
         pool.request("GET", running.server.url + "/version", timeout=TIMEOUT, retries=False)
 
 
-def test_client_from_another_ca_is_refused(running: Running, pki: KubePKI,
-                                           tmp_path: Path) -> None:
+def test_client_from_another_ca_is_refused(running: Running, pki: KubePKI, tmp_path: Path) -> None:
     other = CertificateAuthority.generate(organization="kubernetes", key_type="ecdsa")
     stranger = issue_client_cert(other, roles=["system:masters"], key_type="ecdsa")
     path = tmp_path / "stranger"
-    path.write_bytes(render_kubeconfig(
-        cluster_name="x", server=running.server.url, ca_pem=pki.ca.cert_pem,
-        client_cert_pem=stranger.cert_pem, client_key_pem=stranger.key_pem,
-    ))
+    path.write_bytes(
+        render_kubeconfig(
+            cluster_name="x",
+            server=running.server.url,
+            ca_pem=pki.ca.cert_pem,
+            client_cert_pem=stranger.cert_pem,
+            client_key_pem=stranger.key_pem,
+        )
+    )
     api = k8s_config.new_client_from_config(config_file=str(path))
     api.configuration.retries = 0
     try:
@@ -373,8 +448,9 @@ def relabel(running: Running, name: str, labels: dict[str, str]) -> None:
 def test_watch_sends_current_nodes_then_changes(running: Running) -> None:
     watcher = k8s_watch.Watch()
     seen: list[tuple[str, str]] = []
-    for event in watcher.stream(running.core.list_node, timeout_seconds=10,
-                                _request_timeout=TIMEOUT + 10):
+    for event in watcher.stream(
+        running.core.list_node, timeout_seconds=10, _request_timeout=TIMEOUT + 10
+    ):
         obj = event["object"]
         seen.append((event["type"], obj.metadata.name))
         if len(seen) == 2:
@@ -392,23 +468,31 @@ def test_watch_from_a_resource_version_sends_only_later_changes(running: Running
     running.server.notify()
     watcher = k8s_watch.Watch()
     seen = []
-    for event in watcher.stream(running.core.list_node, timeout_seconds=10,
-                                resource_version=listed.metadata.resource_version,
-                                _request_timeout=TIMEOUT + 10):
+    for event in watcher.stream(
+        running.core.list_node,
+        timeout_seconds=10,
+        resource_version=listed.metadata.resource_version,
+        _request_timeout=TIMEOUT + 10,
+    ):
         seen.append((event["type"], event["object"].metadata.name))
         if len(seen) == 2:
             watcher.stop()
     assert seen == [("MODIFIED", "cp-1"), ("DELETED", "worker-1")]
-    modified_rv = int(running.core.read_node("cp-1", _request_timeout=TIMEOUT)
-                      .metadata.resource_version)
+    modified_rv = int(
+        running.core.read_node("cp-1", _request_timeout=TIMEOUT).metadata.resource_version
+    )
     assert modified_rv > int(listed.metadata.resource_version)
 
 
 def test_watch_honours_selectors(running: Running) -> None:
     watcher = k8s_watch.Watch()
     seen = []
-    for event in watcher.stream(running.core.list_node, label_selector="tier",
-                                timeout_seconds=10, _request_timeout=TIMEOUT + 10):
+    for event in watcher.stream(
+        running.core.list_node,
+        label_selector="tier",
+        timeout_seconds=10,
+        _request_timeout=TIMEOUT + 10,
+    ):
         seen.append((event["type"], event["object"].metadata.name))
         if len(seen) == 1:
             relabel(running, "cp-1", {"other": "x"})  # does not match: not reported
@@ -431,27 +515,38 @@ def test_notify_from_the_server_loop_is_seen_at_once(
 
 
 def test_watch_ends_when_its_timeout_passes(running: Running) -> None:
-    events = list(k8s_watch.Watch().stream(
-        running.core.list_namespaced_pod, "kube-system", timeout_seconds=1,
-        _request_timeout=TIMEOUT,
-    ))
+    events = list(
+        k8s_watch.Watch().stream(
+            running.core.list_namespaced_pod,
+            "kube-system",
+            timeout_seconds=1,
+            _request_timeout=TIMEOUT,
+        )
+    )
     assert [(e["type"], e["object"].metadata.name) for e in events] == [
         ("ADDED", "kube-apiserver-cp-1")
     ]
 
 
 def test_watch_from_a_forgotten_version_is_gone(
-    loop: asyncio.AbstractEventLoop, pki: KubePKI, tmp_path: Path,
+    loop: asyncio.AbstractEventLoop,
+    pki: KubePKI,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(kubeapi.tracking, "_HISTORY", 2)
     provider = FakeProvider()
     server = start_server(loop, pki, provider)
     path = tmp_path / "kubeconfig"
-    path.write_bytes(render_kubeconfig(
-        cluster_name="c", server=server.url, ca_pem=pki.ca.cert_pem,
-        client_cert_pem=pki.admin.cert_pem, client_key_pem=pki.admin.key_pem,
-    ))
+    path.write_bytes(
+        render_kubeconfig(
+            cluster_name="c",
+            server=server.url,
+            ca_pem=pki.ca.cert_pem,
+            client_cert_pem=pki.admin.cert_pem,
+            client_key_pem=pki.admin.key_pem,
+        )
+    )
     api = k8s_config.new_client_from_config(config_file=str(path))
     try:
         core = k8s.CoreV1Api(api)
@@ -459,8 +554,12 @@ def test_watch_from_a_forgotten_version_is_gone(
             provider.put_node(node("worker-1", labels={"tier": tier}))
             core.list_node(_request_timeout=TIMEOUT)  # every request re-reads the provider
         with pytest.raises(k8s.ApiException) as caught:
-            for _ in k8s_watch.Watch().stream(core.list_node, resource_version="1",
-                                              timeout_seconds=5, _request_timeout=TIMEOUT + 5):
+            for _ in k8s_watch.Watch().stream(
+                core.list_node,
+                resource_version="1",
+                timeout_seconds=5,
+                _request_timeout=TIMEOUT + 5,
+            ):
                 pass
         assert caught.value.status == 410
         assert "too old resource version" in str(caught.value.reason)
@@ -475,8 +574,9 @@ def test_stop_ends_an_open_watch(running: Running, loop: asyncio.AbstractEventLo
 
     def consume() -> None:
         try:
-            for event in k8s_watch.Watch().stream(running.core.list_node, timeout_seconds=60,
-                                                  _request_timeout=TIMEOUT + 60):
+            for event in k8s_watch.Watch().stream(
+                running.core.list_node, timeout_seconds=60, _request_timeout=TIMEOUT + 60
+            ):
                 received.append(event["type"])
         except Exception:  # the connection is cut under the client: any error is fine here
             pass
@@ -499,12 +599,17 @@ def test_stop_ends_an_open_watch(running: Running, loop: asyncio.AbstractEventLo
 
 def test_make_node_object_for_a_cordoned_not_ready_node() -> None:
     obj = make_node_object(
-        "w", labels={"kubernetes.io/os": "linux", "x": "y"}, ready=False,
+        "w",
+        labels={"kubernetes.io/os": "linux", "x": "y"},
+        ready=False,
         addresses=[("InternalIP", "10.5.0.3"), ("Hostname", "w.example")],
-        kubelet_version="v1.36.0", pod_cidr="10.244.1.0/24", resource_version=7,
+        kubelet_version="v1.36.0",
+        pod_cidr="10.244.1.0/24",
+        resource_version=7,
         creation_ts="2026-05-01T00:00:00Z",
         taints=[{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}],
-        unschedulable=True, ready_message="PLEG is not healthy",
+        unschedulable=True,
+        ready_message="PLEG is not healthy",
     )
     assert obj["metadata"]["resourceVersion"] == "7"
     assert obj["metadata"]["labels"]["x"] == "y"
@@ -512,12 +617,16 @@ def test_make_node_object_for_a_cordoned_not_ready_node() -> None:
     assert obj["spec"]["taints"][0]["effect"] == "NoSchedule"
     ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
     assert ready == {
-        "type": "Ready", "status": "False", "reason": "KubeletNotReady",
-        "message": "PLEG is not healthy", "lastHeartbeatTime": "2026-05-01T00:00:00Z",
+        "type": "Ready",
+        "status": "False",
+        "reason": "KubeletNotReady",
+        "message": "PLEG is not healthy",
+        "lastHeartbeatTime": "2026-05-01T00:00:00Z",
         "lastTransitionTime": "2026-05-01T00:00:00Z",
     }
     assert obj["status"]["addresses"] == [
-        {"type": "InternalIP", "address": "10.5.0.3"}, {"type": "Hostname", "address": "w.example"},
+        {"type": "InternalIP", "address": "10.5.0.3"},
+        {"type": "Hostname", "address": "w.example"},
     ]
     assert obj["status"]["nodeInfo"]["kubeletVersion"] == "v1.36.0"
 
@@ -531,8 +640,14 @@ def test_version_info_is_complete() -> None:
     info = version_info("v1.35.2")
     assert info["gitVersion"] == "v1.35.2"
     assert (info["major"], info["minor"]) == ("1", "35")
-    assert {"gitCommit", "gitTreeState", "buildDate", "goVersion", "compiler",
-            "platform"} <= info.keys()
+    assert {
+        "gitCommit",
+        "gitTreeState",
+        "buildDate",
+        "goVersion",
+        "compiler",
+        "platform",
+    } <= info.keys()
 
 
 def test_emulator_limits_are_documented() -> None:

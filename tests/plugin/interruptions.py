@@ -35,6 +35,7 @@ CONFTEST = """
 import os, pathlib, time
 import pytest
 import pytest_talos.guard as guard
+import pytest_talos.guard.snapshot as snapshot
 
 MARKS = pathlib.Path(os.environ["TALOS_TEST_MARKS"])
 DELAY = float(os.environ.get("TALOS_TEST_RESTORE_DELAY", "0"))
@@ -45,7 +46,7 @@ def mark(name):
 
 
 _apply = guard._RecordingClient.apply_configuration
-_restore_apply = guard._apply_original
+_restore_apply = snapshot._apply_original
 
 
 def applied(self, *args, **kwargs):
@@ -61,7 +62,7 @@ def restoring(client, raw, mode):
 
 
 guard._RecordingClient.apply_configuration = applied
-guard._apply_original = restoring
+snapshot._apply_original = restoring
 """
 
 TESTS = """

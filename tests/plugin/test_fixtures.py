@@ -172,7 +172,8 @@ def test_call_log_fails_an_unmarked_test_that_changed_a_node(
     result.stdout.fnmatch_lines([
         "this test sent changing calls to the emulated cluster (ServiceRestart to "
         "talos-default-worker-1) but is not marked talos_mutating; mark it "
-        "@pytest.mark.talos_mutating so that it runs only when --talos-allow permits such changes"
+        "@pytest.mark.talos_mutating so that it runs only when --talos-allow permits "
+        "such changes"
     ])
 
 
@@ -203,7 +204,39 @@ def test_call_log_requires_disruptive_for_a_reboot(
 # --------------------------------------------------------------------------- hooks
 
 
-def test_expected_ports_hook_extends_and_overrides(
+def test_expected_ports_hook_edits_the_one_set_in_place(
+    emulator_run: Run, pytester: pytest.Pytester
+) -> None:
+    # Two implementations: the plugin's runs after the conftest's and sees its edit.
+    pytester.makeconftest("""
+        import pytest
+
+        class Cilium:
+            @pytest.hookimpl(trylast=True)
+            def pytest_talos_expected_ports(self, role, ports):
+                assert 2379 not in ports or role == "worker"  # the conftest's edit is seen
+                ports.update({4240, 4244})
+
+        def pytest_configure(config):
+            config.pluginmanager.register(Cilium(), "cilium")
+
+        def pytest_talos_expected_ports(node, role, ports):
+            if role == "controlplane":
+                ports.discard(2379)
+    """)
+    pytester.makepyfile("""
+        def test_ports(talos_node):
+            if talos_node.role == "worker":
+                assert talos_node.expected_ports == {50000, 10250, 10256, 4240, 4244}
+            else:
+                assert talos_node.expected_ports == {
+                    50000, 50001, 6443, 2380, 10250, 10256, 4240, 4244}
+    """)
+    result = emulator_run("-W", "error::DeprecationWarning")
+    result.assert_outcomes(passed=2)
+
+
+def test_expected_ports_hook_returning_ports_still_extends_but_is_deprecated(
     emulator_run: Run, pytester: pytest.Pytester
 ) -> None:
     pytester.makeconftest("""
@@ -219,7 +252,13 @@ def test_expected_ports_hook_extends_and_overrides(
             else:
                 assert talos_node.expected_ports == {50000, 50001, 6443, 2380, 10250, 10256}
     """)
-    emulator_run().assert_outcomes(passed=2)
+    result = emulator_run()
+    result.assert_outcomes(passed=2, warnings=1)
+    result.stdout.fnmatch_lines([
+        "*PytestTalosDeprecationWarning: a pytest_talos_expected_ports implementation "
+        "returned ?4240?: returning ports to add is deprecated; add them to the `ports` "
+        "argument in place instead*"
+    ])
 
 
 def test_select_nodes_hook(run: Run, pytester: pytest.Pytester) -> None:

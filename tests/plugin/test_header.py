@@ -105,9 +105,7 @@ def test_nodes_selected_by_hostname_in_the_emulator(run: Run, pytester: pytest.P
     pytester.makepyfile("def test_nothing():\n    pass\n")
     result = run("--talos-emulator=1:2", "--talos-nodes", "talos-default-worker-2")
     lines = header(result)
-    assert [line.split(" (")[0] for line in lines[1:2]] == [
-        "talos: node talos-default-worker-2"
-    ]
+    assert [line.split(" (")[0] for line in lines[1:2]] == ["talos: node talos-default-worker-2"]
     assert "nodes talos-default-worker-2 [--talos-nodes]" in lines[2]
 
 
@@ -120,3 +118,17 @@ def test_no_talos_setting_means_no_connection_for_the_header(
     assert header(result) == [
         "talos: targets: talosctl's talosconfig lookup, contacted only if a test needs a node"
     ]
+
+
+def test_a_target_node_that_does_not_answer_is_named_in_the_header_and_fails_its_tests(
+    run: Run, pytester: pytest.Pytester, emulated: EmulatedCluster
+) -> None:
+    # The emulator's apid never dials outside 127.0.0.0/8: 192.0.2.1 (TEST-NET-1) is unreachable.
+    pytester.makepyfile("def test_node(talos_node):\n    pass\n")
+    worker = emulated.node("talos-default-worker-1").address
+    result = run(*target_args(emulated), "--talos-nodes", f"{worker},192.0.2.1")
+    lines = header(result)
+    assert lines[1].startswith("talos: node 192.0.2.1: unreachable: ")
+    assert lines[2].startswith(f"talos: node talos-default-worker-1 ({worker}): worker, ")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*node 192.0.2.1 did not answer: *"])

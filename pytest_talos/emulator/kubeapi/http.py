@@ -1,20 +1,26 @@
-"""HTTP/1.1 for the emulated API server: TLS context, request reading, JSON and chunked replies."""
+"""HTTP/1.1 for the emulated API server: TLS context and one connection's requests and replies.
+
+The protocol itself (request parsing, keep-alive, chunked framing) is h11's; this module only
+turns h11's events into the few things the server needs: the next GET, a JSON reply and a
+chunked stream of watch events.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import ssl
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from http import HTTPStatus
 from urllib.parse import parse_qs, unquote, urlsplit
+
+import h11
 
 from pytest_talos.emulator.kubeapi.objects import Object
 from pytest_talos.keyfile import load_chain
 
-_MAX_HEADER_LINES = 100
-_MAX_BODY = 1 << 20
+_MAX_BODY = 1 << 20  # request bodies are read and dropped (the server is read-only)
+_READ_SIZE = 64 * 1024
+_COMMON_HEADERS = [("Cache-Control", "no-cache, private"), ("Content-Type", "application/json")]
 
 
 class _BadRequest(Exception):
@@ -26,18 +32,21 @@ class _Request:
     method: str
     path: str
     query: dict[str, str]
-    keep_alive: bool
 
 
 def _status(code: int, message: str, reason: str, details: Object | None = None) -> Object:
     status: Object = {
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason, "code": code,
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
     }
     if details is not None:
         status["details"] = details
     return status
-
 
 
 def server_ssl_context(*, cert_pem: bytes, key_pem: bytes, client_ca_pem: bytes) -> ssl.SSLContext:
@@ -54,57 +63,94 @@ def server_ssl_context(*, cert_pem: bytes, key_pem: bytes, client_ca_pem: bytes)
     return context
 
 
+class _Connection:
+    """One client connection: requests in, replies out, keep-alive decided by h11."""
 
-async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
-    line = await reader.readline()
-    if not line:
-        return None
-    try:
-        method, target, version = line.decode("latin-1").split()
-    except ValueError:
-        raise _BadRequest("malformed request line") from None
-    headers: dict[str, str] = {}
-    for _ in range(_MAX_HEADER_LINES):
-        raw = (await reader.readline()).decode("latin-1").strip()
-        if not raw:
-            break
-        name, _, value = raw.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    else:
-        raise _BadRequest("too many header lines")
-    await _skip_body(reader, headers)
-    split = urlsplit(target)
-    query = {key: values[-1] for key, values in parse_qs(split.query).items()}
-    connection = headers.get("connection", "").lower()
-    keep_alive = connection != "close" and (version == "HTTP/1.1" or connection == "keep-alive")
-    return _Request(method.upper(), unquote(split.path), query, keep_alive)
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader, self._writer = reader, writer
+        self._h11 = h11.Connection(h11.SERVER)
 
+    async def next_request(self) -> _Request | None:
+        """The next request with its body read and dropped; ``None`` once the client is gone.
 
-async def _skip_body(reader: asyncio.StreamReader, headers: Mapping[str, str]) -> None:
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        raise _BadRequest("chunked request bodies are not supported")
-    length = int(headers.get("content-length", "0") or 0)
-    if length > _MAX_BODY:
-        raise _BadRequest("request body too large")
-    if length:
-        await reader.readexactly(length)
+        A request h11 cannot parse, or one with a body over 1 MiB, raises :class:`_BadRequest`.
+        """
+        if self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE:
+            self._h11.start_next_cycle()
+        event = await self._next_event()
+        if isinstance(event, h11.ConnectionClosed):
+            return None
+        if not isinstance(event, h11.Request):
+            raise _BadRequest(f"expected a request, got {type(event).__name__}")
+        await self._drop_body()
+        split = urlsplit(event.target.decode("latin-1"))
+        query = {key: values[-1] for key, values in parse_qs(split.query).items()}
+        return _Request(event.method.decode("ascii").upper(), unquote(split.path), query)
 
+    @property
+    def keep_alive(self) -> bool:
+        """Whether the connection may serve another request after the current reply."""
+        return self._h11.our_state is not h11.MUST_CLOSE and self._h11.their_state not in (
+            h11.MUST_CLOSE,
+            h11.CLOSED,
+            h11.ERROR,
+        )
 
-def _head(code: int, extra: Sequence[tuple[str, str]], keep_alive: bool) -> bytes:
-    lines = [f"HTTP/1.1 {code} {HTTPStatus(code).phrase}", "Cache-Control: no-cache, private",
-             "Content-Type: application/json"]
-    lines += [f"{name}: {value}" for name, value in extra]
-    lines.append(f"Connection: {'keep-alive' if keep_alive else 'close'}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    @property
+    def can_reply(self) -> bool:
+        """Whether a reply may still be sent for the current (perhaps unparseable) request."""
+        return self._h11.our_state in (h11.IDLE, h11.SEND_RESPONSE)
 
+    async def send_json(self, code: int, body: Object) -> None:
+        payload = json.dumps(body).encode("utf-8")
+        headers = [*_COMMON_HEADERS, ("Content-Length", str(len(payload)))]
+        self._send(h11.Response(status_code=code, headers=headers))
+        self._send(h11.Data(data=payload))
+        self._send(h11.EndOfMessage())
+        await self._writer.drain()
 
-async def _send_json(
-    writer: asyncio.StreamWriter, code: int, body: Object, keep_alive: bool
-) -> None:
-    payload = json.dumps(body).encode("utf-8")
-    writer.write(_head(code, [("Content-Length", str(len(payload)))], keep_alive) + payload)
-    await writer.drain()
+    def start_stream(self, code: int) -> None:
+        """Begin a chunked reply; :meth:`send_chunks` adds to it and :meth:`end_stream` ends it."""
+        headers = [*_COMMON_HEADERS, ("Transfer-Encoding", "chunked")]
+        self._send(h11.Response(status_code=code, headers=headers))
 
+    async def send_chunks(self, chunks: list[bytes]) -> None:
+        for chunk in chunks:
+            self._send(h11.Data(data=chunk))
+        await self._writer.drain()
 
-def _chunk(data: bytes) -> bytes:
-    return f"{len(data):x}\r\n".encode("ascii") + data + b"\r\n"
+    async def end_stream(self) -> None:
+        self._send(h11.EndOfMessage())
+        await self._writer.drain()
+
+    def _send(self, event: h11.Event) -> None:
+        data = self._h11.send(event)
+        if data:
+            self._writer.write(data)
+
+    async def _next_event(self) -> h11.Event:
+        while True:
+            try:
+                event = self._h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise _BadRequest(f"malformed request: {exc}") from None
+            if event is h11.NEED_DATA:
+                self._h11.receive_data(await self._reader.read(_READ_SIZE))
+            elif event is h11.PAUSED:  # not reached: a cycle ends before the next request
+                raise _BadRequest("request received before the previous reply ended")
+            else:
+                assert isinstance(event, h11.Event)
+                return event
+
+    async def _drop_body(self) -> None:
+        received = 0
+        while True:
+            event = await self._next_event()
+            if isinstance(event, h11.EndOfMessage):
+                return
+            if isinstance(event, h11.ConnectionClosed):
+                raise _BadRequest("connection closed inside a request body")
+            if isinstance(event, h11.Data):
+                received += len(event.data)
+                if received > _MAX_BODY:
+                    raise _BadRequest("request body too large")

@@ -9,15 +9,9 @@ import ssl
 from collections.abc import Sequence
 from typing import Protocol
 
-from pytest_talos.emulator.kubeapi.http import (
-    _BadRequest,
-    _chunk,
-    _head,
-    _read_request,
-    _Request,
-    _send_json,
-    _status,
-)
+import h11
+
+from pytest_talos.emulator.kubeapi.http import _BadRequest, _Connection, _Request, _status
 from pytest_talos.emulator.kubeapi.objects import Object
 from pytest_talos.emulator.kubeapi.routes import (
     _NO_ROUTE,
@@ -111,8 +105,12 @@ class KubeAPIServer:
         self._loop = asyncio.get_running_loop()
         self._sync()
         self._server = await asyncio.start_server(
-            self._handle, self.host, self._requested_port, ssl=self._ssl,
-            ssl_handshake_timeout=10.0, reuse_address=True,
+            self._handle,
+            self.host,
+            self._requested_port,
+            ssl=self._ssl,
+            ssl_handshake_timeout=10.0,
+            reuse_address=True,
         )
 
     async def stop(self) -> None:
@@ -154,8 +152,8 @@ class KubeAPIServer:
         if task is not None:
             self._handlers.add(task)
         try:
-            await self._serve_connection(reader, writer)
-        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, _BadRequest):
+            await self._serve_connection(_Connection(reader, writer))
+        except (TimeoutError, OSError, ValueError, h11.ProtocolError):
             pass  # a broken or idle client: just drop the connection
         except asyncio.CancelledError:
             writer.transport.abort()  # stopping: no TLS goodbye with an idle client
@@ -168,25 +166,23 @@ class KubeAPIServer:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(writer.wait_closed(), 2.0)
 
-    async def _serve_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _serve_connection(self, connection: _Connection) -> None:
         while True:
             try:
-                request = await asyncio.wait_for(_read_request(reader), _IDLE_SECONDS)
+                request = await asyncio.wait_for(connection.next_request(), _IDLE_SECONDS)
             except _BadRequest as exc:
-                await _send_json(writer, 400, _status(400, str(exc), "BadRequest"), False)
+                if connection.can_reply:
+                    await connection.send_json(400, _status(400, str(exc), "BadRequest"))
                 return
             if request is None:
                 return
-            await self._respond(request, writer)
-            if not request.keep_alive:
+            await self._respond(request, connection)
+            if not connection.keep_alive:
                 return
 
-    async def _respond(self, request: _Request, writer: asyncio.StreamWriter) -> None:
+    async def _respond(self, request: _Request, connection: _Connection) -> None:
         if request.method != "GET":
-            body = _status(405, READ_ONLY_MESSAGE, "MethodNotAllowed")
-            await _send_json(writer, 405, body, request.keep_alive)
+            await connection.send_json(405, _status(405, READ_ONLY_MESSAGE, "MethodNotAllowed"))
             return
         self._sync()
         route = _route(request.path)
@@ -195,16 +191,15 @@ class KubeAPIServer:
                 matcher = self._matcher(request, route)
                 _resource_version(request.query.get("resourceVersion"))
             except _BadRequest as exc:
-                body = _status(400, str(exc), "BadRequest")
-                await _send_json(writer, 400, body, request.keep_alive)
+                await connection.send_json(400, _status(400, str(exc), "BadRequest"))
                 return
-            await self._watch(writer, route, matcher, request)
+            await self._watch(connection, route, matcher, request)
             return
         try:
             code, body = self._get(request, route)
         except _BadRequest as exc:
             code, body = 400, _status(400, str(exc), "BadRequest")
-        await _send_json(writer, code, body, request.keep_alive)
+        await connection.send_json(code, body)
 
     def _get(self, request: _Request, route: _Route | None) -> tuple[int, Object]:
         path = request.path.rstrip("/") or "/"
@@ -224,7 +219,8 @@ class KubeAPIServer:
 
     def _api_versions(self) -> Object:
         return {
-            "kind": "APIVersions", "versions": ["v1"],
+            "kind": "APIVersions",
+            "versions": ["v1"],
             "serverAddressByClientCIDRs": [
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}
             ],
@@ -238,8 +234,9 @@ class KubeAPIServer:
         return 200, obj
 
     def _matcher(self, request: _Request, route: _Route) -> Matcher:
-        base = _selector(request.query.get("labelSelector", ""),
-                         request.query.get("fieldSelector", ""))
+        base = _selector(
+            request.query.get("labelSelector", ""), request.query.get("fieldSelector", "")
+        )
         if route.namespace is None:
             return base
         namespace = route.namespace
@@ -249,21 +246,26 @@ class KubeAPIServer:
         kind = "NodeList" if route.collection == "nodes" else "PodList"
         items = [
             {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
-            for obj in self._collections[route.collection].objects() if matcher(obj)
+            for obj in self._collections[route.collection].objects()
+            if matcher(obj)
         ]
-        return {"kind": kind, "apiVersion": "v1",
-                "metadata": {"resourceVersion": str(self._clock.value)}, "items": items}
+        return {
+            "kind": kind,
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": str(self._clock.value)},
+            "items": items,
+        }
 
     # ----------------------------------------------------------------- watch
 
     async def _watch(
-        self, writer: asyncio.StreamWriter, route: _Route, matcher: Matcher, request: _Request
+        self, connection: _Connection, route: _Route, matcher: Matcher, request: _Request
     ) -> None:
         collection = self._collections[route.collection]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _watch_seconds(request.query.get("timeoutSeconds"))
         since = _resource_version(request.query.get("resourceVersion"))
-        writer.write(_head(200, [("Transfer-Encoding", "chunked")], request.keep_alive))
+        connection.start_stream(200)
         if since is None:
             backlog: list[_Event] | None = [
                 _Event(self._clock.value, "ADDED", obj) for obj in collection.objects()
@@ -272,9 +274,9 @@ class KubeAPIServer:
             backlog = collection.events_after(since)
         cursor = self._clock.value
         if backlog is None:
-            await self._send_events(writer, [_gone(since or 0)])
+            await self._send_events(connection, [_gone(since or 0)])
         else:
-            await self._send_events(writer, _frames(backlog, matcher))
+            await self._send_events(connection, _frames(backlog, matcher))
             while (remaining := deadline - loop.time()) > 0:
                 changed = self._changed
                 with contextlib.suppress(TimeoutError):
@@ -283,14 +285,12 @@ class KubeAPIServer:
                 fresh = collection.events_after(cursor)
                 cursor = self._clock.value
                 if fresh is None:
-                    await self._send_events(writer, [_gone(cursor)])
+                    await self._send_events(connection, [_gone(cursor)])
                     break
-                await self._send_events(writer, _frames(fresh, matcher))
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
+                await self._send_events(connection, _frames(fresh, matcher))
+        await connection.end_stream()
 
     @staticmethod
-    async def _send_events(writer: asyncio.StreamWriter, frames: Sequence[Object]) -> None:
-        for frame in frames:
-            writer.write(_chunk(json.dumps(frame).encode("utf-8") + b"\n"))
-        await writer.drain()
+    async def _send_events(connection: _Connection, frames: Sequence[Object]) -> None:
+        chunks = [json.dumps(frame).encode("utf-8") + b"\n" for frame in frames]
+        await connection.send_chunks(chunks)
