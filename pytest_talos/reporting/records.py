@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,32 @@ class CheckRecord:
             "notes": [_clip(redact(note), _MESSAGE_LIMIT) for note in self.notes],
         }
 
+    @classmethod
+    def from_json(cls, check: Mapping[str, Any]) -> CheckRecord:
+        """A record of a ``results.json`` (what :meth:`to_json` wrote, already redacted)."""
+        waiver = check.get("waiver")
+        return cls(
+            check_id=str(check["id"]),
+            severity=check["severity"],
+            claim=str(check.get("claim") or ""),
+            outcome=check["outcome"],
+            node=check.get("node"),
+            area=str(check.get("area") or ""),
+            duration=float(check.get("duration") or 0.0),
+            message=str(check.get("message") or ""),
+            evidence=dict(check.get("evidence") or {}),
+            waiver=None
+            if not waiver
+            else Waiver(
+                check=str(check["id"]),
+                reason=str(waiver["reason"]),
+                expires=dt.date.fromisoformat(str(waiver["expires"])),
+                node=waiver.get("node"),
+            ),
+            test_id=str(check.get("test") or ""),
+            notes=[str(note) for note in check.get("notes") or ()],
+        )
+
 
 def _clip(text: str, limit: int) -> str:
     if len(text) <= limit:
@@ -109,9 +136,21 @@ class RunInfo:
     optional_areas: frozenset[str] = frozenset()
     exempt_checks: frozenset[str] = frozenset()
     unreachable: frozenset[str] = frozenset()  # ids of tests that never reached their node
+    # A sharded run (--talos-shard): {"index": I, "count": N, "nodes": [hostnames]}; a merged
+    # one: {"count": N, "merged": [1, ..., N]}.
+    shard: dict[str, Any] | None = None
+
+    def verdict_inputs(self) -> dict[str, list[str]]:
+        return {
+            "defining_areas": sorted(self.defining_areas),
+            "optional_areas": sorted(self.optional_areas),
+            "exempt_checks": sorted(self.exempt_checks),
+            "unreachable": sorted(self.unreachable),
+        }
 
     def to_json(self) -> dict[str, Any]:
         finished = self.finished or self.started
+        shard = {"shard": self.shard} if self.shard is not None else {}
         return {
             "started": self.started.isoformat(),
             "finished": finished.isoformat(),
@@ -123,7 +162,30 @@ class RunInfo:
             "settings": redact(self.settings),
             "fail_under": self.threshold,
             "notes": redact(self.notes),
+            **shard,
+            "verdict_inputs": self.verdict_inputs(),
         }
+
+    @classmethod
+    def from_json(cls, run: Mapping[str, Any]) -> RunInfo:
+        """The run of a ``results.json`` (what :meth:`to_json` wrote)."""
+        inputs: Mapping[str, Any] = run.get("verdict_inputs") or {}
+        return cls(
+            started=dt.datetime.fromisoformat(str(run["started"])),
+            finished=dt.datetime.fromisoformat(str(run["finished"])),
+            suite=str(run.get("suite") or ""),
+            targets=[TargetInfo(**target) for target in run.get("targets") or ()],
+            settings=dict(run.get("settings") or {}),
+            threshold=run.get("fail_under") or "low",
+            notes=[str(note) for note in run.get("notes") or ()],
+            tested=dict(run.get("tested") or {}),
+            kit_version=str((run.get("kit") or {}).get("version") or ""),
+            defining_areas=frozenset(inputs.get("defining_areas") or ()),
+            optional_areas=frozenset(inputs.get("optional_areas") or ()),
+            exempt_checks=frozenset(inputs.get("exempt_checks") or ()),
+            unreachable=frozenset(inputs.get("unreachable") or ()),
+            shard=run.get("shard"),
+        )
 
 
 def _kit_version() -> str:
