@@ -100,7 +100,7 @@ def merge(tmp_path: Path, *dirs: Path, capsys: pytest.CaptureFixture[str]) -> tu
 def test_shards_split_the_nodes_and_merge_into_one_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    selection = ("-k", "pid1 or members_consistent")
+    selection = ("-v", "-k", "pid1 or members_are_consistent")  # -v: the header
     first, second = shard_run(tmp_path, "1/2", *selection), shard_run(tmp_path, "2/2", *selection)
     for run, index in ((first, 1), (second, 2)):
         assert run.returncode == 0, run.describe()
