@@ -49,11 +49,16 @@ def talos_watch(
     talos_suite: SuiteSettings,
     talos_timing: Timing,
 ) -> WatchWindow:
-    """The run's one watch window: every target node watched at once, each check over time
-    (service restarts, machine hold) reading its node's part of it."""
+    """The run's one watch window: every target node (of this shard, with --talos-shard)
+    watched at once, each check over time (service restarts, machine hold) reading its
+    node's part of it."""
     wanted = _watched(request.session)
+    nodes = talos_cluster.reachable
+    if talos_suite.shard is not None:  # every check that reads the window is per node
+        mine = set(talos_suite.shard.nodes(node.name for node in talos_cluster.nodes))
+        nodes = [node for node in nodes if node.name in mine]
     window = WatchWindow(
-        talos_cluster.reachable,
+        nodes,
         talos_timing,
         history=talos_suite.restart_window,
         observe=talos_suite.observe if "talos_observations" in wanted else None,

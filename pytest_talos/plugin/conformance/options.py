@@ -162,9 +162,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption(
         "--talos-docker",
         action="store_true",
-        default=False,
+        default=None,
         help="the nodes are local Docker containers named after their hostnames (talosctl "
-        "cluster create docker): also require `docker exec <node> sh` to fail with 127",
+        "cluster create docker): also require `docker exec <node> sh` to fail with 127 "
+        "(ini/env: true or false)" + _layers("talos_docker"),
     )
 
 
@@ -183,6 +184,7 @@ _INI_KEYS = {
     "talos_restart_window": "restart history in seconds (--talos-restart-window)",
     "talos_check": "comma-separated check ids to run (--talos-check)",
     "talos_shard": "the shard I/N of the nodes this run checks (--talos-shard)",
+    "talos_docker": "true: the nodes are local Docker containers (--talos-docker)",
 }
 
 

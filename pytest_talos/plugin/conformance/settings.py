@@ -227,6 +227,24 @@ def _snapshot(
     return ("save" if mode == "save" else "compare"), _resolve(config, source, path)
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _flag(config: pytest.Config, name: str, sources: dict[str, str]) -> bool:
+    """A switch: the flag itself, or true/false in ini or the environment."""
+    found = _layered(config, name)
+    if found is None:
+        return False
+    value, source = found
+    text = str(value).strip().lower()
+    if value is True or text in _TRUE:
+        sources[name] = source
+        return True
+    if text in _FALSE:
+        return False
+    raise pytest.UsageError(f"{source}: {value!r} is not true or false")
+
+
 def _shard(config: pytest.Config, sources: dict[str, str]) -> Shard | None:
     found = _layered(config, "talos_shard")
     if found is None:
@@ -314,7 +332,7 @@ def _read(config: pytest.Config, parts: Collection[str]) -> SuiteSettings:
         report_dir=_path(config, "talos_report", sources),
         observe=_positive(config, "talos_observe", DEFAULT_OBSERVE, sources),
         restart_window=_positive(config, "talos_restart_window", DEFAULT_RESTART_WINDOW, sources),
-        docker=bool(config.getoption("talos_docker")),
+        docker=_flag(config, "talos_docker", sources),
         desired=desired,
         cert_warn_days=warn_days,
         cert_fail_days=fail_days,
