@@ -262,3 +262,21 @@ def test_merge_refuses_files_that_are_not_shard_results(
     plain = tmp_path / "plain"
     write_reports(plain, [], RunInfo(started=dt.datetime(2026, 12, 1, tzinfo=dt.UTC)))
     assert "the run had no --talos-shard" in error_of(tmp_path, capsys, plain)
+
+
+def test_the_documented_matrix_recipe_is_valid_yaml_that_shards_and_merges() -> None:
+    import yaml
+
+    doc = (Path(__file__).parents[2] / "docs" / "conformance.md").read_text()
+    block = doc.split("# .github/workflows/talos-conformance-fleet.yml\n", 1)[1]
+    workflow = yaml.safe_load(block.split("```", 1)[0])
+    shard_job, verdict_job = workflow["jobs"]["shard"], workflow["jobs"]["verdict"]
+    count = len(shard_job["strategy"]["matrix"]["shard"])
+    steps = {step.get("name"): step for step in shard_job["steps"]}
+    run_step = steps[f"Conformance, shard ${{{{ matrix.shard }}}} of {count}"]
+    assert run_step["env"]["TALOS_SHARD"] == f"${{{{ matrix.shard }}}}/{count}"
+    assert "--talos-report talos-report" in run_step["run"]
+    assert verdict_job["needs"] == "shard"
+    assert verdict_job["if"] == "always()"
+    merge_step = next(s for s in verdict_job["steps"] if "talos-report merge" in s.get("run", ""))
+    assert merge_step["run"].startswith("talos-report merge shards/talos-shard-* --out ")
