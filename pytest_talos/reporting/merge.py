@@ -20,6 +20,7 @@ from typing import Any
 from pytest_talos.errors import ConfigError
 from pytest_talos.reporting.records import CheckRecord, RunInfo
 from pytest_talos.reporting.results import RESULTS_FORMAT
+from pytest_talos.reporting.severity import OUTCOMES
 
 __all__ = ["ShardResults", "load_shard", "merge_shards"]
 
@@ -111,22 +112,27 @@ def _check_one_run(shards: Sequence[ShardResults]) -> int:
 
 
 def _records(shards: Sequence[ShardResults]) -> list[CheckRecord]:
-    seen: dict[tuple[str, str], str] = {}
-    records = []
+    """Every shard's records. A test of a node in two shards means the shards saw different
+    node lists; a test without a node in several (every shard runs them when the targets
+    could not be listed) is kept once, with its worst outcome."""
+    kept: dict[str, tuple[CheckRecord, str]] = {}
     for shard in shards:
         for check in shard.results.get("checks") or ():
             record = CheckRecord.from_json(check)
+            key = record.test_id or f"{record.check_id}@{record.node}"
+            if key not in kept:
+                kept[key] = (record, shard.source)
+                continue
+            earlier, source = kept[key]
             if record.node is not None:
-                key = (record.check_id, record.node)
-                if key in seen:
-                    raise ConfigError(
-                        f"{record.check_id} on {record.node} is in {seen[key]} and in "
-                        f"{shard.source}: the shards saw different node lists; run them "
-                        "against the same cluster"
-                    )
-                seen[key] = shard.source
-            records.append(record)
-    return records
+                raise ConfigError(
+                    f"{record.check_id} on {record.node} is in {source} and in "
+                    f"{shard.source}: the shards saw different node lists; run them against "
+                    "the same cluster"
+                )
+            if OUTCOMES.index(record.outcome) < OUTCOMES.index(earlier.outcome):
+                kept[key] = (record, source)
+    return [record for record, _ in kept.values()]
 
 
 def _run(shards: Sequence[ShardResults], count: int) -> RunInfo:

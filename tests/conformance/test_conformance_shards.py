@@ -131,6 +131,36 @@ def test_shards_split_the_nodes_and_merge_into_one_report(
     assert "Talos conformance report" in (tmp_path / "merged" / "report.html").read_text()
 
 
+def test_the_merged_shards_of_a_run_are_the_run_unsharded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole = run_suite(["--talos-emulator"], tmp_path / "whole")
+    shards = [shard_run(tmp_path, f"{i}/2") for i in (1, 2)]
+    assert whole.returncode == 0, whole.describe()
+    code, output = merge(tmp_path, *(report_dir(tmp_path, f"{i}/2") for i in (1, 2)), capsys=capsys)
+    assert code == 0, output
+    merged = json.loads((tmp_path / "merged" / "results.json").read_text())
+    assert whole.results is not None
+    assert merged["summary"] == whole.results["summary"]
+    assert sorted((c["test"], c["outcome"]) for c in merged["checks"]) == sorted(
+        (c["test"], c["outcome"]) for c in whole.checks
+    )
+    assert all(len(run.checks) < len(whole.checks) for run in shards)
+
+
+def test_a_test_without_a_node_in_every_shard_is_kept_once_with_its_worst_outcome(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dirs = [
+        shard_dir(tmp_path, 1, 2, (None, "passed")),  # type: ignore[arg-type]
+        shard_dir(tmp_path, 2, 2, (None, "error")),
+    ]  # type: ignore[arg-type]
+    code, output = merge(tmp_path, *dirs, capsys=capsys)
+    assert code == 1, output
+    merged = json.loads((tmp_path / "merged" / "results.json").read_text())
+    assert [c["outcome"] for c in merged["checks"]] == ["error"]
+
+
 def test_merging_a_failing_shard_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # wrong-version: only the last node (the worker, in shard 1) reports another version.
     selection = ("--talos-emulator-fault", "wrong-version", "-k", "pid1 or version_api_matches")
