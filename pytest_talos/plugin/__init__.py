@@ -30,6 +30,7 @@ from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import FailedPrecondition, TalosError
 from pytest_talos.guard import ConfigGuard, ConfigRestoreError
 from pytest_talos.node import ReadOnlyGuard, TalosNode
+from pytest_talos.plugin.items import UNREACHABLE, NoNode, changes_level, held_back
 from pytest_talos.plugin.safety import RunSafety, recover_command
 from pytest_talos.plugin.session import SESSION_KEY, TalosSession, header_lines, session_of
 from pytest_talos.talos_api import CHANGING_METHODS
@@ -56,7 +57,6 @@ __all__ = [
 ]
 
 ROLES = ("controlplane", "worker")
-UNREACHABLE = "<unreachable>"
 _CONTAINER_REFUSAL = re.compile(r"not supported in container mode")
 _MARKERS = (
     "talos_role(*roles): run only against nodes of these roles (controlplane, worker)",
@@ -133,12 +133,6 @@ def _roles_of(definition: pytest.Function) -> set[str]:
     return roles
 
 
-def _changes_level(item: pytest.Item) -> str | None:
-    if item.get_closest_marker("talos_disruptive"):
-        return "disruptive"
-    return "mutating" if item.get_closest_marker("talos_mutating") else None
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "talos_node" not in metafunc.fixturenames:
         return
@@ -149,7 +143,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     except TalosError:
         metafunc.parametrize("talos_node", [UNREACHABLE], ids=["unreachable"], indirect=True)
         return
-    group = _changes_level(metafunc.definition) is not None
+    group = changes_level(metafunc.definition) is not None
     params = [
         pytest.param(node.name, id=node.name,
                      marks=[pytest.mark.xdist_group(f"talos-{node.name}")] if group else [])
@@ -159,7 +153,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not params:
         have = ", ".join(f"{n.name}={n.role}" for n in nodes) or "no nodes"
         reason = f"talos_role({', '.join(sorted(roles))}): no target node has that role ({have})"
-        params = [pytest.param(UNREACHABLE, id="no-node", marks=pytest.mark.skip(reason=reason))]
+        params = [pytest.param(NoNode("no node with the role"), id="no-node",
+                               marks=pytest.mark.skip(reason=reason))]
     metafunc.parametrize("talos_node", params, indirect=True)
 
 
@@ -168,16 +163,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not config.option.collectonly and any(_uses_talos(item) for item in items):
         session_of(config).check_target()  # no target: one paragraph, exit 4
     for item in items:
-        level = _changes_level(item)
-        if level == "disruptive" and not settings.allows_disruptive:
+        level = held_back(item, settings)
+        if level == "disruptive":
             item.add_marker(pytest.mark.skip(reason=(
                 "talos_disruptive: may reboot, reset or upgrade nodes; run with "
                 "--talos-allow disruptive to enable it")))
-        elif level == "mutating" and not settings.allows_mutating:
+        elif level == "mutating":
             item.add_marker(pytest.mark.skip(reason=(
                 "talos_mutating: changes node configuration (restored afterwards); run with "
                 "--talos-allow mutating to enable it")))
-    items.sort(key=lambda item: _changes_level(item) == "disruptive")  # stable: keeps order
+    items.sort(key=lambda item: changes_level(item) == "disruptive")  # stable: keeps order
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -240,7 +235,7 @@ def talos_node(request: pytest.FixtureRequest, talos_cluster: TalosCluster) -> T
         pytest.fail(f"node {node.address} did not answer: {node.unreachable}", pytrace=False)
     _skip_unless_capable(request.node, node)
     session = session_of(request.config)
-    if _changes_level(request.node) is not None:
+    if changes_level(request.node) is not None:
         guarded = node.with_guard(request.getfixturevalue("talos_config_guard"))
     else:
         guarded = node.with_guard(ReadOnlyGuard(
@@ -300,7 +295,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     talos = session_of(item.config)
     # The clients refuse what the test's marker does not declare (its setup and call); a
     # marker above --talos-allow has skipped the test already.
-    talos.gate.allowed = _changes_level(item) or "none"
+    talos.gate.allowed = changes_level(item) or "none"
     talos.in_test = True
     emulator = talos.emulator
     if emulator is not None:
@@ -339,7 +334,7 @@ def _check_call_log(item: pytest.Item) -> None:
     start = item.stash.get(_CALLS_KEY, None)
     if emulator is None or start is None:
         return
-    level = _changes_level(item)
+    level = changes_level(item)
     if level == "disruptive":
         return
     calls = emulator.call_log_store.since(start)

@@ -71,6 +71,9 @@ def test_a_bad_value_from_the_environment_or_ini_names_its_source(tmp_path: Path
         ({"TALOS_SNAPSHOT": "save"}, None, "$TALOS_SNAPSHOT: 'save' is not MODE PATH"),
         ({}, "talos_snapshot = keep snap.json\n", "ini talos_snapshot: 'keep' is not a mode"),
         ({"TALOS_LEAVE_OUT": "vendor, nope"}, None, "$TALOS_LEAVE_OUT: 'nope' is not one of"),
+        ({"TALOS_SHARD": "5/4"}, None, "$TALOS_SHARD: '5/4' is not a shard: I must be from 1"),
+        ({}, "talos_shard = half\n", "ini talos_shard: 'half' is not I/N. Give the shard"),
+        ({"TALOS_DOCKER": "maybe"}, None, "$TALOS_DOCKER: 'maybe' is not true or false"),
         (
             {},
             "talos_check = immutability.no-shel\n",
@@ -111,3 +114,12 @@ def test_paths_from_ini_are_relative_to_the_rootdir_from_env_to_the_invocation_d
         f"--talos-snapshot compare {tmp_path / 'sub' / 'snap.json'}: no such file"
         in from_ini.output
     ), from_ini.describe()
+
+
+def test_the_shard_and_docker_from_the_environment_or_ini(tmp_path: Path) -> None:
+    env = {"TALOS_SHARD": "2/3", "TALOS_DOCKER": "no"}
+    from_env = run(tmp_path, *HEADER, env=env)
+    assert from_env.returncode == 0, from_env.describe()
+    assert "conformance: shard 2/3 [$TALOS_SHARD]: the nodes of this shard" in from_env.output
+    from_ini = run(tmp_path, *HEADER, env=env, ini="talos_shard = 1/3\n")
+    assert "conformance: shard 1/3 [ini talos_shard]" in from_ini.output, from_ini.describe()

@@ -161,3 +161,32 @@ def test_an_unreachable_target_is_its_own_exit_code(tmp_path: Path) -> None:
     )
     assert result.returncode == 7, result.describe()
     assert "conformance: verdict UNREACHABLE (exit 7)" in result.output
+
+
+def test_a_waiver_does_not_hide_an_unreachable_target(tmp_path: Path) -> None:
+    # Waivers are xfail markers that take exceptions only: a check that never reached its
+    # node (pytest.fail from the fixtures) stays an error, and the verdict UNREACHABLE.
+    talosconfig = tmp_path / "talosconfig"
+    with EmulatedCluster(1, 0) as cluster:
+        talosconfig.write_bytes(Path(cluster.talosconfig_path).read_bytes())
+    waivers = tmp_path / "waivers.yaml"
+    waivers.write_text(
+        "waivers:\n  - check: immutability.pid1-is-machined\n"
+        "    reason: known\n    expires: 2999-01-01\n"
+    )
+    result = run(
+        tmp_path,
+        "--talosconfig",
+        str(talosconfig),
+        "--talos-endpoint",
+        "127.0.0.1:1",
+        "--talos-timeout",
+        "2",
+        "--talos-waivers",
+        str(waivers),
+        "-k",
+        "pid1",
+        emulator=False,
+    )
+    assert result.returncode == 7, result.describe()
+    assert {c["outcome"] for c in result.checks} == {"error"}

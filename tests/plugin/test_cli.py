@@ -52,6 +52,7 @@ def test_the_wheel_ships_the_suite_and_the_scripts(wheel: Path) -> None:
         "talos-conformance = pytest_talos.plugin.cli:conformance_main",
         "talos-emulator = pytest_talos.emulator.__main__:main",
         "talos-portscan = pytest_talos.ports:main",
+        "talos-report = pytest_talos.reporting.cli:main",
     ):
         assert script in entry_points
 

@@ -1,11 +1,17 @@
 """Turn pytest reports into :class:`~pytest_talos.reporting.CheckRecord` s.
 
 Runs where the reports arrive: in the single process, or in the pytest-xdist controller
-(reports are serialised there, so everything this needs travels in ``user_properties``).
+(reports are serialised there, so everything this needs travels in ``user_properties``,
+set at collection and when a report is made).
+
+A waived check is one pytest reports as an expected failure (``xfail`` with
+``strict=False``, added at collection for the checks and nodes a waiver covers) and that
+carries the waiver; a waived check that passes (XPASS) is a pass.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -13,10 +19,22 @@ from typing import Any
 
 import pytest
 
+from pytest_talos.plugin import UNREACHABLE_PROPERTY
 from pytest_talos.reporting import CheckRecord, Outcome, Severity, TargetInfo, Waiver
 
-__all__ = ["PROP_CHECK", "PROP_CLAIM", "PROP_EVIDENCE", "PROP_MESSAGE", "PROP_NODE",
-           "PROP_SEVERITY", "PROP_TARGETS", "PROP_WAIVER", "ResultCollector"]
+__all__ = [
+    "PROP_CHECK",
+    "PROP_CLAIM",
+    "PROP_EVIDENCE",
+    "PROP_HELD",
+    "PROP_MESSAGE",
+    "PROP_NODE",
+    "PROP_SEVERITY",
+    "PROP_TARGETS",
+    "PROP_WAIVER",
+    "ResultCollector",
+    "targets_property",
+]
 
 PROP_CHECK = "talos_check"
 PROP_SEVERITY = "talos_severity"
@@ -26,6 +44,7 @@ PROP_EVIDENCE = "talos_evidence"
 PROP_MESSAGE = "talos_message"
 PROP_WAIVER = "talos_waiver"
 PROP_TARGETS = "talos_targets"
+PROP_HELD = "talos_held_back"  # the change level --talos-allow does not permit
 
 
 @dataclass
@@ -55,11 +74,12 @@ def _skip_reason(report: pytest.TestReport) -> str:
 def _waiver_from(data: Any) -> Waiver | None:
     if not isinstance(data, Mapping):
         return None
-    import datetime as dt
-
-    return Waiver(check=str(data["check"]), reason=str(data["reason"]),
-                  expires=dt.date.fromisoformat(str(data["expires"])),
-                  node=data.get("node"))
+    return Waiver(
+        check=str(data["check"]),
+        reason=str(data["reason"]),
+        expires=dt.date.fromisoformat(str(data["expires"])),
+        node=data.get("node"),
+    )
 
 
 class ResultCollector:
@@ -69,6 +89,8 @@ class ResultCollector:
         self._partials: dict[str, _Partial] = {}
         self.targets: dict[str, TargetInfo] = {}
         self.other_failures = 0  # failed reports of tests that are not checks
+        self.held: set[str] = set()  # ids of checks --talos-allow kept from running
+        self.unreachable: set[str] = set()  # tests that could not reach their target
         self._notes: dict[str, list[str]] = {}  # warnings a check raised, by node id
 
     def pytest_warning_recorded(
@@ -87,6 +109,8 @@ class ResultCollector:
 
     def add(self, report: pytest.TestReport) -> None:
         props = _props(report)
+        if props.get(UNREACHABLE_PROPERTY):
+            self.unreachable.add(report.nodeid)
         if PROP_TARGETS in props:
             for target in props[PROP_TARGETS]:
                 self.targets.setdefault(str(target["name"]), TargetInfo(**target))
@@ -94,16 +118,28 @@ class ResultCollector:
             if report.failed:
                 self.other_failures += 1
             return
-        partial = self._partials.setdefault(report.nodeid, _Partial(
-            check_id=str(props[PROP_CHECK]), severity=props[PROP_SEVERITY],
-            claim=str(props[PROP_CLAIM]), node=props.get(PROP_NODE)))
+        partial = self._partials.setdefault(
+            report.nodeid,
+            _Partial(
+                check_id=str(props[PROP_CHECK]),
+                severity=props[PROP_SEVERITY],
+                claim=str(props[PROP_CLAIM]),
+                node=props.get(PROP_NODE),
+            ),
+        )
+        if props.get(PROP_HELD):
+            self.held.add(partial.check_id)
         self._merge(partial, report, props)
 
     def _merge(self, partial: _Partial, report: pytest.TestReport, props: dict[str, Any]) -> None:
         partial.duration += report.duration
         if isinstance(props.get(PROP_EVIDENCE), Mapping):
             partial.evidence.update(props[PROP_EVIDENCE])
-        if report.when == "call":
+        waiver = _waiver_from(props.get(PROP_WAIVER))
+        if waiver is not None and report.skipped and hasattr(report, "wasxfail"):
+            partial.outcome, partial.waiver = "waived", waiver
+            partial.message = str(props.get(PROP_MESSAGE) or report.longreprtext)
+        elif report.when == "call":
             self._merge_call(partial, report, props)
         elif report.failed:
             partial.outcome = "error"
@@ -114,11 +150,7 @@ class ResultCollector:
 
     @staticmethod
     def _merge_call(partial: _Partial, report: pytest.TestReport, props: dict[str, Any]) -> None:
-        waiver = _waiver_from(props.get(PROP_WAIVER))
-        if waiver is not None and hasattr(report, "wasxfail"):
-            partial.outcome, partial.waiver = "waived", waiver
-            partial.message = str(props.get(PROP_MESSAGE) or report.longreprtext)
-        elif report.failed:
+        if report.failed:
             partial.outcome = "failed"
             partial.message = str(props.get(PROP_MESSAGE) or report.longreprtext)
         elif report.skipped:
@@ -130,9 +162,17 @@ class ResultCollector:
     def records(self) -> list[CheckRecord]:
         return [
             CheckRecord(
-                check_id=p.check_id, severity=p.severity, claim=p.claim, outcome=p.outcome,
-                node=p.node, duration=p.duration, message=p.message, evidence=p.evidence,
-                waiver=p.waiver, test_id=nodeid, notes=list(self._notes.get(nodeid, ())),
+                check_id=p.check_id,
+                severity=p.severity,
+                claim=p.claim,
+                outcome=p.outcome,
+                node=p.node,
+                duration=p.duration,
+                message=p.message,
+                evidence=p.evidence,
+                waiver=p.waiver,
+                test_id=nodeid,
+                notes=list(self._notes.get(nodeid, ())),
             )
             for nodeid, p in self._partials.items()
         ]

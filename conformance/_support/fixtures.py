@@ -1,0 +1,141 @@
+"""The fixtures the checks of this suite use: the nodes' clock, the run's watch window,
+Kubernetes access and a reader-role client. (The plugin's own fixtures, ``talos_evidence``
+and ``talos_suite``, come from :mod:`pytest_talos.plugin.conformance`.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from conformance._support.context import ReaderAccess, Timing
+from conformance._support.observe import READY_STABLE_FOR, Observation, WatchWindow
+from pytest_talos.client import TalosClient
+from pytest_talos.cluster import KubernetesAccess, TalosCluster
+from pytest_talos.errors import TalosError
+from pytest_talos.plugin.conformance import ADMIN, SuiteSettings, check_spec, progress
+from pytest_talos.plugin.items import changes_level
+
+_WATCHED = pytest.StashKey[frozenset[str]]()
+# Fixtures that read the run's watch window, and what each needs watched.
+_WATCHERS = ("talos_observations", "talos_machine_watch")
+
+
+@pytest.fixture(scope="session")
+def talos_timing(talos_emulator: Any, talos_cluster: TalosCluster) -> Timing:
+    """How fast the nodes' clock runs: the emulator's time scale (--talos-emulator), the rate
+    the talosconfig advertises (an emulator reached through --talosconfig), else 1x."""
+    if talos_emulator is not None:
+        return Timing(talos_emulator.clock.time_scale, "--talos-emulator-time-scale")
+    config = talos_cluster.talosconfig
+    if config is not None and config.context.time_scale != 1:
+        return Timing(config.context.time_scale, f"advertised by the talosconfig {config.path}")
+    return Timing()
+
+
+def _watched(session: pytest.Session) -> frozenset[str]:
+    """Which parts of the watch window the selected checks read (computed once)."""
+    if _WATCHED not in session.config.stash:
+        names = {n for item in session.items for n in getattr(item, "fixturenames", ())}
+        session.config.stash[_WATCHED] = frozenset(names.intersection(_WATCHERS))
+    return session.config.stash[_WATCHED]
+
+
+@pytest.fixture(scope="session")
+def talos_watch(
+    request: pytest.FixtureRequest,
+    talos_cluster: TalosCluster,
+    talos_suite: SuiteSettings,
+    talos_timing: Timing,
+) -> WatchWindow:
+    """The run's one watch window: every target node (of this shard, with --talos-shard)
+    watched at once, each check over time (service restarts, machine hold) reading its
+    node's part of it."""
+    wanted = _watched(request.session)
+    nodes = talos_cluster.reachable
+    if talos_suite.shard is not None:  # every check that reads the window is per node
+        mine = set(talos_suite.shard.nodes(node.name for node in talos_cluster.nodes))
+        nodes = [node for node in nodes if node.name in mine]
+    window = WatchWindow(
+        nodes,
+        talos_timing,
+        history=talos_suite.restart_window,
+        observe=talos_suite.observe if "talos_observations" in wanted else None,
+        hold=READY_STABLE_FOR if "talos_machine_watch" in wanted else None,
+    )
+    if window.start():
+        progress(request.config, window.describe())
+    return window
+
+
+@pytest.fixture(autouse=True)
+def _conformance_watch(request: pytest.FixtureRequest) -> None:
+    """Opens the watch window with the first check, so it runs beside the other checks; a
+    check that changes nodes first lets it end (what it changes is not the nodes' doing)."""
+    item = request.node
+    if (
+        check_spec(item) is None
+        or "talos_cluster" not in request.fixturenames
+        or not _watched(request.session)
+    ):
+        return
+    window: WatchWindow = request.getfixturevalue("talos_watch")
+    if changes_level(item) is not None:
+        window.wait()
+
+
+@pytest.fixture(scope="session")
+def talos_observations(talos_watch: WatchWindow) -> dict[str, Observation]:
+    """Service state events of every node: recent history plus the run's watch window."""
+    return talos_watch.observations()
+
+
+@pytest.fixture(scope="session")
+def talos_machine_watch(talos_watch: WatchWindow) -> WatchWindow:
+    """The run's watch window, with every node's machine hold (``.machine(name)``)."""
+    return talos_watch
+
+
+@pytest.fixture(scope="session")
+def talos_kubernetes(talos_cluster: TalosCluster) -> KubernetesAccess:
+    """The cluster's Kubernetes API (kubeconfig through the Talos API); an error if missing."""
+    roles = talos_cluster.client.roles
+    if ADMIN not in roles:
+        pytest.skip(
+            f"needs {ADMIN} to fetch the kubeconfig; this talosconfig has "
+            f"{', '.join(roles) or 'no role'}"
+        )
+    try:
+        return talos_cluster.kubernetes
+    except TalosError as exc:
+        pytest.fail(
+            f"cannot reach Kubernetes: no usable kubeconfig from the Talos API ({exc})",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def talos_reader(talos_cluster: TalosCluster) -> Iterator[ReaderAccess]:
+    """A reader-role client from GenerateClientConfiguration (skips when unavailable)."""
+    try:
+        issuer = talos_cluster.controlplane()
+        creds = issuer.client.generate_client_configuration(["os:reader"], 3600)
+    except TalosError as exc:
+        yield ReaderAccess(
+            None,
+            "no os:reader certificate: GenerateClientConfiguration on a "
+            f"control plane failed ({exc}); needs an os:admin talosconfig",
+        )
+        return
+    client = TalosClient(
+        talos_cluster.client.endpoint,
+        creds.ca_pem,
+        creds.crt_pem,
+        creds.key_pem,
+        timeout=talos_cluster.client.timeout,
+    )
+    try:
+        yield ReaderAccess(client)
+    finally:
+        client.close()

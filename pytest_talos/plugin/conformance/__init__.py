@@ -1,0 +1,174 @@
+"""The conformance plugin: what turns a folder of tests into a conformance suite.
+
+The suite's ``conftest.py`` loads it (``pytest_plugins``) and names its folder through the
+``pytest_talos_conformance_root`` hook; every test under that folder is a check. The plugin
+adds:
+
+* Options in the ``talos-conformance`` group, each with an ini key and an environment
+  variable, with the pytest-talos plugin's precedence (command line > ini > environment >
+  default) and the source of every value in the report header (:mod:`.settings`).
+* The catalogue: the ``talos_check(id, severity, claim)`` marker, areas and suite profiles
+  (:mod:`.catalogue`), the parts that need inputs (:mod:`.parts`), and the selection by
+  profile, id, part and shard (:mod:`.collection`, :mod:`.shard`).
+* Waivers as pytest's own ``xfail(strict=False)`` markers, added at collection.
+* Outcomes with evidence (:mod:`.outcomes`), gathered where reports arrive, also from
+  pytest-xdist workers (:mod:`.collector`); the verdict and its exit status (0 PASSED,
+  1 FAILED, 6 INCOMPLETE, 7 UNREACHABLE) and the reports (:mod:`.run`, on
+  :mod:`pytest_talos.reporting`); the terminal table (:mod:`.terminal`) and JUnit
+  properties (:mod:`.junit`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_talos.plugin.conformance import hookspecs
+from pytest_talos.plugin.conformance.catalogue import AREAS, SUITES, CheckSpec
+from pytest_talos.plugin.conformance.collection import collect_checks, shard_line
+from pytest_talos.plugin.conformance.collector import ResultCollector
+from pytest_talos.plugin.conformance.fixtures import (
+    _conformance_item,
+    _conformance_targets,
+    talos_evidence,
+    talos_suite,
+)
+from pytest_talos.plugin.conformance.junit import JunitTested
+from pytest_talos.plugin.conformance.outcomes import (
+    ADMIN,
+    failure_text,
+    make_report,
+    skip_unless_admin,
+)
+from pytest_talos.plugin.conformance.parts import PARTS, check_inputs, check_parts
+from pytest_talos.plugin.conformance.run import finish_run
+from pytest_talos.plugin.conformance.settings import SuiteSettings, add_options, read_settings
+from pytest_talos.plugin.conformance.state import (
+    COLLECTOR,
+    SETTINGS,
+    STARTED,
+    check_spec,
+    is_worker,
+    suite_settings,
+)
+from pytest_talos.plugin.conformance.terminal import progress, summary_table, terminal_summary
+from pytest_talos.plugin.session import session_of
+
+__all__ = [
+    "ADMIN",
+    "CheckSpec",
+    "SuiteSettings",
+    "check_spec",
+    "failure_text",
+    "is_worker",
+    "progress",
+    "suite_settings",
+    "summary_table",
+    "talos_evidence",
+    "talos_suite",
+]
+
+_FIXTURES = (_conformance_item, _conformance_targets, talos_evidence, talos_suite)
+_MARKERS = (
+    "talos_check(id, severity, claim): a conformance check: its id (area.claim), severity "
+    "(critical, high, medium, low) and the claim it proves",
+    *(f"{area}: conformance checks of the {area} area" for area in AREAS),
+    *(
+        f"{p.marker}: checks of the {p.name} suite profile ({p.description})"
+        for p in SUITES.values()
+        if p.name != "full"
+    ),
+)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+    parser.getgroup("talos-conformance").addoption(
+        "--talos-leave-out",
+        action="append",
+        default=[],
+        choices=sorted(PARTS),
+        metavar="PART",
+        help="leave out a part of the suite that needs an input this run "
+        "does not give (repeatable): "
+        + "; ".join(f"{name} (needs {part.needs})" for name, part in sorted(PARTS.items()))
+        + "; ini/env: comma-separated [ini talos_leave_out; env $TALOS_LEAVE_OUT]",
+    )
+    parser.addini(
+        "talos_leave_out",
+        "comma-separated parts of the suite left out (--talos-leave-out)",
+        default=None,
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in _MARKERS:
+        config.addinivalue_line("markers", line)
+    config.stash[SETTINGS] = read_settings(config, parts=PARTS)
+    collector = ResultCollector()
+    config.stash[COLLECTOR] = collector
+    # Registered as a plugin so that it sees every report, also those xdist workers send.
+    config.pluginmanager.register(collector, "talos-conformance-results")
+    config.pluginmanager.register(JunitTested(config), "talos-conformance-junit")
+    config.stash[STARTED] = dt.datetime.now(dt.UTC)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    settings = config.stash[SETTINGS]
+    lines = settings.describe()
+    if settings.shard is not None:
+        lines.append(shard_line(config, settings.shard))
+    return lines
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """What would only fail at the end fails now: missing inputs, an unwritable report
+    directory, no target (one paragraph, exit 4)."""
+    config = session.config
+    settings = config.stash[SETTINGS]
+    if config.option.collectonly or settings.list_checks:
+        return  # a run that only lists checks needs no inputs and no target
+    check_parts(settings)
+    check_inputs(settings)
+    session_of(config).check_target()
+
+
+def _roots(config: pytest.Config) -> list[Path]:
+    return [Path(root) for root in config.hook.pytest_talos_conformance_root() if root]
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    collect_checks(config, items, _roots(config))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    return (yield from skip_unless_admin(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    make_report(item, call, report)
+    return report
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    finish_run(session)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    terminal_summary(terminalreporter, config)

@@ -1,0 +1,65 @@
+"""The conformance plugin's fixtures: a check's evidence, the run's options, and the
+targets sent along with the first check of each process (for the reports)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_talos.cluster import TalosCluster
+from pytest_talos.errors import TalosError
+from pytest_talos.plugin.conformance.collector import PROP_TARGETS, targets_property
+from pytest_talos.plugin.conformance.settings import SuiteSettings
+from pytest_talos.plugin.conformance.state import EVIDENCE, SETTINGS, TARGETS_SENT, check_spec
+from pytest_talos.reporting import TargetInfo
+
+__all__ = ["talos_evidence", "talos_suite"]
+
+
+@pytest.fixture
+def talos_evidence(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """A dict a check fills with what it observed; it goes to results.json and report.md."""
+    evidence: dict[str, Any] = request.node.stash.setdefault(EVIDENCE, {})
+    return evidence
+
+
+@pytest.fixture(scope="session")
+def talos_suite(request: pytest.FixtureRequest) -> SuiteSettings:
+    """The conformance options of this run."""
+    return request.config.stash[SETTINGS]
+
+
+def _target_info(cluster: TalosCluster) -> list[TargetInfo]:
+    targets = []
+    for node in cluster.reachable:
+        try:
+            version = node.version
+            tag, platform = version.tag, version.platform
+        except TalosError:
+            tag, platform = "unknown", ""
+        targets.append(TargetInfo(node.name, node.role, tag, platform, node.address))
+    return targets
+
+
+@pytest.fixture(scope="session")
+def _conformance_targets(
+    talos_cluster: TalosCluster, record_testsuite_property: Any
+) -> list[TargetInfo]:
+    targets = _target_info(talos_cluster)
+    for target in targets:
+        record_testsuite_property(
+            f"talos_node_{target.name}", f"{target.role} {target.talos_version} {target.platform}"
+        )
+    return targets
+
+
+@pytest.fixture(autouse=True)
+def _conformance_item(request: pytest.FixtureRequest) -> None:
+    """Send the run's targets along with the first check of this process (for reports)."""
+    config = request.config
+    if check_spec(request.node) is None or config.stash.get(TARGETS_SENT, False):
+        return
+    targets: list[TargetInfo] = request.getfixturevalue("_conformance_targets")
+    config.stash[TARGETS_SENT] = True
+    request.node.user_properties.append((PROP_TARGETS, targets_property(targets)))

@@ -1,0 +1,228 @@
+"""The vendor acceptance profile (``--talos-profile PATH``): what an image must look like.
+
+A YAML file the vendor or the customer writes; every section is optional and a check whose
+expectation is missing skips with the reason. ``conformance/profiles/example-vendor.yaml``
+documents every key. Errors are :class:`~pytest_talos.errors.ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pytest_talos.errors import ConfigError
+
+__all__ = [
+    "PortExpectations",
+    "VendorProfile",
+    "load_vendor_profile",
+    "parse_vendor_profile",
+    "version_matches",
+]
+
+_TOP_KEYS = frozenset(
+    {
+        "version",
+        "name",
+        "description",
+        "talos",
+        "kubernetes",
+        "kernel",
+        "platform",
+        "extensions",
+        "ports",
+        "image_verification",
+    }
+)
+_ROLES = ("controlplane", "worker")
+
+
+def _normalise_version(text: str) -> str:
+    return text.strip().removeprefix("v")
+
+
+def version_matches(expected: str, actual: str) -> bool:
+    """``v1.13.9`` matches exactly; ``v1.13``, ``v1.13.x`` and ``1.13.*`` match any v1.13.z.
+
+    A kernel release such as ``6.18.24-talos`` matches ``6.18`` and ``6.18.24``.
+    """
+    want = _normalise_version(expected)
+    for wildcard in (".x", ".*"):
+        want = want.removesuffix(wildcard)
+    have = _normalise_version(actual)
+    return have == want or any(have.startswith(want + sep) for sep in (".", "-", "+"))
+
+
+@dataclass(frozen=True)
+class PortExpectations:
+    expected: Mapping[str, frozenset[int]] = field(default_factory=dict)  # role -> ports
+    forbidden: frozenset[int] = frozenset()
+
+    def expected_for(self, role: str) -> frozenset[int]:
+        return self.expected.get(role, frozenset())
+
+
+@dataclass(frozen=True)
+class VendorProfile:
+    """A parsed, validated acceptance profile. ``None`` / empty means "not specified"."""
+
+    source: str
+    name: str = ""
+    description: str = ""
+    talos_version: str | None = None
+    kubernetes_version: str | None = None
+    kernel_version: str | None = None
+    kernel_args_present: tuple[str, ...] = ()
+    kernel_args_absent: tuple[str, ...] = ()
+    platforms: tuple[str, ...] = ()
+    extensions_required: tuple[str, ...] = ()
+    extensions_forbidden: tuple[str, ...] = ()
+    ports: PortExpectations = field(default_factory=PortExpectations)
+    image_verification_required: bool | None = None
+
+    @property
+    def has_kernel_args(self) -> bool:
+        return bool(self.kernel_args_present or self.kernel_args_absent)
+
+    @property
+    def has_extensions(self) -> bool:
+        return bool(self.extensions_required or self.extensions_forbidden)
+
+    @property
+    def has_ports(self) -> bool:
+        return bool(self.ports.expected or self.ports.forbidden)
+
+
+class _Reader:
+    """Typed access to the YAML mapping; every error names the file and the key path."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, key: str, why: str) -> ConfigError:
+        return ConfigError(
+            f"{why}; see conformance/profiles/example-vendor.yaml", path=self.source, key=key
+        )
+
+    def mapping(self, value: Any, key: str) -> Mapping[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.fail(key, "must be a mapping")
+        return value
+
+    def text(self, value: Any, key: str) -> str | None:
+        if value is None:
+            return None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)  # `version: 6.18` parses as a float
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(key, "must be a non-empty string")
+        return value.strip()
+
+    def strings(self, value: Any, key: str) -> tuple[str, ...]:
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.fail(key, "must be a list of strings")
+        return tuple(v.strip() for v in value)
+
+    def ports(self, value: Any, key: str) -> frozenset[int]:
+        if value is None:
+            return frozenset()
+        if not isinstance(value, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and 1 <= p <= 65535 for p in value
+        ):
+            raise self.fail(key, "must be a list of TCP port numbers (1-65535)")
+        return frozenset(value)
+
+    def only_keys(self, data: Mapping[str, Any], allowed: frozenset[str], key: str) -> None:
+        unknown = sorted(set(map(str, data)) - allowed)
+        if unknown:
+            raise self.fail(
+                key or "(top level)",
+                f"unknown keys {unknown}; allowed: {', '.join(sorted(allowed))}",
+            )
+
+
+def _parse_ports(r: _Reader, data: Mapping[str, Any]) -> PortExpectations:
+    section = r.mapping(data.get("ports"), "ports")
+    r.only_keys(section, frozenset({"expected", "forbidden"}), "ports")
+    expected_raw = section.get("expected")
+    expected: dict[str, frozenset[int]] = {}
+    if isinstance(expected_raw, list):  # the same list for every role
+        expected = {role: r.ports(expected_raw, "ports.expected") for role in _ROLES}
+    else:
+        by_role = r.mapping(expected_raw, "ports.expected")
+        r.only_keys(by_role, frozenset(_ROLES), "ports.expected")
+        expected = {role: r.ports(by_role.get(role), f"ports.expected.{role}") for role in by_role}
+    return PortExpectations(
+        expected=expected, forbidden=r.ports(section.get("forbidden"), "ports.forbidden")
+    )
+
+
+def _parse_image_verification(r: _Reader, data: Mapping[str, Any]) -> bool | None:
+    section = r.mapping(data.get("image_verification"), "image_verification")
+    r.only_keys(section, frozenset({"required"}), "image_verification")
+    required = section.get("required")
+    if required is not None and not isinstance(required, bool):
+        raise r.fail("image_verification.required", "must be true or false")
+    return required
+
+
+def parse_vendor_profile(data: Any, source: str) -> VendorProfile:
+    """Validate the parsed YAML of a profile."""
+    r = _Reader(source)
+    if not isinstance(data, Mapping):
+        raise r.fail("(top level)", "the profile must be a YAML mapping")
+    r.only_keys(data, _TOP_KEYS, "")
+    if data.get("version", 1) != 1:
+        raise r.fail("version", "only profile format version 1 is known")
+    talos = r.mapping(data.get("talos"), "talos")
+    kubernetes = r.mapping(data.get("kubernetes"), "kubernetes")
+    kernel = r.mapping(data.get("kernel"), "kernel")
+    extensions = r.mapping(data.get("extensions"), "extensions")
+    args = r.mapping(kernel.get("args"), "kernel.args")
+    r.only_keys(talos, frozenset({"version"}), "talos")
+    r.only_keys(kubernetes, frozenset({"version"}), "kubernetes")
+    r.only_keys(kernel, frozenset({"version", "args"}), "kernel")
+    r.only_keys(args, frozenset({"present", "absent"}), "kernel.args")
+    r.only_keys(extensions, frozenset({"required", "forbidden"}), "extensions")
+    return VendorProfile(
+        source=source,
+        name=r.text(data.get("name"), "name") or Path(source).stem,
+        description=r.text(data.get("description"), "description") or "",
+        talos_version=r.text(talos.get("version"), "talos.version"),
+        kubernetes_version=r.text(kubernetes.get("version"), "kubernetes.version"),
+        kernel_version=r.text(kernel.get("version"), "kernel.version"),
+        kernel_args_present=r.strings(args.get("present"), "kernel.args.present"),
+        kernel_args_absent=r.strings(args.get("absent"), "kernel.args.absent"),
+        platforms=r.strings(data.get("platform"), "platform"),
+        extensions_required=r.strings(extensions.get("required"), "extensions.required"),
+        extensions_forbidden=r.strings(extensions.get("forbidden"), "extensions.forbidden"),
+        ports=_parse_ports(r, data),
+        image_verification_required=_parse_image_verification(r, data),
+    )
+
+
+def load_vendor_profile(path: str | Path) -> VendorProfile:
+    """Read and validate a profile file (``--talos-profile``)."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the vendor profile ({exc.strerror}); check --talos-profile",
+            path=str(file),
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {exc}", path=str(file)) from None
+    return parse_vendor_profile(data, str(file))
