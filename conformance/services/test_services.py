@@ -609,7 +609,9 @@ def test_events_stream_covers_the_window(
         newest = max(seen)
         lower = max(lower, newest) if lower is not None else newest
     began_lower = _node_time_at(lower, talos_timing, observation.began)
-    began_upper = _node_time_at(upper, talos_timing, observation.began)
+    # the node took the request by the first event's arrival: no ServiceList event older
+    # than that minus the history may be asked of the stream
+    began_upper = _node_time_at(upper, talos_timing, observation.open_by)
     ended_lower = _node_time_at(lower, talos_timing, observation.ended)
     talos_evidence["tail_seconds"] = int(history)
     talos_evidence["events"] = len(observation.records)
