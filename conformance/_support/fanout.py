@@ -72,8 +72,8 @@ class FanOut(Generic[T]):
         if node.address not in self._nodes or node.address in self._served:
             return self._read(node)
         future = self._take(node)
-        fetched = future.result()  # re-raises the node's error
         self._served.add(node.address)
+        fetched = future.result()  # re-raises the node's error
         if time.monotonic() - fetched.ended > self._max_age or not self._usable(fetched.value):
             return self._read(node)
         return fetched.value

@@ -122,3 +122,4 @@ def test_a_node_that_failed_raises_for_its_test_only() -> None:
     with pytest.raises(RuntimeError, match=r"10\.0\.0\.1 did not answer"):
         fan.get(nodes[0])
     assert fan.get(nodes[1]) == "read 10.0.0.2 #1"
+    assert fan.rounds == 1  # the failure did not make the others read again
