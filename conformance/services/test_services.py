@@ -243,7 +243,10 @@ def _recent_or_fanned_out(
     node's clock is known here (to cut that read to this moment's window, from the
     earliest the node's clock can be now), else read now, as the node is."""
     if lower is not None:
-        settled, events = fanned.get(node)
+        try:
+            settled, events = fanned.get(node)
+        except TalosError:  # the earlier read failed: read now, and let that one speak
+            settled, events = False, []
         if settled:
             return _in_window(events, lower - RECENT)
     return _recent_events(node, timing)
