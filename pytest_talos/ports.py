@@ -18,7 +18,8 @@ even reused for the next port, which saves a socket() and a close() per closed p
 surprise from the kernel turns that off). Only probes still pending are
 watched (``add_writer``) with a per-probe deadline; at most ``concurrency`` of those are in
 flight. Before a scan the soft ``RLIMIT_NOFILE`` is raised toward the hard limit when the
-requested concurrency needs it, and the concurrency is capped below whatever the limit
+requested concurrency needs it, for the time of the scan only (the old limit is put back
+when the last running scan ends), and the concurrency is capped below whatever the limit
 allows. Open ports are closed with ``SO_LINGER`` 0 (a reset instead of a FIN), so a scan
 leaves no ``TIME_WAIT`` sockets behind. A connection the kernel made to itself (source
 address and port equal to the destination's, possible when scanning ``127.0.0.1`` in the
@@ -50,7 +51,6 @@ exit status 0, or 2 with a one-line error for bad input.
 
 from __future__ import annotations
 
-import _socket
 import argparse
 import asyncio
 import concurrent.futures
@@ -61,13 +61,23 @@ import os
 import socket
 import struct
 import sys
+import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn, TypeAlias
 
 from pytest_talos.errors import ConfigError, ConnectError
+
+try:
+    import resource
+except ImportError:  # not a Unix
+    resource = None  # type: ignore[assignment]
+
+# The bare C socket type (``socket.SocketType``): socket.socket's Python wrapper (its
+# __init__ and the close() bookkeeping for makefile()) adds a third to a loopback sweep.
+_RawSocket = socket.SocketType
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -347,26 +357,83 @@ def _open_fd_count() -> int:
     return 64  # a guess: nothing tells how many are open
 
 
-def _usable_concurrency(wanted: int) -> int:
-    """Cap ``wanted`` below RLIMIT_NOFILE, raising the soft limit toward the hard one first."""
-    try:
-        import resource
-    except ImportError:  # not a Unix: no limit we can see or move
-        return wanted
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return wanted
-    in_use = _open_fd_count()
-    needed = in_use + wanted + _FD_RESERVE
-    if soft < needed:
-        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
-        if target > soft:
+class _FileLimit:
+    """The soft ``RLIMIT_NOFILE``, raised for as long as at least one scan needs it.
+
+    A library call must not change its process for good: the first scan that needs more
+    file descriptors raises the soft limit toward the hard one, and the last scan to end
+    puts the old value back (unless something else moved the limit meanwhile: then it
+    is left alone). Scans may run at once on several threads and loops; a lock keeps count.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._original: int | None = None  # the soft limit before we raised it
+        self._raised_to: int | None = None
+
+    def acquire(self, wanted: int) -> int:
+        """Register a scan wanting ``wanted`` probes in flight; returns the usable number."""
+        with self._lock:
+            self._users += 1
             try:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                return self._usable(wanted)
+            except BaseException:
+                self._release_locked()
+                raise
+
+    def release(self) -> None:
+        with self._lock:
+            self._release_locked()
+
+    def _usable(self, wanted: int) -> int:
+        if resource is None:  # not a Unix: no limit we can see or move
+            return wanted
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return wanted
+        in_use = _open_fd_count()
+        needed = in_use + wanted + _FD_RESERVE
+        if soft < needed:
+            target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+            if target > soft and self._raise(soft, target, hard):
                 soft = target
-            except (ValueError, OSError):
-                pass  # keep the old limit and scan with fewer probes in flight
-    return max(1, min(wanted, soft - in_use - _FD_RESERVE))
+        return max(1, min(wanted, soft - in_use - _FD_RESERVE))
+
+    def _raise(self, soft: int, target: int, hard: int) -> bool:
+        assert resource is not None
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            return False  # keep the old limit and scan with fewer probes in flight
+        if self._original is None:
+            self._original = soft
+        self._raised_to = target
+        return True
+
+    def _release_locked(self) -> None:
+        self._users -= 1
+        if self._users or self._original is None or resource is None:
+            return
+        original, raised_to = self._original, self._raised_to
+        self._original = self._raised_to = None
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == raised_to:  # nobody else changed it meanwhile
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (original, hard))
+
+
+_FILE_LIMIT = _FileLimit()
+
+
+@contextlib.contextmanager
+def _file_limit_for(wanted: int) -> Iterator[int]:
+    """The usable concurrency, with the soft file limit raised only inside the block."""
+    usable = _FILE_LIMIT.acquire(wanted)
+    try:
+        yield usable
+    finally:
+        _FILE_LIMIT.release()
 
 
 # --------------------------------------------------------------------------- the sweep
@@ -399,7 +466,7 @@ class _Probe:
 
     __slots__ = ("addr", "port", "sock", "timer")
 
-    def __init__(self, port: int, sock: _socket.socket, addr: SockAddr) -> None:
+    def __init__(self, port: int, sock: _RawSocket, addr: SockAddr) -> None:
         self.port = port
         self.sock = sock
         self.addr = addr
@@ -424,7 +491,7 @@ class _Sweep:
         self._linux = _LINUX_CONNECT
         self._states: dict[int, PortState] = {}
         self._watched: dict[int, _Probe] = {}  # by file descriptor
-        self._spares: list[_socket.socket] = []  # refused sockets ready for another port
+        self._spares: list[_RawSocket] = []  # refused sockets ready for another port
         self._wakeup: asyncio.Future[None] | None = None
         # Born non-blocking where the OS allows it: saves a system call per probe.
         self._born_nonblocking = hasattr(socket, "SOCK_NONBLOCK")
@@ -504,13 +571,11 @@ class _Sweep:
         self._record(probe, _connected_code(probe.sock) if code == 0 else code)
         return None
 
-    def _socket(self) -> _socket.socket:
+    def _socket(self) -> _RawSocket:
         if self._spares:
             return self._spares.pop()
         try:
-            # The bare C socket type: socket.socket's Python wrapper (its __init__ and the
-            # close() bookkeeping for makefile()) adds a third to a loopback sweep.
-            sock = _socket.socket(self._target.family, self._sock_type)
+            sock = _RawSocket(self._target.family, self._sock_type)
         except OSError as exc:
             if exc.errno in _LOCAL_SHORTAGE:
                 raise _LocalShortage from None
@@ -602,7 +667,7 @@ class _Sweep:
         self._spares.clear()
 
 
-def _connected_code(sock: _socket.socket) -> int:
+def _connected_code(sock: _RawSocket) -> int:
     """0 for a real connection; ``_SELF_CONNECTED`` if the kernel joined the socket to
     itself (source = destination, possible on loopback in the ephemeral port range:
     nobody listens there)."""
@@ -614,7 +679,7 @@ def _connected_code(sock: _socket.socket) -> int:
     return 0
 
 
-def _close(sock: _socket.socket, *, connected: bool) -> None:
+def _close(sock: _RawSocket, *, connected: bool) -> None:
     if connected:
         # Reset rather than FIN: no TIME_WAIT left behind, nothing sent to the service.
         with contextlib.suppress(OSError):
@@ -643,23 +708,13 @@ async def scan_async(
     started = time.perf_counter()
     port_list = _normalise_ports(ports)
     timeout = _check_timeout(timeout)
-    concurrency = _usable_concurrency(_check_concurrency(concurrency))
+    wanted = _check_concurrency(concurrency)
     target = await _resolve(host)
     baseline = await _resolve_baseline(baseline_host, target)
-    loop = asyncio.get_running_loop()
-
-    states = await _Sweep(loop, target, timeout=timeout, concurrency=concurrency).run(port_list)
-    shared: tuple[int, ...] = ()
-    if baseline is not None:
-        open_here = [port for port in port_list if states[port] == "open"]
-        if open_here:
-            there = await _Sweep(loop, baseline, timeout=timeout, concurrency=concurrency).run(
-                open_here
-            )
-            shared = tuple(port for port in open_here if there[port] == "open")
-            for port in shared:
-                states[port] = "closed"
-
+    with _file_limit_for(wanted) as usable:
+        states, shared = await _sweep_with_baseline(
+            target, baseline, port_list, timeout=timeout, concurrency=usable
+        )
     return ScanResult(
         host=target.host,
         results=tuple(PortResult(port, states[port]) for port in port_list),
@@ -668,6 +723,30 @@ async def scan_async(
         address=target.address,
         baseline_host=None if baseline is None else baseline.address,
     )
+
+
+async def _sweep_with_baseline(
+    target: _Target,
+    baseline: _Target | None,
+    port_list: Sequence[int],
+    *,
+    timeout: float,
+    concurrency: int,
+) -> tuple[dict[int, PortState], tuple[int, ...]]:
+    """Every port's state on ``target``, and the open ones that are open on ``baseline``
+    too (those are set to closed)."""
+    loop = asyncio.get_running_loop()
+    states = await _Sweep(loop, target, timeout=timeout, concurrency=concurrency).run(port_list)
+    if baseline is None:
+        return states, ()
+    open_here = [port for port in port_list if states[port] == "open"]
+    if not open_here:
+        return states, ()
+    there = await _Sweep(loop, baseline, timeout=timeout, concurrency=concurrency).run(open_here)
+    shared = tuple(port for port in open_here if there[port] == "open")
+    for port in shared:
+        states[port] = "closed"
+    return states, shared
 
 
 async def _resolve_baseline(baseline_host: str | None, target: _Target) -> _Target | None:

@@ -35,6 +35,7 @@ from pytest_talos.wait import wait_until
 
 __all__ = [
     "MACHINE_STATUS",
+    "MIN_STREAM_REAL",
     "READY_STABLE_FOR",
     "STAGE_SETTLE",
     "MachineHold",
@@ -59,6 +60,13 @@ STAGE_SETTLE = 30.0  # node seconds a node may still need to finish booting
 # every 30 s cannot slip through between failures; a node fresh from an upgrade should be
 # able to hold still for this long.
 READY_STABLE_FOR = 36.0
+# Real seconds an Events stream of the window stays open at least, plus a little per node
+# watched: every node's stream delivers its whole backlog (hundreds of events) through
+# this process at once, and a node clock run faster (time scale 20: a 10 s window is half a
+# real second) must not close a stream before its backlog has arrived. Watching longer
+# than asked only watches more.
+MIN_STREAM_REAL = 2.0
+STREAM_REAL_PER_NODE = 0.05
 
 
 # --------------------------------------------------------------------------- service restarts
@@ -85,6 +93,15 @@ class Observation:
     records: list[models.Event] = field(default_factory=list)
     began: float = 0.0  # Unix time (real) the watch began and ended
     ended: float = 0.0
+    # Unix time (real) the first event arrived: the node had applied tail_seconds by then.
+    # With many nodes watched at once the stream may open well after ``began``.
+    opened: float = 0.0
+
+    @property
+    def open_by(self) -> float:
+        """The latest the node can have taken the request (the window's start minus the
+        history asked for is no later than this minus it)."""
+        return self.opened or self.ended or self.began
 
     def troubles(self) -> dict[str, ServiceTrouble]:
         """Per service, the restarts and failures seen (only services with trouble)."""
@@ -113,6 +130,8 @@ def _observe(node: TalosNode, history: float, duration: float) -> Observation:
         return observation
     try:
         for event in stream:
+            if not observation.records:
+                observation.opened = time.time()
             observation.records.append(event)
             if isinstance(event.payload, models.ServiceStateEvent):
                 observation.events.append(event.payload)
@@ -260,17 +279,24 @@ class WatchWindow:
             if self.observe:
                 self._restarts[node.name] = _spawn(
                     f"talos-watch-restarts-{node.name}",
-                    partial(_observe, node, self.history, self.timing.real(self.observe)),
+                    partial(_observe, node, self.history, self._observe_real()),
                 )
             if self.hold:
                 self._holds[node.name] = _spawn(
                     f"talos-watch-machine-{node.name}",
                     partial(hold_machine, node, self.timing, settle=self.settle, hold=self.hold),
                 )
-        self._deadline = time.monotonic() + self.timing.real(
-            max(self.observe or 0.0, (self.settle + self.hold) if self.hold else 0.0)
+        self._deadline = time.monotonic() + max(
+            self._observe_real() if self.observe else 0.0,
+            self.timing.real(self.settle + self.hold) if self.hold else 0.0,
         )
         return True
+
+    def _observe_real(self) -> float:
+        """Real seconds each restart stream stays open: the window, or the floor that lets
+        every node's backlog arrive (see MIN_STREAM_REAL)."""
+        floor = MIN_STREAM_REAL + STREAM_REAL_PER_NODE * len(self.nodes)
+        return max(self.timing.real(self.observe or 0.0), floor)
 
     def describe(self) -> str:
         """The progress line: what is watched, for how long (node time, and real if other)."""

@@ -28,9 +28,11 @@ from typing import Any
 import pytest
 
 from conformance._support.context import Timing
+from conformance._support.fanout import FanOut
 from conformance._support.observe import Observation
 from conformance._support.settings import SuiteSettings
 from pytest_talos import models
+from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import (
     APIError,
     ConformanceFailure,
@@ -197,6 +199,59 @@ def _recent_events(node: TalosNode, timing: Timing) -> list[models.Event]:
     return found
 
 
+# Node seconds a fan-out read of the recent events stays usable: a crash loop (about every
+# 5 s) or a flapping health check (every 30 s) shows in any RECENT-long window, and the
+# events seen are cut to the test's own window (_in_window); ServiceList fills the gap.
+FANOUT_MAX_AGE = RECENT / 4
+
+RecentRead = tuple[bool, list[models.Event]]  # (services settled when read, events)
+
+
+def _settled_then_recent(node: TalosNode, timing: Timing) -> RecentRead:
+    """Whether the node's expected services were running and healthy, then its recent
+    events: what the check reads once a node has settled."""
+    wanted = expected_services(node.role, node.version.platform_mode)
+    settled = not _problems(node.services, wanted)
+    return settled, _recent_events(node, timing) if settled else []
+
+
+@pytest.fixture(scope="module")
+def recent_events(talos_cluster: TalosCluster, talos_timing: Timing) -> FanOut[RecentRead]:
+    """Every node's recent events read at once (the stream is read to its deadline, a fixed
+    time per node), used by a node's test while fresh and taken once the node had settled."""
+    return FanOut(
+        talos_cluster.reachable,
+        lambda node: _settled_then_recent(node, talos_timing),
+        max_age=talos_timing.real(FANOUT_MAX_AGE),
+        usable=lambda read: read[0],
+    )
+
+
+def _in_window(events: list[models.Event], since: float | None) -> list[models.Event]:
+    """The events of a read made a little earlier, cut to the window ``since`` opens (the
+    node's own tail filter at this moment); an id's time is whole seconds, so only events
+    surely older go."""
+    if since is None:
+        return events
+    return [e for e in events if (at := xid_time(e.id)) is None or at + 1 > since]
+
+
+def _recent_or_fanned_out(
+    node: TalosNode, timing: Timing, fanned: FanOut[RecentRead], lower: float | None
+) -> list[models.Event]:
+    """The node's recent events: from the fan-out when it read this node settled and the
+    node's clock is known here (to cut that read to this moment's window, from the
+    earliest the node's clock can be now), else read now, as the node is."""
+    if lower is not None:
+        try:
+            settled, events = fanned.get(node)
+        except TalosError:  # the earlier read failed: read now, and let that one speak
+            settled, events = False, []
+        if settled:
+            return _in_window(events, lower - RECENT)
+    return _recent_events(node, timing)
+
+
 def _node_now(emulator: Any, timing: Timing) -> tuple[float | None, float | None]:
     """Bounds of the node's clock now (Unix seconds): exact for an emulator started by this
     run; a real node's within NODE_CLOCK_SKEW of this machine's; unknown for a faster
@@ -228,6 +283,7 @@ def test_expected_services_are_running_and_healthy(
     talos_emulator: Any,
     talos_evidence: dict[str, Any],
     talos_kit_changes: KitChanges,
+    recent_events: FanOut[RecentRead],
 ) -> None:
     role, mode = talos_node.role, talos_node.version.platform_mode
     wanted = expected_services(role, mode)
@@ -262,10 +318,10 @@ def test_expected_services_are_running_and_healthy(
     # a failed health check moments ago is a health that flaps (it never leaves Running).
     # ServiceList is asked too: what the Events stream leaves out of the last RECENT s (the
     # window starts at the latest the node's clock can be, so nothing older is counted).
-    _, upper = _node_now(talos_emulator, talos_timing)
+    lower, upper = _node_now(talos_emulator, talos_timing)
     since = upper - RECENT if upper is not None else None
     verdict = _verdict(
-        _recent_events(talos_node, talos_timing),
+        _recent_or_fanned_out(talos_node, talos_timing, recent_events, lower),
         talos_node,
         talos_kit_changes,
         talos_node.services if since is not None else (),
@@ -556,7 +612,9 @@ def test_events_stream_covers_the_window(
         newest = max(seen)
         lower = max(lower, newest) if lower is not None else newest
     began_lower = _node_time_at(lower, talos_timing, observation.began)
-    began_upper = _node_time_at(upper, talos_timing, observation.began)
+    # the node took the request by the first event's arrival: no ServiceList event older
+    # than that minus the history may be asked of the stream
+    began_upper = _node_time_at(upper, talos_timing, observation.open_by)
     ended_lower = _node_time_at(lower, talos_timing, observation.ended)
     talos_evidence["tail_seconds"] = int(history)
     talos_evidence["events"] = len(observation.records)

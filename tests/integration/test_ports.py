@@ -9,10 +9,12 @@ the machine cannot change the outcome.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import resource
 import socket
 import struct
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -500,21 +502,101 @@ def test_scan_works_while_a_loop_runs_in_this_thread(listen: Listen) -> None:
     assert asyncio.run(synchronous_caller()).open_ports == (port,)
 
 
-def test_concurrency_stays_below_the_file_descriptor_limit() -> None:
+def test_concurrency_stays_below_the_file_descriptor_limit_and_the_limit_is_put_back() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
         low = min(soft, 512)
         resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
 
-        allowed = ports._usable_concurrency(1_000_000)
+        with ports._file_limit_for(1_000_000) as allowed:
+            inside, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            assert inside >= low
+            if hard != resource.RLIM_INFINITY:
+                assert inside == hard  # raised as far as it goes
+            assert 1 <= allowed <= inside - _open_fds()
 
-        new_soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        assert new_soft >= low
-        if hard != resource.RLIM_INFINITY:
-            assert new_soft == hard  # raised as far as it goes
-        assert 1 <= allowed <= new_soft - _open_fds()
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (low, hard)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_limit_stays_raised_until_the_last_of_overlapping_scans_ends() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 512:
+        pytest.skip("the hard file limit leaves no room to raise the soft one")
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
+        with ports._file_limit_for(4096):
+            raised, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            assert raised > 512
+            with ports._file_limit_for(4096):
+                pass
+            assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == raised
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (512, hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_limit_someone_else_moved_during_the_scan_is_left_alone() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 600:
+        pytest.skip("the hard file limit leaves no room to raise the soft one")
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
+        with ports._file_limit_for(4096):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (600, hard))  # the caller's own move
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (600, hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+_LOW_LIMIT_SCAN = """
+import json, resource, socket, sys, threading
+resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+from pytest_talos.ports import scan
+host, baseline = sys.argv[1], sys.argv[2]
+listeners = []
+for _ in range(5):
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.bind((host, 0))
+    sock.listen(64)
+    listeners.append(sock)
+before = resource.getrlimit(resource.RLIMIT_NOFILE)
+found = {}
+def run(name):
+    found[name] = list(scan(host, "1-65535", baseline_host=baseline).open_ports)
+threads = [threading.Thread(target=run, args=(n,)) for n in ("first", "second")]
+for t in threads: t.start()
+for t in threads: t.join()
+print(json.dumps({
+    "listening": sorted(s.getsockname()[1] for s in listeners),
+    "found": found,
+    "before": before,
+    "after": resource.getrlimit(resource.RLIMIT_NOFILE),
+}))
+"""
+
+
+def test_a_full_scan_under_a_file_limit_of_1024_is_correct_and_leaves_the_limit_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """Two full scans at once, in a process whose soft RLIMIT_NOFILE is 1024 (set in a
+    subprocess, so this process's limit is never touched)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-c", _LOW_LIMIT_SCAN, "127.0.0.94", BASELINE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    report = json.loads(done.stdout)
+
+    assert report["before"][0] == 1024
+    assert report["after"] == report["before"]
+    assert report["found"] == {"first": report["listening"], "second": report["listening"]}
 
 
 # --------------------------------------------------------------------------- CLI

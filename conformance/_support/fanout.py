@@ -1,0 +1,109 @@
+"""Per-node reads fetched for every node at once, instead of one node after another.
+
+A per-node check runs once per node, in turn. When what it reads takes a fixed time per
+node (a stream that has no end of its backlog and is read until its deadline), a run over
+many nodes pays that time once per node. :class:`FanOut` reads every node still to be
+checked at once, on a bounded pool of threads (each read carries its own deadline), and
+hands each per-node test its node's result, as long as that result is fresh enough:
+
+* a result is used only within ``max_age`` real seconds of the read's end; later, the
+  nodes not yet served are read again, all at once (the state may have changed);
+* a result is used only once; a node asked for a second time is read again;
+* ``usable`` may refuse a result (say, the node was not settled when it was read); the
+  test then reads its node itself, as it would without the fan-out.
+
+The reads go through the synchronous client, whose calls run on its one background event
+loop: the threads only wait, the calls share that loop and each node's channel.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from pytest_talos.node import TalosNode
+
+__all__ = ["MAX_READERS", "FanOut", "Fetched"]
+
+T = TypeVar("T")
+
+MAX_READERS = 32  # threads reading at once: each mostly waits for its node's deadline
+
+
+@dataclass(frozen=True)
+class Fetched(Generic[T]):
+    """One node's read: the value, and the real (monotonic) times it began and ended."""
+
+    value: T
+    began: float
+    ended: float
+
+
+class FanOut(Generic[T]):
+    """Read ``read(node)`` for many nodes at once; :meth:`get` serves one node's result."""
+
+    def __init__(
+        self,
+        nodes: Sequence[TalosNode],
+        read: Callable[[TalosNode], T],
+        *,
+        max_age: float,
+        usable: Callable[[T], bool] = lambda _value: True,
+        readers: int = MAX_READERS,
+    ) -> None:
+        self._nodes = {node.address: node for node in nodes}
+        self._read = read
+        self._max_age = max_age
+        self._usable = usable
+        self._readers = max(1, readers)
+        self._lock = threading.Lock()
+        self._pending: dict[str, Future[Fetched[T]]] = {}
+        self._served: set[str] = set()
+        self.rounds = 0  # fan-outs made (for the benchmarks and the tests)
+
+    def get(self, node: TalosNode) -> T:
+        """This node's result: from the last fan-out when still fresh and usable, else a
+        new fan-out over the nodes not yet served (this one included), or, for a node
+        not in the set or served already, a read of its own."""
+        if node.address not in self._nodes or node.address in self._served:
+            return self._read(node)
+        future = self._take(node)
+        self._served.add(node.address)
+        fetched = future.result()  # re-raises the node's error
+        if time.monotonic() - fetched.ended > self._max_age or not self._usable(fetched.value):
+            return self._read(node)
+        return fetched.value
+
+    def _take(self, node: TalosNode) -> Future[Fetched[T]]:
+        with self._lock:
+            future = self._pending.pop(node.address, None)
+            if future is None or self._stale(future):
+                self._fan_out()
+                future = self._pending.pop(node.address)
+            return future
+
+    def _stale(self, future: Future[Fetched[T]]) -> bool:
+        if not future.done() or future.exception() is not None:
+            return False
+        return time.monotonic() - future.result().ended > self._max_age
+
+    def _fan_out(self) -> None:
+        """Read every node not yet served, at once (replacing older reads of them)."""
+        waiting = [a for a in self._nodes if a not in self._served]
+        self.rounds += 1
+        pool = ThreadPoolExecutor(
+            min(self._readers, len(waiting)), thread_name_prefix="talos-fanout"
+        )
+        try:
+            self._pending = {a: pool.submit(self._timed, self._nodes[a]) for a in waiting}
+        finally:
+            pool.shutdown(wait=False)  # the threads end with their reads
+
+    def _timed(self, node: TalosNode) -> Fetched[T]:
+        began = time.monotonic()
+        value = self._read(node)
+        return Fetched(value, began, time.monotonic())

@@ -1,0 +1,125 @@
+"""FanOut: every node read at once, each result served once while fresh, else read again."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+
+from conformance._support.fanout import FanOut
+from pytest_talos.node import TalosNode
+
+
+@dataclass(frozen=True)
+class _Node:
+    address: str
+
+
+@dataclass
+class _Reads:
+    """A read function that records which node it read, on which thread, and when."""
+
+    delay: float = 0.0
+    fail: frozenset[str] = frozenset()
+    calls: list[str] = field(default_factory=list)
+    threads: set[str] = field(default_factory=set)
+    in_flight: int = 0
+    most_in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, node: Any) -> str:
+        with self.lock:
+            self.calls.append(node.address)
+            self.threads.add(threading.current_thread().name)
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            time.sleep(self.delay)
+            if node.address in self.fail:
+                raise RuntimeError(f"{node.address} did not answer")
+            return f"read {node.address} #{self.calls.count(node.address)}"
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def _nodes(count: int) -> list[TalosNode]:
+    return [cast(TalosNode, _Node(f"10.0.0.{i}")) for i in range(1, count + 1)]
+
+
+def test_every_node_is_read_at_once_and_each_test_gets_its_own_result() -> None:
+    nodes = _nodes(5)
+    reads = _Reads(delay=0.2)
+    fan = FanOut(nodes, reads, max_age=60.0)
+
+    results = [fan.get(node) for node in nodes]
+
+    assert results == [f"read {n.address} #1" for n in nodes]
+    assert sorted(reads.calls) == sorted(n.address for n in nodes)  # one read per node
+    assert reads.most_in_flight == 5  # all at once, not one after another
+    assert all(name.startswith("talos-fanout") for name in reads.threads)
+    assert fan.rounds == 1
+
+
+def test_readers_are_bounded() -> None:
+    nodes = _nodes(6)
+    reads = _Reads(delay=0.1)
+    fan = FanOut(nodes, reads, max_age=60.0, readers=2)
+
+    for node in nodes:
+        fan.get(node)
+
+    assert reads.most_in_flight == 2
+    assert len(reads.calls) == 6
+
+
+def test_a_stale_result_is_read_again_with_the_nodes_not_yet_served() -> None:
+    nodes = _nodes(3)
+    reads = _Reads()
+    fan = FanOut(nodes, reads, max_age=0.05)
+
+    assert fan.get(nodes[0]) == "read 10.0.0.1 #1"
+    time.sleep(0.2)  # the other two results are now too old to use
+    assert fan.get(nodes[1]) == "read 10.0.0.2 #2"
+    assert fan.get(nodes[2]) == "read 10.0.0.3 #2"
+
+    assert fan.rounds == 2
+    assert reads.calls.count("10.0.0.1") == 1  # a served node is not read again
+
+
+def test_a_result_is_served_once_then_read_afresh() -> None:
+    nodes = _nodes(2)
+    reads = _Reads()
+    fan = FanOut(nodes, reads, max_age=60.0)
+
+    assert fan.get(nodes[0]) == "read 10.0.0.1 #1"
+    assert fan.get(nodes[0]) == "read 10.0.0.1 #2"
+
+
+def test_an_unusable_result_makes_the_test_read_its_node_itself() -> None:
+    nodes = _nodes(2)
+    reads = _Reads()
+    fan = FanOut(nodes, reads, max_age=60.0, usable=lambda value: not value.endswith("#1"))
+
+    assert fan.get(nodes[1]) == "read 10.0.0.2 #2"
+
+
+def test_a_node_outside_the_set_is_read_on_its_own() -> None:
+    reads = _Reads()
+    fan = FanOut(_nodes(2), reads, max_age=60.0)
+
+    assert fan.get(cast(TalosNode, _Node("10.9.9.9"))) == "read 10.9.9.9 #1"
+    assert fan.rounds == 0
+
+
+def test_a_node_that_failed_raises_for_its_test_only() -> None:
+    nodes = _nodes(2)
+    fan = FanOut(nodes, _Reads(fail=frozenset({"10.0.0.1"})), max_age=60.0)
+
+    with pytest.raises(RuntimeError, match=r"10\.0\.0\.1 did not answer"):
+        fan.get(nodes[0])
+    assert fan.get(nodes[1]) == "read 10.0.0.2 #1"
+    assert fan.rounds == 1  # the failure did not make the others read again
