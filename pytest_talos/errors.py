@@ -44,6 +44,7 @@ __all__ = [
     "InvalidArgument",
     "NodeError",
     "NotFound",
+    "NotSupportedInMode",
     "PermissionDenied",
     "ResourceExhausted",
     "TalosError",
@@ -159,6 +160,28 @@ class FailedPrecondition(APIError):
     code_name = "FAILED_PRECONDITION"
 
 
+class NotSupportedInMode(FailedPrecondition):
+    """The node's runtime mode lacks the capability this call needs (``.mode``: ``container``).
+
+    Talos in container mode (in Docker) refuses reboot, shutdown, upgrade, rollback and META
+    writes, and install, this way: a capability the platform lacks, not a defect of the node.
+    The transport raises it for a ``FAILED_PRECONDITION`` carrying Talos's refusal text
+    (:func:`pytest_talos.talos_api.unsupported_mode`).
+    """
+
+    def __init__(
+        self,
+        details: str,
+        *,
+        mode: str,
+        code: str | None = None,
+        node: str | None = None,
+        method: str | None = None,
+    ):
+        super().__init__(details, code=code, node=node, method=method)
+        self.mode = mode
+
+
 class Aborted(APIError):
     code_name = "ABORTED"
 
@@ -210,8 +233,9 @@ class NodeError(TalosError):
     ``.cause`` is the typed :class:`APIError` rebuilt from the node's status when known.
     """
 
-    def __init__(self, node: str, message: str, *, cause: APIError | None = None,
-                 method: str | None = None):
+    def __init__(
+        self, node: str, message: str, *, cause: APIError | None = None, method: str | None = None
+    ):
         super().__init__(message, node=node, method=method)
         self.cause = cause
 
@@ -224,7 +248,12 @@ class ChangeNotAllowed(TalosError):
     """
 
     def __init__(
-        self, message: str, *, needed: str, allowed: str, node: str | None = None,
+        self,
+        message: str,
+        *,
+        needed: str,
+        allowed: str,
+        node: str | None = None,
         method: str | None = None,
     ):
         super().__init__(message, node=node, method=method)

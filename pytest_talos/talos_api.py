@@ -29,6 +29,7 @@ The other facts here, each stated once for both sides:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
@@ -56,12 +57,29 @@ __all__ = [
     "permits",
     "roles_needed",
     "split_host_port",
+    "unsupported_mode",
 ]
 
 # --------------------------------------------------------------------------- ports
 
 APID_PORT: Final = 50000  # internal/app/machined/pkg/controllers/runtime/api_service_config.go
 TRUSTD_PORT: Final = 50001  # internal/app/trustd/main.go
+
+# --------------------------------------------------------------------------- runtime modes
+
+# How machined and the lifecycle service refuse what the node's runtime mode cannot do
+# (internal/app/machined/pkg/runtime/mode.go capabilities; the texts in
+# internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go checkSupported and
+# internal/app/lifecycle/lifecycle.go): FAILED_PRECONDITION "method is not supported in
+# container mode", "upgrade is not supported in container mode", "installation is ...".
+_MODE_REFUSAL = re.compile(r"\bnot supported in (cloud|container|metal|metal-agent) mode\b")
+
+
+def unsupported_mode(details: str) -> str | None:
+    """The runtime mode named by a FAILED_PRECONDITION refusal text, or None for another one."""
+    found = _MODE_REFUSAL.search(details)
+    return found.group(1) if found else None
+
 
 # --------------------------------------------------------------------------- resource types
 

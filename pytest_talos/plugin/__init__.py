@@ -27,7 +27,7 @@ import pytest
 
 from pytest_talos import hookspecs
 from pytest_talos.cluster import TalosCluster
-from pytest_talos.errors import FailedPrecondition, TalosError
+from pytest_talos.errors import FailedPrecondition, NotSupportedInMode, TalosError
 from pytest_talos.guard import ConfigGuard, ConfigRestoreError
 from pytest_talos.node import ReadOnlyGuard, TalosNode
 from pytest_talos.plugin.items import UNREACHABLE, NoNode, changes_level, held_back
@@ -57,7 +57,6 @@ __all__ = [
 ]
 
 ROLES = ("controlplane", "worker")
-_CONTAINER_REFUSAL = re.compile(r"not supported in container mode")
 _MARKERS = (
     "talos_role(*roles): run only against nodes of these roles (controlplane, worker)",
     "talos_mutating: changes node configuration (restored afterwards); skipped unless "
@@ -306,10 +305,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     try:
         result = yield
-    except FailedPrecondition as exc:
+    except NotSupportedInMode as exc:
         _check_call_log(item)  # a refused call was still sent: the marker must cover it
-        if _uses_talos(item) and _CONTAINER_REFUSAL.search(exc.details):
-            pytest.skip(f"the node lacks this capability ({exc.details})")
+        if _uses_talos(item):
+            pytest.skip(f"the node lacks this capability in {exc.mode} mode ({exc.details})")
+        raise
+    except FailedPrecondition:
+        _check_call_log(item)
         raise
     _check_call_log(item)
     return result

@@ -22,11 +22,13 @@ from pytest_talos.errors import (
     ConnectError,
     DeadlineExceeded,
     NodeError,
+    NotSupportedInMode,
     PermissionDenied,
     TalosError,
     TransportError,
     api_error_for_code,
 )
+from pytest_talos.talos_api import unsupported_mode
 
 DEFAULT_TIMEOUT = 10.0  # seconds, unary calls and the idle gap of finite streams
 
@@ -225,6 +227,11 @@ def api_error(code_name: str, details: str, info: CallInfo) -> TalosError:
             timeout=info.timeout,
             node=info.node,
             method=info.method,
+        )
+    mode = unsupported_mode(details) if code_name == "FAILED_PRECONDITION" else None
+    if mode is not None:
+        return NotSupportedInMode(
+            details, mode=mode, code=code_name, node=info.node, method=info.method
         )
     cls = api_error_for_code(code_name)
     error: APIError = cls(details, code=code_name, node=info.node, method=info.method)

@@ -226,8 +226,8 @@ def test_container_only_capability_skips_instead_of_failing(
     result = emulator_run("--talos-allow", "disruptive")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines([
-        "SKIPPED [[]1[]] *: the node lacks this capability (method is not supported in "
-        "container mode)"
+        "SKIPPED [[]1[]] *: the node lacks this capability in container mode (method is not "
+        "supported in container mode)"
     ])
 
 

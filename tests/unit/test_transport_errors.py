@@ -22,6 +22,7 @@ from pytest_talos.errors import (
     InvalidArgument,
     NodeError,
     NotFound,
+    NotSupportedInMode,
     PermissionDenied,
     TalosError,
     TransportError,
@@ -97,6 +98,38 @@ def test_status_without_a_subclass_keeps_its_code() -> None:
 
     assert type(error) is APIError
     assert error.code == "DATA_LOSS"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "method is not supported in container mode",  # machined checkSupported
+        "upgrade is not supported in container mode",  # lifecycle service
+        "installation is not supported in container mode",
+    ],
+)
+def test_a_container_mode_refusal_is_its_own_failed_precondition(text: str) -> None:
+    error = classify_error(GRPCError(Status.FAILED_PRECONDITION, text), INFO)
+
+    assert isinstance(error, NotSupportedInMode)
+    assert isinstance(error, FailedPrecondition)
+    assert (error.mode, error.details, error.code) == ("container", text, "FAILED_PRECONDITION")
+
+
+@pytest.mark.parametrize(
+    ("status", "text"),
+    [
+        (Status.FAILED_PRECONDITION, "machine is not ready"),
+        (Status.FAILED_PRECONDITION, "not supported in docker mode"),  # no such Talos mode
+        (Status.INVALID_ARGUMENT, "method is not supported in container mode"),
+    ],
+)
+def test_other_refusals_are_not_a_mode_refusal(status: Status, text: str) -> None:
+    error = classify_error(GRPCError(status, text), INFO)
+
+    assert not isinstance(error, NotSupportedInMode)
+    assert isinstance(error, APIError)
+    assert error.code == status.name
 
 
 def test_server_side_deadline_is_a_deadline_exceeded() -> None:
