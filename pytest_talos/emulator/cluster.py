@@ -35,7 +35,7 @@ from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.addresses import EmulatorError, pick_subnet
 from pytest_talos.emulator.calllog import CallLog, CallRecord
 from pytest_talos.emulator.clock import Clock
-from pytest_talos.emulator.faults import FaultProfile, FaultSet, resolve_faults
+from pytest_talos.emulator.faults import Fault, FaultProfile, FaultSet, resolve_faults
 from pytest_talos.emulator.kubeobjects import ClusterKubeProvider
 from pytest_talos.emulator.listeners import ExtraListeners, ListenerError
 from pytest_talos.emulator.server import NodeServer
@@ -167,16 +167,21 @@ class EmulatedNode(NodeHooks):
     def _build(self) -> None:
         cluster, ident = self.cluster, self.state.identity
         server_cert = pki.issue_apid_cert(
-            cluster.ca, hostname=ident.hostname, fqdn=ident.fqdn, ips=[ident.address],
-            hostname_san=not cluster.fault_set.on("apid-cert-missing-san", ident.hostname),
+            cluster.ca,
+            hostname=ident.hostname,
+            fqdn=ident.fqdn,
+            ips=[ident.address],
+            hostname_san=not cluster.fault_set.on(Fault.APID_CERT_MISSING_SAN, ident.hostname),
         )
-        no_mtls = cluster.fault_set.on("no-mtls", ident.hostname)
+        no_mtls = cluster.fault_set.on(Fault.NO_MTLS, ident.hostname)
         tls = server_tls_context(
             ca_pem=cluster.ca.cert_pem,
             cert_pem=server_cert.cert_pem,
             key_pem=server_cert.key_pem,
             require_client_cert=not no_mtls,
-            verify_client_cert=not cluster.fault_set.on("client-certs-unverified", ident.hostname),
+            verify_client_cert=not cluster.fault_set.on(
+                Fault.CLIENT_CERTS_UNVERIFIED, ident.hostname
+            ),
         )
         forward_tls = None
         if ident.controlplane:  # secrets/api.go: control-plane apid gets an os:impersonator cert
@@ -433,7 +438,7 @@ class EmulatedCluster:
     def _prepare_pki(self) -> None:
         # pkg/machinery/config/generate/secrets/ca.go NewTalosCA: Ed25519
         self.ca = pki.CertificateAuthority.generate(organization="talos")
-        expiring = any(fault.name == "client-cert-expiring" for fault in self.faults)
+        expiring = any(p.fault is Fault.CLIENT_CERT_EXPIRING for p in self.faults)
         validity = pki.EXPIRING_CLIENT_VALIDITY if expiring else pki.DEFAULT_CLIENT_VALIDITY
         admin = pki.issue_client_cert(self.ca, roles=["os:admin"], validity=validity)
         self._admin_cert = admin
@@ -482,14 +487,14 @@ class EmulatedCluster:
         ]
         for node in self._nodes:
             node.state.boot()
-            if self.fault_set.on("config-staged", node.hostname):  # fault config-staged
+            if self.fault_set.on(Fault.CONFIG_STAGED, node.hostname):  # fault config-staged
                 staged = apply_patches(node.state.active_config, [desired.CONFIG_STAGED_PATCH])
                 node.state.apply_configuration(ApplyRequest(staged, "STAGED"))
 
     def _config_for(self, ident: NodeIdentity, endpoint: str) -> bytes:
         # Configs differ per node only by hostname (and the cidr-overlap fault): generate one
         # template per kind and fill the hostname in, which keeps 50-node starts fast.
-        overlap = self.fault_set.on("cidr-overlap", ident.hostname)
+        overlap = self.fault_set.on(Fault.CIDR_OVERLAP, ident.hostname)
         key = (ident.role, overlap)
         template = self._config_templates.get(key)
         if template is None:
@@ -518,7 +523,7 @@ class EmulatedCluster:
             template = _with_variant_patches(template, self.variant_set)
             self._config_templates[key] = template
         config = template.replace(_HOSTNAME_PLACEHOLDER.encode(), ident.hostname.encode())
-        if self.fault_set.on("config-drift", ident.hostname):  # fault config-drift
+        if self.fault_set.on(Fault.CONFIG_DRIFT, ident.hostname):  # fault config-drift
             config = apply_patches(config, [desired.CONFIG_DRIFT_PATCH])
         return config
 
@@ -563,9 +568,12 @@ class EmulatedCluster:
     def _kube_server(self, node: EmulatedNode) -> kubeapi.KubeAPIServer:
         ident = node.state.identity
         cert = pki.issue_kube_apiserver_cert(
-            self.kube_ca, hostname=ident.hostname, fqdn=ident.fqdn, ips=[ident.address],
+            self.kube_ca,
+            hostname=ident.hostname,
+            fqdn=ident.fqdn,
+            ips=[ident.address],
             endpoint_host=ident.address,  # the server of _kubeconfig_for
-            expired=self.fault_set.on("kube-cert-expired", ident.hostname, controlplane=True),
+            expired=self.fault_set.on(Fault.KUBE_CERT_EXPIRED, ident.hostname, controlplane=True),
         )
         ssl_context = kubeapi.server_ssl_context(
             cert_pem=cert.cert_pem, key_pem=cert.key_pem, client_ca_pem=self.kube_ca.cert_pem
@@ -603,8 +611,7 @@ def _variant_patches(variants: VariantSet) -> list[tuple[str, str]]:
     if variants.on(Variant.KUBE_PROXY_DISABLED):
         patches.append((Variant.KUBE_PROXY_DISABLED, "cluster:\n  proxy:\n    disabled: true\n"))
     if variants.on(Variant.DISCOVERY_DISABLED):
-        patches.append((Variant.DISCOVERY_DISABLED,
-                        "cluster:\n  discovery:\n    enabled: false\n"))
+        patches.append((Variant.DISCOVERY_DISABLED, "cluster:\n  discovery:\n    enabled: false\n"))
     return patches
 
 

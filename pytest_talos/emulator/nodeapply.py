@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pytest_talos.emulator import machineconfig as mc
+from pytest_talos.emulator.faults import Fault
 from pytest_talos.emulator.resources import T
 from pytest_talos.patches import PatchError, load_documents
 
@@ -120,7 +121,7 @@ class ConfigMixin:
         @property
         def container(self) -> bool: ...
 
-        def _fault(self, name: str) -> bool: ...
+        def fault(self, fault: Fault) -> bool: ...
 
         def _reboot_sequence(self, actor: str, sequence: str) -> None: ...
 
@@ -136,7 +137,7 @@ class ConfigMixin:
                 "configuration changes until next reboot",
             )
         # os:admin only, outside maintenance (fault reader-can-apply skips it)
-        if not request.admin and not self._fault("reader-can-apply"):
+        if not request.admin and not self.fault(Fault.READER_CAN_APPLY):
             raise NodeFailure("PERMISSION_DENIED", "not authorized")
         self._applying = True
         try:
@@ -147,13 +148,13 @@ class ConfigMixin:
     def _apply(self, request: ApplyRequest) -> ApplyResult:
         # Any non-TRY request cancels a pending rollback first, even a dry run or one that
         # fails later (fault try-not-cancelled skips it).
-        if request.mode != "TRY" and not self._fault("try-not-cancelled"):
+        if request.mode != "TRY" and not self.fault(Fault.TRY_NOT_CANCELLED):
             self.cancel_try()
         old, new = self.active_config, request.data
         try:
             warnings = self._validate(request.data)
         except NodeFailure:
-            if self._fault("late-apply-on-reject") and _parses_with_v1alpha1(new):
+            if self.fault(Fault.LATE_APPLY_ON_REJECT) and _parses_with_v1alpha1(new):
                 # fault late-apply-on-reject: refused in the reply, applied 2 s later anyway
                 self.clock.call_later(LATE_APPLY_DELAY, lambda: self._execute("NO_REBOOT", new, 0))
             raise
@@ -163,9 +164,9 @@ class ConfigMixin:
         timeout = DEFAULT_TRY_TIMEOUT if request.try_timeout is None else request.try_timeout
         if request.dry_run:
             # No warnings and no AUTO `: <reason>` in a dry run; nothing changes.
-            if self._fault("dry-run-applies"):  # fault dry-run-applies
+            if self.fault(Fault.DRY_RUN_APPLIES):  # fault dry-run-applies
                 self._execute(mode, new, timeout)
-            elif self._fault("dry-run-applies-late"):  # fault dry-run-applies-late
+            elif self.fault(Fault.DRY_RUN_APPLIES_LATE):  # fault dry-run-applies-late
                 self.clock.call_later(LATE_APPLY_DELAY, lambda: self._execute(mode, new, timeout))
             return ApplyResult(mode, mc.dry_run_details(mode, old, new))
         self._execute(mode, new, timeout)
@@ -179,9 +180,9 @@ class ConfigMixin:
         try:
             return list(mc.validate(data, container_mode=self.container).warnings)
         except mc.ConfigRejected as exc:
-            if self._fault("lenient-validation") and _parses_with_v1alpha1(data):
+            if self.fault(Fault.LENIENT_VALIDATION) and _parses_with_v1alpha1(data):
                 return []
-            if self._fault("version-bump-on-reject"):
+            if self.fault(Fault.VERSION_BUMP_ON_REJECT):
                 self.store.bump("config", T.MACHINE_CONFIGS, "v1alpha1")
             raise NodeFailure(exc.code, exc.message) from None
 
@@ -189,7 +190,7 @@ class ConfigMixin:
         """TRY/NO_REBOOT must pass CanApplyImmediate; AUTO picks NO_REBOOT or REBOOT."""
         if mode in ("TRY", "NO_REBOOT", "AUTO"):
             blockers = mc.immediate_apply_blockers(old, new)
-            if self._fault("no-reboot-accepts-reboot-fields"):
+            if self.fault(Fault.NO_REBOOT_ACCEPTS_REBOOT_FIELDS):
                 # fault no-reboot-accepts-reboot-fields: env and files pass as immediate
                 blockers = [b for b in blockers if b not in ("machine.env", "machine.files")]
             if not blockers:
@@ -283,9 +284,9 @@ class ConfigMixin:
 
     def _try_expired(self) -> None:
         target, self._try_target, self._try_timer = self._try_target, None, None
-        if target is None or self._fault("try-no-revert"):
+        if target is None or self.fault(Fault.TRY_NO_REVERT):
             return
-        if self._fault("try-revert-keeps-label"):
+        if self.fault(Fault.TRY_REVERT_KEEPS_LABEL):
             # fault try-revert-keeps-label: the Node keeps the labels the tried config added
             tried = mc.node_labels(self.active_config)
             kept = {k: v for k, v in tried.items() if k not in mc.node_labels(target)}

@@ -42,6 +42,7 @@ from pytest_talos._proto.common import common_pb2
 from pytest_talos._proto.machine import machine_grpc
 from pytest_talos._proto.v1alpha1 import state_grpc
 from pytest_talos.emulator.calllog import CallLog, CallRecord
+from pytest_talos.emulator.faults import Fault
 from pytest_talos.emulator.machineconfig import ConfigRejected
 from pytest_talos.emulator.servicers import (
     MUTATING_METHODS,
@@ -165,8 +166,8 @@ def _as_grpc_error(exc: Exception) -> GRPCError:
 _M = "/machine.MachineService/"
 # Faults that hand os:reader a method its rule (servicers.ROLE_RULES) keeps for os:admin.
 _READER_GRANTS = {
-    "reader-gets-kubeconfig": _M + "Kubeconfig",
-    "reader-mints-admin": _M + "GenerateClientConfiguration",
+    Fault.READER_GETS_KUBECONFIG: _M + "Kubeconfig",
+    Fault.READER_MINTS_ADMIN: _M + "GenerateClientConfiguration",
 }
 READER = "os:reader"
 
@@ -210,7 +211,7 @@ class _CheckedProtocol(H2Protocol):
         ssl_object = transport.get_extra_info("ssl_object")
         der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
         state = self.owner.context.state  # fault any-eku-accepted skips apid's EKU rule
-        lax = state.faults.on("any-eku-accepted", state.hostname)
+        lax = state.fault(Fault.ANY_EKU_ACCEPTED)
         if not lax and not ext_key_usage_acceptable(der):
             self._refused = True
             transport.abort()
@@ -312,9 +313,9 @@ class NodeServer:
         """Faults of apid's client-certificate verification (healthy apid: Go crypto/tls with
         the Talos OS CA as the only client CA, internal/app/apid/pkg/provider/provider.go)."""
         state = self.context.state
-        if state.faults.on("expired-certs-accepted", state.hostname):
+        if state.fault(Fault.EXPIRED_CERTS_ACCEPTED):
             ignore_validity_period(self._tls)
-        if state.faults.on("kube-ca-trusted", state.hostname):
+        if state.fault(Fault.KUBE_CA_TRUSTED):
             kube_ca = _kubernetes_ca_pem(state.active_config)
             if kube_ca is not None:
                 trust_also(self._tls, kube_ca)
@@ -449,7 +450,7 @@ class NodeServer:
         """Roles a fault adds to a method's rule (healthy: none)."""
         state = self.context.state
         for fault, method in _READER_GRANTS.items():
-            if path == method and state.faults.on(fault, state.hostname):
+            if path == method and state.fault(fault):
                 return frozenset({READER})
         return frozenset()
 
@@ -462,7 +463,7 @@ class NodeServer:
             and READER in roles
             and ADMIN not in roles
             and not getattr(request, "dry_run", True)
-            and state.faults.on("reader-applies-for-real", state.hostname)
+            and state.fault(Fault.READER_APPLIES_FOR_REAL)
         )
 
     # ---- forwarding --------------------------------------------------------------------------

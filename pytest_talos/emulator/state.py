@@ -33,7 +33,7 @@ from pytest_talos.emulator.events import (
     TaskPayload,
     new_xid,
 )
-from pytest_talos.emulator.faults import FaultSet
+from pytest_talos.emulator.faults import Fault, FaultSet
 from pytest_talos.emulator.machineconfig.accessors import (
     cni_name,
     coredns_enabled,
@@ -242,11 +242,11 @@ class NodeState(ConfigMixin):
             hostname=identity.hostname,
             version=talos_version,
             controlplane=identity.controlplane,
-            shell=self._fault("shell-present"),
-            sshd=self._fault("ssh-open"),
-            package_manager=self._fault("package-manager-present"),
+            shell=self.fault(Fault.SHELL_PRESENT),
+            sshd=self.fault(Fault.SSH_OPEN),
+            package_manager=self.fault(Fault.PACKAGE_MANAGER_PRESENT),
             extensions=identity.extensions,
-            extra_files=system.fault_files(self._fault),
+            extra_files=system.fault_files(self.fault),
         )
 
     # ---- small helpers ---------------------------------------------------------------
@@ -259,8 +259,9 @@ class NodeState(ConfigMixin):
     def container(self) -> bool:
         return self.identity.platform == "container"
 
-    def _fault(self, name: str) -> bool:
-        return self.faults.on(name, self.hostname, controlplane=self.identity.controlplane)
+    def fault(self, fault: Fault) -> bool:
+        """Whether the fault profile ``fault`` affects this node."""
+        return self.faults.on(fault, self.hostname, controlplane=self.identity.controlplane)
 
     def variant(self, variant: Variant) -> bool:
         """Whether the cluster runs as the healthy variant ``variant``."""
@@ -297,19 +298,19 @@ class NodeState(ConfigMixin):
         self.services.set_health_fault("machined", None)
         with self._status_held_back():  # then one status: the stage the boot reached
             self._emit_boot_sequence()
-        if self._fault("machined-unhealthy"):
+        if self.fault(Fault.MACHINED_UNHEALTHY):
             # fault machined-unhealthy: a little after boot, machined's health check (a dial
             # of its socket, services/machined.go HealthFunc) starts failing; it keeps running
             self.services.health_fault_later("machined", FAULT_AFTER_BOOT, MACHINED_UNHEALTHY)
-        if self._fault("flapping-service"):
+        if self.fault(Fault.FLAPPING_SERVICE):
             self._schedule_flap()
-        if self._fault("service-stuck-preparing") and "trustd" in self.services.services:
+        if self.fault(Fault.SERVICE_STUCK_PREPARING) and "trustd" in self.services.services:
             # fault service-stuck-preparing: trustd is restarted a little after boot and its
             # pre-start step never returns
             self.services.stick_later("trustd", FAULT_AFTER_BOOT)
-        if self._fault("health-flap-running") and "cri" in self.services.services:
+        if self.fault(Fault.HEALTH_FLAP_RUNNING) and "cri" in self.services.services:
             self._schedule_health_flap(FAULT_AFTER_BOOT, failing=True)
-        if self._fault("service-down") and "trustd" in self.services.services:
+        if self.fault(Fault.SERVICE_DOWN) and "trustd" in self.services.services:
             # fault service-down: trustd stops a little after boot and nothing starts it again
             self.services.stop_later("trustd", FAULT_AFTER_BOOT)
         self.hooks.kube_changed()
@@ -549,7 +550,7 @@ class NodeState(ConfigMixin):
         peers = list(self.peers())
         if self.variant(Variant.DISCOVERY_UNREACHABLE):
             peers = [peer for peer in peers if peer.hostname == self.hostname]
-        if self._fault("member-hidden"):  # fault member-hidden: discovery misses the first node
+        if self.fault(Fault.MEMBER_HIDDEN):  # fault member-hidden: discovery misses the first node
             first = self.peers()[0].hostname
             peers = [peer for peer in peers if peer.hostname != first]
         for peer in peers:
@@ -670,7 +671,7 @@ class NodeState(ConfigMixin):
                 "unknown": service.health.unknown,
             }
             self.store.put("runtime", T.SERVICES, service.id, spec, owner=OWNER_SERVICES)
-        elif not self._fault("services-resource-stale"):
+        elif not self.fault(Fault.SERVICES_RESOURCE_STALE):
             self.store.destroy("runtime", T.SERVICES, service.id)
         if self.powered and not self._status_held:
             self._publish_machine_status()
@@ -739,7 +740,7 @@ class NodeState(ConfigMixin):
                 f"Error: failed to parse kubelet flag: unknown flag: --{flag}\n"
                 f'E0000 command failed err="failed to parse kubelet flag: unknown flag: --{flag}"'
             )
-        if self._fault("kubelet-crashloop"):
+        if self.fault(Fault.KUBELET_CRASHLOOP):
             return (
                 'E0000 command failed err="failed to run Kubelet: validate service connection: '
                 'CRI v1 runtime API is not implemented for endpoint"'
@@ -783,10 +784,10 @@ class NodeState(ConfigMixin):
         runner first wrote to it, else `log "<id>" was not registered`."""
         service = self.services.services.get(service_id)
         # fault logs-broken: containerd runs, but its log is not registered
-        broken = service_id == "containerd" and self._fault("logs-broken")
+        broken = service_id == "containerd" and self.fault(Fault.LOGS_BROKEN)
         if service is None or not service.log_registered or broken:
             raise NodeFailure("UNKNOWN", f'log "{service_id}" was not registered')
-        if service_id == "apid" and self._fault("empty-logs"):
+        if service_id == "apid" and self.fault(Fault.EMPTY_LOGS):
             return []  # fault empty-logs: apid runs, but its log holds nothing
         return list(service.log)
 
@@ -796,13 +797,13 @@ class NodeState(ConfigMixin):
     # ---- version and system data --------------------------------------------------------
 
     def api_version_tag(self) -> str:
-        return WRONG_VERSION if self._fault("wrong-version") else self.talos_version
+        return WRONG_VERSION if self.fault(Fault.WRONG_VERSION) else self.talos_version
 
     def processes(self) -> list[system.ProcessEntry]:
         pid1 = "machined"
-        if self._fault("pid1-not-machined"):
+        if self.fault(Fault.PID1_NOT_MACHINED):
             pid1 = "systemd"
-        elif self._fault("pid1-systemd-as-init"):
+        elif self.fault(Fault.PID1_SYSTEMD_AS_INIT):
             pid1 = "systemd-as-init"
         return system.processes_for(
             hostname=self.hostname,
@@ -814,17 +815,17 @@ class NodeState(ConfigMixin):
             coredns=self._pod_network_pods() > 0,
             pod_shell=self.variant(Variant.POD_SHELL),
             pid1=pid1,
-            sshd=self._fault("ssh-open"),
-            host_shell=self._fault("host-shell-process"),
-            web_terminal=self._fault("web-terminal-running"),
+            sshd=self.fault(Fault.SSH_OPEN),
+            host_shell=self.fault(Fault.HOST_SHELL_PROCESS),
+            web_terminal=self.fault(Fault.WEB_TERMINAL_RUNNING),
         )
 
     def mounts(self) -> list[system.MountEntry]:
         return system.mounts_for(
             platform=self.identity.platform,
             extensions=len(self.identity.extensions),
-            rw_root=self._fault("rw-rootfs"),
-            rw_usr=self._fault("usr-writable"),
+            rw_root=self.fault(Fault.RW_ROOTFS),
+            rw_usr=self.fault(Fault.USR_WRITABLE),
         )
 
     def listeners(self) -> list[system.Listener]:
@@ -835,9 +836,9 @@ class NodeState(ConfigMixin):
                 controlplane=self.identity.controlplane,
                 proxy=not proxy_disabled(self.active_config),
                 flannel=cni_name(self.active_config) == "flannel",
-                sshd=self._fault("ssh-open"),
-                extra_port=self._fault("extra-port"),
-                faults=[name for name in self.faults.names if self._fault(name)],
+                sshd=self.fault(Fault.SSH_OPEN),
+                extra_port=self.fault(Fault.EXTRA_PORT),
+                faults=self.faults.on_node(self.hostname, controlplane=self.identity.controlplane),
             ),
             *system.pod_listeners(
                 coredns=self._pod_network_pods() > 0, node_id=self.identity.node_id
@@ -855,7 +856,7 @@ class NodeState(ConfigMixin):
         """The etcd members: the control planes, named by their short hostname
         (controllers/etcd/spec.go names the member after HostnameStatus.hostname)."""
         members = [peer for peer in self.peers() if peer.controlplane]
-        if self._fault("etcd-member-missing") and members:
+        if self.fault(Fault.ETCD_MEMBER_MISSING) and members:
             members = members[:-1]
         return members
 
@@ -870,7 +871,7 @@ class NodeState(ConfigMixin):
         }
         if ident.controlplane:
             labels["node-role.kubernetes.io/control-plane"] = ""
-        if not self._fault("labels-not-synced"):  # fault labels-not-synced
+        if not self.fault(Fault.LABELS_NOT_SYNCED):  # fault labels-not-synced
             labels.update(mc.node_labels(self.active_config))  # issue #3: labels from the config
             labels.update(self.labels_kept_after_revert)  # fault try-revert-keeps-label
         pods = mc.pod_subnets(self.active_config)
@@ -880,7 +881,9 @@ class NodeState(ConfigMixin):
             name=self.hostname,
             address=ident.address,
             labels=labels,
-            ready=self.powered and not unknown and not self._fault("node-not-ready")
+            ready=self.powered
+            and not unknown
+            and not self.fault(Fault.NODE_NOT_READY)
             and flap_ready,
             controlplane=ident.controlplane,
             kubelet_version=f"v{ident.kubernetes_version}",
@@ -892,14 +895,14 @@ class NodeState(ConfigMixin):
             unknown_since=self._kube_status_unknown_since if unknown else None,
             ready_since=flap_since,
             # fault node-memory-pressure: kubelet reports MemoryPressure=True
-            pressure=("MemoryPressure",) if self._fault("node-memory-pressure") else (),
-            unschedulable=self._fault("node-cordoned"),  # fault node-cordoned
+            pressure=("MemoryPressure",) if self.fault(Fault.NODE_MEMORY_PRESSURE) else (),
+            unschedulable=self.fault(Fault.NODE_CORDONED),  # fault node-cordoned
         )
 
     def _ready_flap(self) -> tuple[bool, float | None]:
         """Fault ready-flapping: Ready turns False for the last 2 s of every 8 s of node time
         after boot. Whether Ready holds now, and when it last changed."""
-        if not self._fault("ready-flapping"):
+        if not self.fault(Fault.READY_FLAPPING):
             return True, None
         period, down = 8.0, 2.0
         elapsed = max(self.clock.time() - self.booted_at, 0.0)
@@ -975,9 +978,7 @@ class NodeState(ConfigMixin):
             for service in reversed(list(self.services.services.values())):
                 if service.id != "apid":  # apid serves until the very end
                     self.services.stop(service)
-        self._lifecycle_timer = self.clock.call_later(
-            SHUTDOWN_DELAY, lambda: self._power_off(then)
-        )
+        self._lifecycle_timer = self.clock.call_later(SHUTDOWN_DELAY, lambda: self._power_off(then))
 
     def _power_off(self, then: Callable[[], None] | None) -> None:
         self._lifecycle_timer = None

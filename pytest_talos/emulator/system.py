@@ -18,6 +18,7 @@ import posixpath
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from pytest_talos.emulator.faults.names import Fault
 from pytest_talos.emulator.processes import ProcessEntry, processes_for
 from pytest_talos.emulator.sockets import (
     EXTRA_PORT,
@@ -227,21 +228,18 @@ def build_rootfs(
 
 
 # Files the faults drop onto the node's executable paths (each a defect of the image).
-_FAULT_FILES: Mapping[str, tuple[str, ...]] = {
-    "shell-in-libexec": ("/usr/libexec/dash",),
-    "shell-alias": ("/usr/bin/busybox.static",),
-    "package-manager-in-opt": ("/opt/foo/bin/dpkg",),
+_FAULT_FILES: Mapping[Fault, tuple[str, ...]] = {
+    Fault.SHELL_IN_LIBEXEC: ("/usr/libexec/dash",),
+    Fault.SHELL_ALIAS: ("/usr/bin/busybox.static",),
+    Fault.PACKAGE_MANAGER_IN_OPT: ("/opt/foo/bin/dpkg",),
 }
 
 
-def fault_files(active: Callable[[str], bool]) -> dict[str, bytes]:
+def fault_files(active: Callable[[Fault], bool]) -> dict[str, bytes]:
     """The files of the active faults among :data:`_FAULT_FILES` (``build_rootfs``'s
     ``extra_files``): fault shell-in-libexec, shell-alias, package-manager-in-opt."""
     return {
-        path: _ELF_STUB
-        for fault, paths in _FAULT_FILES.items()
-        if active(fault)
-        for path in paths
+        path: _ELF_STUB for fault, paths in _FAULT_FILES.items() if active(fault) for path in paths
     }
 
 
@@ -335,9 +333,7 @@ def mounts_for(
     """/proc/mounts of the node, with the sizes statfs reports (Mounts API)."""
     mounts = [_root_mount(platform, extensions, rw_root), *_other_mounts(platform)]
     if rw_usr:  # fault usr-writable: a writable overlay over the image's /usr, upper on /var
-        options = (
-            "rw,relatime,lowerdir=/usr,upperdir=/var/lib/usr-upper,workdir=/var/lib/usr-work"
-        )
+        options = "rw,relatime,lowerdir=/usr,upperdir=/var/lib/usr-upper,workdir=/var/lib/usr-work"
         mounts.append(MountEntry("overlay", "/usr", "overlay", options, 20 * _GIB, 17 * _GIB))
     return mounts
 

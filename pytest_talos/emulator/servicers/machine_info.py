@@ -27,6 +27,7 @@ from pytest_talos.emulator.events import (
     TaskPayload,
     new_xid,
 )
+from pytest_talos.emulator.faults import Fault
 from pytest_talos.emulator.servicers import Call, RPCFailure
 from pytest_talos.emulator.services import Service
 
@@ -105,7 +106,7 @@ class MachineInfoMixin:
             platform=m.PlatformInfo(name=platform, mode=platform),
             features=m.FeaturesInfo(rbac=True),  # a config is loaded: rbac on
         )
-        if state.faults.on("maintenance-version", state.hostname):
+        if state.fault(Fault.MAINTENANCE_VERSION):
             version.ClearField("features")  # fault maintenance-version: answers like maintenance
         return m.VersionResponse(messages=[version])
 
@@ -400,11 +401,11 @@ class MachineInfoMixin:
             tail_seconds=request.tail_seconds,
             now=call.node.clock.time(),
         )
-        if request.tail_seconds and state.faults.on("events-ignore-tail-seconds", state.hostname):
+        if request.tail_seconds and state.fault(Fault.EVENTS_IGNORE_TAIL_SECONDS):
             backlog = []  # fault events-ignore-tail-seconds: no history, only new events
         actor = request.with_actor_id
         try:
-            if not state.faults.on("events-no-hello", state.hostname):
+            if not state.fault(Fault.EVENTS_NO_HELLO):
                 # v1alpha1_server.go Events: an empty "hello" event first (actor id as asked)
                 yield m.Event(
                     data=any_pb2.Any(), id=new_xid(call.node.clock.time()), actor_id=actor
