@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pytest_talos.emulator import machineconfig as mc
+from pytest_talos.emulator.errors import NodeFailure
 from pytest_talos.emulator.faults import Fault
 from pytest_talos.emulator.resources import T
 from pytest_talos.patches import PatchError, load_documents
@@ -41,15 +42,6 @@ DEFAULT_TRY_TIMEOUT = 60.0  # pkg/machinery/constants: ConfigTryTimeout = 1m
 LATE_APPLY_DELAY = 2.0  # node seconds: how late the late-applying faults change the config
 # pkg/machinery/resources/config/machine_config.go NewMachineConfigWithID
 CONFIG_ANNOTATIONS = {"talos.dev/yaml-spec": "1"}
-
-
-class NodeFailure(Exception):
-    """A request the node refuses; ``code`` is a gRPC status name (``INVALID_ARGUMENT``)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)

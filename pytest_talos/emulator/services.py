@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from pytest_talos.emulator.clock import Cancellable, Clock
+from pytest_talos.emulator.errors import ServiceRefused
 
 __all__ = [
     "RESTART_DELAY",
@@ -318,10 +319,6 @@ def last_log(lines: Iterable[str]) -> str:
 
 
 # --------------------------------------------------------------------------- state
-
-
-class ServiceRefused(Exception):
-    """A service API call Talos answers with a plain (code Unknown) error."""
 
 
 @dataclass(frozen=True)

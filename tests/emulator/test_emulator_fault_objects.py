@@ -71,3 +71,23 @@ def test_fault_docs_are_current() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_emulator_errors_have_their_own_root() -> None:
+    from pytest_talos.emulator import EmulatorError
+    from pytest_talos.emulator.errors import (
+        ConfigRejected,
+        ListenerError,
+        NodeFailure,
+        RPCFailure,
+        ServiceRefused,
+    )
+    from pytest_talos.emulator.machineconfig import ConfigRejected as FromMachineconfig
+    from pytest_talos.errors import TalosError
+
+    for error in (ConfigRejected, ListenerError, NodeFailure, RPCFailure, ServiceRefused):
+        assert issubclass(error, EmulatorError)
+        assert not issubclass(error, TalosError)
+    assert not issubclass(EmulatorError, TalosError)
+    assert FromMachineconfig is ConfigRejected
+    assert issubclass(ListenerError, OSError)

@@ -18,6 +18,7 @@ writing) and :mod:`.common` (what they share).
 
 from __future__ import annotations
 
+from pytest_talos.emulator.errors import ConfigRejected
 from pytest_talos.emulator.machineconfig.accessors import (
     KNOWN_KUBELET_FLAGS,
     cert_sans,
@@ -36,7 +37,6 @@ from pytest_talos.emulator.machineconfig.common import (
     DEFAULT_SERVICE_SUBNETS,
     INFERRED,
     NO_V1ALPHA1_MESSAGE,
-    ConfigRejected,
     ValidationOutcome,
 )
 from pytest_talos.emulator.machineconfig.common import _multierror as _multierror

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_talos.errors import TalosError
+from pytest_talos.emulator.errors import ConfigRejected
 
 INFERRED: tuple[str, ...] = (
     "Generated configs are one template per role, as `talosctl cluster create` hands out: "
@@ -59,14 +59,6 @@ NO_V1ALPHA1_MESSAGE = (
 )
 DEFAULT_POD_SUBNETS: tuple[str, ...] = ("10.244.0.0/16",)
 DEFAULT_SERVICE_SUBNETS: tuple[str, ...] = ("10.96.0.0/12",)
-
-
-class ConfigRejected(TalosError):
-    """The node refuses a machine config; ``code`` is the gRPC status code name."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)
