@@ -38,8 +38,8 @@ from pytest_talos.emulator.machineconfig.common import (
     INFERRED,
     NO_V1ALPHA1_MESSAGE,
     ValidationOutcome,
+    multierror,
 )
-from pytest_talos.emulator.machineconfig.common import _multierror as _multierror
 from pytest_talos.emulator.machineconfig.generate import generate_config
 from pytest_talos.emulator.machineconfig.immediate import (
     IMMEDIATE_FEATURES,
@@ -73,6 +73,7 @@ __all__ = [
     "kubelet_extra_args",
     "kubernetes_version",
     "machine_type",
+    "multierror",
     "node_labels",
     "pod_subnets",
     "service_subnets",
