@@ -36,11 +36,13 @@ from pytest_talos.emulator.addresses import EmulatorError, pick_subnet
 from pytest_talos.emulator.calllog import CallLog, CallRecord
 from pytest_talos.emulator.clock import Clock
 from pytest_talos.emulator.faults import Fault, FaultProfile, FaultSet, resolve_faults
+from pytest_talos.emulator.identity import NodeHooks, NodeIdentity
 from pytest_talos.emulator.kubeobjects import ClusterKubeProvider
 from pytest_talos.emulator.listeners import ExtraListeners, ListenerError
+from pytest_talos.emulator.nodeapply import ApplyRequest
 from pytest_talos.emulator.server import NodeServer
 from pytest_talos.emulator.servicers import ClientConfiguration
-from pytest_talos.emulator.state import ApplyRequest, NodeHooks, NodeIdentity, NodeState
+from pytest_talos.emulator.state import NodeState
 from pytest_talos.emulator.tls import client_tls_context, server_tls_context
 from pytest_talos.emulator.variants import DEFAULT_EXTENSIONS, Variant, VariantSet
 from pytest_talos.errors import ConfigError

@@ -42,20 +42,17 @@ from pytest_talos._proto.common import common_pb2
 from pytest_talos._proto.machine import machine_grpc
 from pytest_talos._proto.v1alpha1 import state_grpc
 from pytest_talos.emulator.calllog import CallLog, CallRecord
+from pytest_talos.emulator.errors import ConfigRejected, NodeFailure, RPCFailure, ServiceRefused
 from pytest_talos.emulator.faults import Fault
-from pytest_talos.emulator.machineconfig import ConfigRejected
 from pytest_talos.emulator.servicers import (
     MUTATING_METHODS,
     Call,
     NodeContext,
-    RPCFailure,
     allowed_roles,
 )
 from pytest_talos.emulator.servicers.cluster import ClusterServicer
 from pytest_talos.emulator.servicers.cosi import StateServicer
 from pytest_talos.emulator.servicers.machine import MachineServicer
-from pytest_talos.emulator.services import ServiceRefused
-from pytest_talos.emulator.state import NodeFailure
 from pytest_talos.emulator.tls import (
     ext_key_usage_acceptable,
     ignore_validity_period,
