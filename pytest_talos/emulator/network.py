@@ -30,7 +30,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_talos.emulator.resources import ResourceStore, T
+from pytest_talos.emulator.resources import T
+from pytest_talos.emulator.store import ResourceStore
 
 __all__ = [
     "Address",

@@ -20,7 +20,8 @@ from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.clock import Cancellable, Clock
 from pytest_talos.emulator.errors import NodeFailure
 from pytest_talos.emulator.faults import Fault
-from pytest_talos.emulator.resources import ResourceStore, T
+from pytest_talos.emulator.resources import T
+from pytest_talos.emulator.store import ResourceStore
 from pytest_talos.patches import PatchError, load_documents
 
 __all__ = [

@@ -19,7 +19,8 @@ from pytest_talos.emulator.machineconfig.accessors import (
     discovery_enabled,
 )
 from pytest_talos.emulator.network import COREDNS_REPLICAS, NodeNetwork
-from pytest_talos.emulator.resources import ResourceStore, StoreEvent, T
+from pytest_talos.emulator.resources import T
+from pytest_talos.emulator.store import ResourceStore, StoreEvent
 
 __all__ = ["NodeNetworking", "pod_cidr_of"]
 

@@ -11,8 +11,9 @@ from pytest_talos.emulator.events import MachineStatusPayload, Payload
 from pytest_talos.emulator.identity import NodeIdentity, etcd_member_id, node_id_for
 from pytest_talos.emulator.nodeapply import CONFIG_ANNOTATIONS
 from pytest_talos.emulator.nodenet import NodeNetworking
-from pytest_talos.emulator.resources import DEFINITIONS, NAMESPACES, ResourceStore, T
+from pytest_talos.emulator.resources import DEFINITIONS, NAMESPACES, T
 from pytest_talos.emulator.services import ServiceManager
+from pytest_talos.emulator.store import ResourceStore
 
 __all__ = ["MachineStatus", "publish_boot_resources", "publish_machine_config", "unhealthy"]
 

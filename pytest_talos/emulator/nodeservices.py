@@ -9,8 +9,9 @@ from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.errors import NodeFailure
 from pytest_talos.emulator.events import ServiceStatePayload
 from pytest_talos.emulator.faults import Fault
-from pytest_talos.emulator.resources import ResourceStore, T
+from pytest_talos.emulator.resources import T
 from pytest_talos.emulator.services import Service, ServiceManager
+from pytest_talos.emulator.store import ResourceStore
 
 __all__ = [
     "OWNER_SERVICES",

@@ -61,9 +61,9 @@ from pytest_talos.emulator.nodeservices import (
     service_event,
     service_log,
 )
-from pytest_talos.emulator.resources import ResourceStore
 from pytest_talos.emulator.servicefaults import ServiceFaults
 from pytest_talos.emulator.services import Service, ServiceManager, services_for
+from pytest_talos.emulator.store import ResourceStore
 from pytest_talos.emulator.variants import Variant, VariantSet
 
 __all__ = ["NodeState"]

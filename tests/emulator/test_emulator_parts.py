@@ -18,7 +18,7 @@ from pytest_talos.emulator.events import EventBuffer, RuntimeEvent, SequencePayl
 from pytest_talos.emulator.faults import FAULTS, FaultSet
 from pytest_talos.emulator.identity import NodeIdentity
 from pytest_talos.emulator.nodeapply import ApplyRequest, go_duration
-from pytest_talos.emulator.resources import DEFINITIONS, ResourceStore, T, yaml_of
+from pytest_talos.emulator.resources import DEFINITIONS, T
 from pytest_talos.emulator.services import (
     Service,
     ServiceEventRecord,
@@ -29,6 +29,7 @@ from pytest_talos.emulator.services import (
     services_for,
 )
 from pytest_talos.emulator.state import NodeState
+from pytest_talos.emulator.store import ResourceStore, yaml_of
 from pytest_talos.patches import apply_patches
 
 
