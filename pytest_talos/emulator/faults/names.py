@@ -110,18 +110,18 @@ class Seam(StrEnum):
 
 # Where each seam is applied (the docs and --list-faults show it).
 SEAM_WHERE: dict[Seam, str] = {
-    Seam.ROOTFS: "the root filesystem builder (system.build_rootfs, system.fault_files)",
-    Seam.MOUNTS: "the mount table (system.mounts_for, /proc/mounts)",
-    Seam.PROCESSES: "the process table (system.processes_for, the PID 1 choice)",
-    Seam.LISTENERS: "the listener table (sockets.listeners_for, what Netstat shows)",
+    Seam.ROOTFS: "the root filesystem builder (hostview.NodeHost over system.build_rootfs)",
+    Seam.MOUNTS: "the mount table (hostview.NodeHost.mounts, /proc/mounts)",
+    Seam.PROCESSES: "the process table (hostview.NodeHost.processes, the PID 1 choice)",
+    Seam.LISTENERS: "the listener table (hostview.NodeHost.listeners, what Netstat shows)",
     Seam.APPLY: "the ApplyConfiguration pipeline and try mode (nodeapply.MachineConfigState)",
-    Seam.SERVICES: "the services runner and the service logs (services, node boot)",
+    Seam.SERVICES: "the services runner and logs (servicefaults.ServiceFaults, nodeservices)",
     Seam.KUBERNETES: "the node's Kubernetes Node object (kubenode.kube_node_info)",
-    Seam.DISCOVERY: "discovery Members and the etcd member list (node state)",
+    Seam.DISCOVERY: "discovery Members and the etcd member list (nodenet.NodeNetworking)",
     Seam.MACHINE_API: "the replies of the machine API servicers (Version, Events, Kubeconfig)",
-    Seam.AUTHENTICATION: "apid's TLS handshake and client-certificate rules (server.tlsauth)",
-    Seam.AUTHORIZATION: "apid's role rules per RPC (server.authz)",
-    Seam.CERTIFICATES: "the certificate issuer (the cluster's PKI at start)",
+    Seam.AUTHENTICATION: "apid's TLS handshake and client-certificate rules (apidtls)",
+    Seam.AUTHORIZATION: "apid's role rules per RPC (server) and COSI's sensitive reads",
+    Seam.CERTIFICATES: "the certificate issuer (clusterpki.ClusterPKI, the apid certificate)",
     Seam.COSI: "the COSI resource API (servicers.cosi)",
-    Seam.GENERATED_CONFIG: "the generated machine configs and desired state (cluster start)",
+    Seam.GENERATED_CONFIG: "the generated machine configs (nodeconfigs.NodeConfigs, cluster start)",
 }
