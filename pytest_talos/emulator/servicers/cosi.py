@@ -15,7 +15,7 @@ from pytest_talos._proto.v1alpha1 import state_pb2 as s
 from pytest_talos.emulator.faults import Fault
 from pytest_talos.emulator.resources import DEFINITIONS, NAMESPACES, ResourceDefinition
 from pytest_talos.emulator.servicers import Call, RPCFailure
-from pytest_talos.emulator.servicers.machine_info import timestamp
+from pytest_talos.emulator.servicers.messages import timestamp
 from pytest_talos.emulator.store import RawSpec, Resource, StoreEvent
 
 __all__ = ["StateServicer", "encode_resource", "matches_label_query"]
