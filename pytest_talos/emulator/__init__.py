@@ -2,7 +2,7 @@
 
 Importing this package is cheap; the heavy modules load on first use of a name::
 
-    from pytest_talos.emulator import EmulatedCluster, FAULTS
+    from pytest_talos.emulator import EmulatedCluster, Fault
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     )
     from pytest_talos.emulator.faults import (
         FAULTS,
+        Fault,
         FaultProfile,
         describe_faults,
         fault_names,
@@ -34,6 +35,7 @@ __all__ = [
     "EmulatedCluster",
     "EmulatedNode",
     "EmulatorError",
+    "Fault",
     "FaultProfile",
     "NodeInfo",
     "describe_faults",
@@ -43,6 +45,7 @@ __all__ = [
 
 _HOMES = {
     "FAULTS": "faults",
+    "Fault": "faults",
     "FaultProfile": "faults",
     "describe_faults": "faults",
     "fault_names": "faults",

@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from pytest_talos.emulator.errors import EmulatorError
 from pytest_talos.emulator.faults import describe_faults, fault_names
 from pytest_talos.emulator.variants import describe_variants, variant_names
 from pytest_talos.errors import TalosError
@@ -133,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         asyncio.run(_serve(args))
-    except TalosError as exc:
+    except (TalosError, EmulatorError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

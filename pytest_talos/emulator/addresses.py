@@ -12,13 +12,9 @@ import ipaddress
 import random
 import socket
 
-from pytest_talos.errors import TalosError
+from pytest_talos.emulator.errors import EmulatorError
 
 __all__ = ["EmulatorError", "pick_subnet"]
-
-
-class EmulatorError(TalosError):
-    """The emulated cluster could not start or stop."""
 
 
 def _probe_bind(address: str, port: int) -> int:

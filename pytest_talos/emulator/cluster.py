@@ -17,42 +17,45 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import ipaddress
-import logging
 import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Literal, TypeVar
 
 from pytest_talos.emulator import desired, kubeapi, pki
-from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.addresses import EmulatorError, pick_subnet
 from pytest_talos.emulator.calllog import CallLog, CallRecord
 from pytest_talos.emulator.clock import Clock
-from pytest_talos.emulator.faults import FaultProfile, FaultSet, resolve_faults
+from pytest_talos.emulator.clusterpki import ClusterPKI, serial_of
+from pytest_talos.emulator.emulatednode import EmulatedNode
+from pytest_talos.emulator.faults import Fault, FaultProfile, FaultSet, resolve_faults
+from pytest_talos.emulator.identity import NodeIdentity
 from pytest_talos.emulator.kubeobjects import ClusterKubeProvider
-from pytest_talos.emulator.listeners import ExtraListeners, ListenerError
-from pytest_talos.emulator.server import NodeServer
+from pytest_talos.emulator.listeners import ListenerError
+from pytest_talos.emulator.nodeapply import ApplyRequest
+from pytest_talos.emulator.nodeconfigs import (
+    HOSTNAME_PLACEHOLDER,
+    NodeConfigs,
+    check_arguments,
+    node_identities,
+    variant_patches,
+)
 from pytest_talos.emulator.servicers import ClientConfiguration
-from pytest_talos.emulator.state import ApplyRequest, NodeHooks, NodeIdentity, NodeState
-from pytest_talos.emulator.tls import client_tls_context, server_tls_context
+from pytest_talos.emulator.state import NodeState
 from pytest_talos.emulator.variants import DEFAULT_EXTENSIONS, Variant, VariantSet
-from pytest_talos.errors import ConfigError
 from pytest_talos.patches import apply_patches
 
 __all__ = ["ClientIdentity", "EmulatedCluster", "EmulatedNode", "EmulatorError", "NodeInfo"]
 
 T = TypeVar("T")
-_log = logging.getLogger(__name__)
 Platform = Literal["container", "metal"]
 START_TIMEOUT = 60.0
-_HOSTNAME_PLACEHOLDER = "emulated-node-hostname-placeholder"
 KUBE_PORT = 6443
 
 
@@ -72,158 +75,6 @@ class ClientIdentity:
     cert_pem: bytes
     talosconfig: bytes = field(repr=False)  # holds the private key
     path: Path | None = None
-
-
-def _serial_of(cert: pki.CertAndKey) -> str:
-    return format(cert.cert.serial_number, "x")
-
-
-class EmulatedNode(NodeHooks):
-    """One node: its state, its apid server, its extra listeners, its Kubernetes API."""
-
-    def __init__(self, cluster: EmulatedCluster, identity: NodeIdentity, config: bytes) -> None:
-        self.cluster = cluster
-        self.state = NodeState(
-            identity,
-            clock=cluster.clock,
-            faults=cluster.fault_set,
-            variants=cluster.variant_set,
-            config=config,
-            talos_version=cluster.talos_version,
-            peers=cluster._identities,
-            hooks=self,
-        )
-        self.server: NodeServer | None = None
-        self.listeners: ExtraListeners | None = None
-        self.kube: kubeapi.KubeAPIServer | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._serving_lock = asyncio.Lock()
-
-    # ---- facts and helpers for tests --------------------------------------------------------
-
-    @property
-    def hostname(self) -> str:
-        return self.state.hostname
-
-    @property
-    def address(self) -> str:
-        return self.state.identity.address
-
-    @property
-    def role(self) -> str:
-        return self.state.identity.role
-
-    @property
-    def clock(self) -> Clock:
-        return self.cluster.clock
-
-    @property
-    def serving(self) -> bool:
-        return self.server is not None and self.server.serving
-
-    def run(self, action: Callable[[NodeState], T]) -> T:
-        """Run ``action(state)`` on the cluster's loop thread and return its result."""
-        return self.cluster._on_loop(lambda: action(self.state))
-
-    # ---- NodeContext (what the servicers use) ------------------------------------------------
-
-    def cluster_states(self) -> Sequence[NodeState]:
-        return [node.state for node in self.cluster._nodes]
-
-    def kubeconfig(self) -> bytes:
-        return self.cluster._kubeconfig_for(self)
-
-    def client_configuration(self, roles: Sequence[str], ttl: float) -> ClientConfiguration:
-        return self.cluster._client_configuration(roles, ttl)
-
-    # ---- NodeHooks (what the state asks for) ---------------------------------------------------
-
-    def _spawn(self, work: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            _log.error("emulated node %s: %s", self.hostname, task.exception())
-
-    def api_down(self) -> None:
-        for node in self.cluster._nodes:  # control planes forget their channels to this node
-            if node is not self and node.server is not None:
-                node.server.forget(self.address)
-        self._spawn(self.stop_serving())
-
-    def api_up(self) -> None:
-        self._spawn(self.start_serving())
-
-    def kube_changed(self) -> None:
-        for node in self.cluster._nodes:
-            if node.kube is not None:
-                node.kube.notify()
-
-    # ---- serving ---------------------------------------------------------------------------
-
-    def _build(self) -> None:
-        cluster, ident = self.cluster, self.state.identity
-        server_cert = pki.issue_apid_cert(
-            cluster.ca, hostname=ident.hostname, fqdn=ident.fqdn, ips=[ident.address],
-            hostname_san=not cluster.fault_set.on("apid-cert-missing-san", ident.hostname),
-        )
-        no_mtls = cluster.fault_set.on("no-mtls", ident.hostname)
-        tls = server_tls_context(
-            ca_pem=cluster.ca.cert_pem,
-            cert_pem=server_cert.cert_pem,
-            key_pem=server_cert.key_pem,
-            require_client_cert=not no_mtls,
-            verify_client_cert=not cluster.fault_set.on("client-certs-unverified", ident.hostname),
-        )
-        forward_tls = None
-        if ident.controlplane:  # secrets/api.go: control-plane apid gets an os:impersonator cert
-            impersonator = pki.issue_client_cert(cluster.ca, roles=["os:impersonator"])
-            forward_tls = client_tls_context(
-                ca_pem=cluster.ca.cert_pem,
-                cert_pem=impersonator.cert_pem,
-                key_pem=impersonator.key_pem,
-            )
-        self.server = NodeServer(
-            self,
-            address=ident.address,
-            tls=tls,
-            call_log=cluster.call_log_store,
-            directory=cluster._resolve,
-            forward_tls=forward_tls,
-        )
-        self.listeners = ExtraListeners(ident.address, self.state.listeners())
-        if ident.controlplane:
-            self.kube = cluster._kube_server(self)
-
-    async def start_serving(self) -> None:
-        async with self._serving_lock:  # a quick reboot must not overlap its own shutdown
-            if self.server is None:
-                self._build()
-            assert self.server is not None
-            assert self.listeners is not None
-            await self.server.start()
-            await self.listeners.start()
-            if self.kube is not None:
-                await self.kube.start()
-
-    async def stop_serving(self) -> None:
-        async with self._serving_lock:
-            if self.server is not None:
-                await self.server.stop()
-            if self.listeners is not None:
-                await self.listeners.stop()
-            if self.kube is not None:
-                await self.kube.stop()
-
-    async def close(self) -> None:
-        self.state.stop()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.stop_serving()
 
 
 class EmulatedCluster:
@@ -247,7 +98,7 @@ class EmulatedCluster:
         variants: Iterable[str | Variant] = (),
         domain: str = "",
     ) -> None:
-        _check_arguments(controlplanes, workers, time_scale, platform)
+        check_arguments(controlplanes, workers, time_scale, platform)
         self.variant_set = VariantSet.of(variants, domain)
         if self.variant_set.on(Variant.METAL):
             platform = "metal"
@@ -266,8 +117,13 @@ class EmulatedCluster:
         self._talosconfig_arg = Path(talosconfig_path) if talosconfig_path else None
         self.call_log_store = CallLog()
         self._nodes: list[EmulatedNode] = []
-        self._config_templates: dict[tuple[str, bool], bytes] = {}
-        self._base_configs: dict[str, bytes] = {}  # role -> generated base (write_desired)
+        self._configs = NodeConfigs(
+            cluster_name=name,
+            kubernetes_version=self.kubernetes_version,
+            talos_version=talos_version,
+            platform=platform,
+            variants=self.variant_set,
+        )
         self._started = False
         self._tempdir: str | None = None
         self._thread: threading.Thread | None = None
@@ -278,6 +134,10 @@ class EmulatedCluster:
         self._admin: ClientIdentity | None = None
 
     # ---- public read-only facts ---------------------------------------------------------------
+
+    @property
+    def emulated_nodes(self) -> list[EmulatedNode]:
+        return list(self._nodes)
 
     @property
     def nodes(self) -> list[NodeInfo]:
@@ -336,17 +196,17 @@ class EmulatedCluster:
             time_scale=self.clock.time_scale,
             scan_baseline=self.vacant_address,
         )
-        return ClientIdentity(tuple(roles), _serial_of(cert), cert.cert_pem, data, target)
+        return ClientIdentity(tuple(roles), serial_of(cert), cert.cert_pem, data, target)
 
     def write_desired(self, directory: str | os.PathLike[str]) -> Path:
         """Write the desired state the nodes were generated from (base configs, variant
         patches, ``talos-desired.yaml``) into ``directory``; returns the mapping file.
         ``pytest conformance --talos-desired DIR`` finds a healthy cluster in sync with it."""
         files = desired.desired_files(
-            bases=self._base_configs,
-            variant_patches=_variant_patches(self.variant_set),
+            bases=self._configs.bases,
+            variant_patches=variant_patches(self.variant_set),
             nodes=[desired.DesiredNode(n.hostname, n.role) for n in self._nodes],
-            placeholder=_HOSTNAME_PLACEHOLDER,
+            placeholder=HOSTNAME_PLACEHOLDER,
         )
         return desired.write_desired_files(Path(directory), files)
 
@@ -413,7 +273,7 @@ class EmulatedCluster:
         loop.close()
         self._thread = None
 
-    def _on_loop(self, action: Callable[[], T]) -> T:
+    def on_loop(self, action: Callable[[], T]) -> T:
         loop = self._loop
         assert loop is not None, "start the cluster first"
         try:
@@ -431,19 +291,10 @@ class EmulatedCluster:
     # ---- building ------------------------------------------------------------------------------
 
     def _prepare_pki(self) -> None:
-        # pkg/machinery/config/generate/secrets/ca.go NewTalosCA: Ed25519
-        self.ca = pki.CertificateAuthority.generate(organization="talos")
-        expiring = any(fault.name == "client-cert-expiring" for fault in self.faults)
-        validity = pki.EXPIRING_CLIENT_VALIDITY if expiring else pki.DEFAULT_CLIENT_VALIDITY
-        admin = pki.issue_client_cert(self.ca, roles=["os:admin"], validity=validity)
-        self._admin_cert = admin
-        # pkg/machinery/config/generate/secrets: the Kubernetes CA is ECDSA P-256.
-        self.kube_ca = pki.CertificateAuthority.generate(
-            organization="kubernetes", key_type="ecdsa"
-        )
-        self._kube_admin = pki.issue_client_cert(
-            self.kube_ca, roles=["system:masters"], common_name="admin", key_type="ecdsa"
-        )
+        expiring = any(p.fault is Fault.CLIENT_CERT_EXPIRING for p in self.faults)
+        self.pki = ClusterPKI(client_expiring=expiring)
+        self.ca, self.kube_ca = self.pki.ca, self.pki.kube_ca
+        self._admin_cert = self.pki.admin
 
     def _prepare_nodes(self) -> None:
         self.subnet = (
@@ -451,27 +302,17 @@ class EmulatedCluster:
             if self._subnet_arg
             else pick_subnet()
         )
-        controlplane: Literal["controlplane", "worker"] = "controlplane"
-        worker: Literal["controlplane", "worker"] = "worker"
-        roles = [controlplane] * self.controlplanes + [worker] * self.workers
-        counters: dict[str, int] = {"controlplane": 0, "worker": 0}
-        identities = []
-        for index, role in enumerate(roles):
-            counters[role] += 1
-            identities.append(
-                NodeIdentity(
-                    hostname=f"{self.name}-{role}-{counters[role]}",
-                    role=role,
-                    address=str(self.subnet[2 + index]),
-                    prefix_length=self.subnet.prefixlen,
-                    platform=self.platform,
-                    cluster_name=self.name,
-                    kubernetes_version=self.kubernetes_version,
-                    extensions=self.extensions,
-                    extension_services=self.extension_services,
-                    domain=self.variant_set.domain,
-                )
-            )
+        identities = node_identities(
+            self.subnet,
+            controlplanes=self.controlplanes,
+            workers=self.workers,
+            name=self.name,
+            platform=self.platform,
+            kubernetes_version=self.kubernetes_version,
+            extensions=self.extensions,
+            extension_services=self.extension_services,
+            domain=self.variant_set.domain,
+        )
         last_cp = [i.hostname for i in identities if i.role == "controlplane"][-1]
         self.fault_set = FaultSet(
             self.faults, last_node=identities[-1].hostname, last_controlplane=last_cp
@@ -482,50 +323,24 @@ class EmulatedCluster:
         ]
         for node in self._nodes:
             node.state.boot()
-            if self.fault_set.on("config-staged", node.hostname):  # fault config-staged
+            if self.fault_set.on(Fault.CONFIG_STAGED, node.hostname):  # fault config-staged
                 staged = apply_patches(node.state.active_config, [desired.CONFIG_STAGED_PATCH])
                 node.state.apply_configuration(ApplyRequest(staged, "STAGED"))
 
     def _config_for(self, ident: NodeIdentity, endpoint: str) -> bytes:
-        # Configs differ per node only by hostname (and the cidr-overlap fault): generate one
-        # template per kind and fill the hostname in, which keeps 50-node starts fast.
-        overlap = self.fault_set.on("cidr-overlap", ident.hostname)
-        key = (ident.role, overlap)
-        template = self._config_templates.get(key)
-        if template is None:
-            pods: Sequence[str] = mc.DEFAULT_POD_SUBNETS
-            if overlap:
-                pods = ("127.0.0.0/8",)  # fault cidr-overlap: the pod CIDR covers node addresses
-            template = mc.generate_config(
-                cluster_name=self.name,
-                hostname=_HOSTNAME_PLACEHOLDER,
-                role=ident.role,
-                address=ident.address,
-                endpoint=endpoint,
-                pod_subnets=pods,
-                kubernetes_version=self.kubernetes_version,
-                # talosctl cluster create: docker sets no install image, qemu (metal) does
-                # (clusterops/configmaker/internal/makers/{docker,qemu}.go).
-                install_image=(
-                    f"ghcr.io/siderolabs/installer:{self.talos_version}"
-                    if self.platform == "metal"
-                    else None
-                ),
-                ca_crt_pem=self.ca.cert_pem,
-                kubernetes_ca_crt_pem=self.kube_ca.cert_pem,
-            )
-            self._base_configs.setdefault(ident.role, template)
-            template = _with_variant_patches(template, self.variant_set)
-            self._config_templates[key] = template
-        config = template.replace(_HOSTNAME_PLACEHOLDER.encode(), ident.hostname.encode())
-        if self.fault_set.on("config-drift", ident.hostname):  # fault config-drift
-            config = apply_patches(config, [desired.CONFIG_DRIFT_PATCH])
-        return config
+        return self._configs.config_for(
+            ident,
+            endpoint=endpoint,
+            ca_pem=self.ca.cert_pem,
+            kube_ca_pem=self.kube_ca.cert_pem,
+            cidr_overlap=self.fault_set.on(Fault.CIDR_OVERLAP, ident.hostname),
+            drift=self.fault_set.on(Fault.CONFIG_DRIFT, ident.hostname),
+        )
 
     def _states(self) -> list[NodeState]:
         return [node.state for node in self._nodes]
 
-    def _identities(self) -> list[NodeIdentity]:
+    def identities(self) -> list[NodeIdentity]:
         return [node.state.identity for node in self._nodes]
 
     def _endpoints(self) -> list[str]:
@@ -548,10 +363,10 @@ class EmulatedCluster:
         )
         self._talosconfig_file = path
         self._admin = ClientIdentity(
-            ("os:admin",), _serial_of(self._admin_cert), self._admin_cert.cert_pem, data, path
+            ("os:admin",), serial_of(self._admin_cert), self._admin_cert.cert_pem, data, path
         )
 
-    def _resolve(self, host: str) -> str | None:
+    def resolve(self, host: str) -> str | None:
         """A ``node`` target (address or hostname) to the address to dial."""
         with contextlib.suppress(ValueError):
             return str(ipaddress.ip_address(host))
@@ -560,13 +375,10 @@ class EmulatedCluster:
                 return node.address
         return None
 
-    def _kube_server(self, node: EmulatedNode) -> kubeapi.KubeAPIServer:
+    def kube_server(self, node: EmulatedNode) -> kubeapi.KubeAPIServer:
         ident = node.state.identity
-        cert = pki.issue_kube_apiserver_cert(
-            self.kube_ca, hostname=ident.hostname, fqdn=ident.fqdn, ips=[ident.address],
-            endpoint_host=ident.address,  # the server of _kubeconfig_for
-            expired=self.fault_set.on("kube-cert-expired", ident.hostname, controlplane=True),
-        )
+        expired = self.fault_set.on(Fault.KUBE_CERT_EXPIRED, ident.hostname, controlplane=True)
+        cert = self.pki.kube_apiserver_cert(ident, expired=expired)
         ssl_context = kubeapi.server_ssl_context(
             cert_pem=cert.cert_pem, key_pem=cert.key_pem, client_ca_pem=self.kube_ca.cert_pem
         )
@@ -577,55 +389,9 @@ class EmulatedCluster:
             provider=ClusterKubeProvider(self._states, self.kubernetes_version),
         )
 
-    def _kubeconfig_for(self, node: EmulatedNode) -> bytes:
-        return kubeapi.render_kubeconfig(
-            cluster_name=self.name,
-            server=f"https://{node.address}:{KUBE_PORT}",
-            ca_pem=self.kube_ca.cert_pem,
-            client_cert_pem=self._kube_admin.cert_pem,
-            client_key_pem=self._kube_admin.key_pem_talos,
-        )
+    def kubeconfig_for(self, node: EmulatedNode) -> bytes:
+        server = f"https://{node.address}:{KUBE_PORT}"
+        return self.pki.kubeconfig(cluster_name=self.name, server=server)
 
-    def _client_configuration(self, roles: Sequence[str], ttl: float) -> ClientConfiguration:
-        cert = pki.issue_client_cert(self.ca, roles=list(roles), validity=dt.timedelta(seconds=ttl))
-        # v1alpha1_server.go GenerateClientConfiguration: context `<role without os:>@<cluster>`
-        # for one role; no endpoints.
-        context = f"{roles[0].removeprefix('os:')}@{self.name}" if len(roles) == 1 else self.name
-        talosconfig = pki.write_talosconfig(
-            None, context=context, endpoints=[], ca_pem=self.ca.cert_pem, client=cert
-        )
-        return ClientConfiguration(self.ca.cert_pem, cert.cert_pem, cert.key_pem_talos, talosconfig)
-
-
-def _variant_patches(variants: VariantSet) -> list[tuple[str, str]]:
-    """``(variant, patch)`` for the variants that live in the machine config."""
-    patches: list[tuple[str, str]] = []
-    if variants.on(Variant.KUBE_PROXY_DISABLED):
-        patches.append((Variant.KUBE_PROXY_DISABLED, "cluster:\n  proxy:\n    disabled: true\n"))
-    if variants.on(Variant.DISCOVERY_DISABLED):
-        patches.append((Variant.DISCOVERY_DISABLED,
-                        "cluster:\n  discovery:\n    enabled: false\n"))
-    return patches
-
-
-def _with_variant_patches(config: bytes, variants: VariantSet) -> bytes:
-    """The config as an operator patches it for the variants that live in the machine config."""
-    patches = [patch for _, patch in _variant_patches(variants)]
-    return apply_patches(config, patches) if patches else config
-
-
-def _check_arguments(controlplanes: int, workers: int, time_scale: float, platform: str) -> None:
-    if controlplanes < 1:
-        raise ConfigError(
-            f"an emulated cluster needs at least one control plane, not "
-            f"{controlplanes}; pass controlplanes=1 or more"
-        )
-    if workers < 0 or controlplanes + workers > 250:
-        raise ConfigError(
-            f"cannot emulate {controlplanes} control planes and {workers} workers; "
-            "use 0 or more workers and at most 250 nodes in total"
-        )
-    if not time_scale > 0:
-        raise ConfigError(f"time_scale must be a positive number, not {time_scale!r}")
-    if platform not in ("container", "metal"):
-        raise ConfigError(f"platform must be 'container' or 'metal', not {platform!r}")
+    def client_configuration(self, roles: Sequence[str], ttl: float) -> ClientConfiguration:
+        return self.pki.client_configuration(roles, ttl, cluster_name=self.name)

@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytest_talos.emulator import kubeapi
-from pytest_talos.emulator.state import KubeNodeInfo, NodeState
+from pytest_talos.emulator.identity import KubeNodeInfo
+from pytest_talos.emulator.state import NodeState
 
 __all__ = ["ClusterKubeProvider"]
 

@@ -16,6 +16,7 @@ import contextlib
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
+from pytest_talos.emulator.errors import ListenerError
 from pytest_talos.emulator.sockets import EXTRA_PORT, SSH_PORT, Listener
 
 __all__ = ["ExtraListeners", "ListenerError"]
@@ -34,10 +35,6 @@ _GREETINGS = {
 ConnectionHandler = Callable[
     [asyncio.StreamReader, asyncio.StreamWriter], Coroutine[Any, Any, None]
 ]
-
-
-class ListenerError(OSError):
-    """A port of the node could not be opened."""
 
 
 class ExtraListeners:

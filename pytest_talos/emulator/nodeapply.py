@@ -5,33 +5,31 @@ The handler is ``ApplyConfiguration`` in
 ``SetConfig``/``SetPersistedConfig`` (``internal/app/machined/pkg/runtime/v1alpha1/
 v1alpha1_runtime.go``), each a cosi ``Update`` of a MachineConfig resource
 (``internal/app/machined/pkg/runtime/v1alpha2/v1alpha2_state.go`` ``SetConfig``), which always
-bumps the version. :class:`ConfigMixin` is mixed into
-:class:`~pytest_talos.emulator.state.NodeState`; it holds the apply flow, the MachineConfig
-resource writes and the try-mode timer. Plain Python.
+bumps the version. :class:`MachineConfigState` is the node's config lifecycle,
+composed by :class:`~pytest_talos.emulator.state.NodeState`: it owns the configs, the apply
+flow, the MachineConfig resource writes and the try-mode timer. Plain Python.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from pytest_talos.emulator import machineconfig as mc
+from pytest_talos.emulator.clock import Cancellable, Clock
+from pytest_talos.emulator.errors import NodeFailure
+from pytest_talos.emulator.faults import Fault
 from pytest_talos.emulator.resources import T
+from pytest_talos.emulator.store import ResourceStore
 from pytest_talos.patches import PatchError, load_documents
-
-if TYPE_CHECKING:
-    from pytest_talos.emulator.clock import Cancellable, Clock
-    from pytest_talos.emulator.resources import ResourceStore
-    from pytest_talos.emulator.services import ServiceManager
-    from pytest_talos.emulator.state import NodeHooks
 
 __all__ = [
     "CONFIG_ANNOTATIONS",
     "DEFAULT_TRY_TIMEOUT",
     "ApplyRequest",
     "ApplyResult",
-    "ConfigMixin",
+    "MachineConfigState",
     "NodeFailure",
     "go_duration",
 ]
@@ -40,15 +38,6 @@ DEFAULT_TRY_TIMEOUT = 60.0  # pkg/machinery/constants: ConfigTryTimeout = 1m
 LATE_APPLY_DELAY = 2.0  # node seconds: how late the late-applying faults change the config
 # pkg/machinery/resources/config/machine_config.go NewMachineConfigWithID
 CONFIG_ANNOTATIONS = {"talos.dev/yaml-spec": "1"}
-
-
-class NodeFailure(Exception):
-    """A request the node refuses; ``code`` is a gRPC status name (``INVALID_ARGUMENT``)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -96,33 +85,46 @@ def _decimal(value: int, unit: int) -> str:
     return f"{whole}.{frac_text}" if frac_text else str(whole)
 
 
-class ConfigMixin:
-    """ApplyConfiguration and try mode; the node state provides the attributes below."""
+class MachineConfigState:
+    """The node's machine configs (active and persisted), their MachineConfig resources, the
+    apply flow and the try-mode timer. The node tells it how to reboot and hears of changes
+    of the active config through ``on_active_changed``."""
 
-    # Whether the persisted config is on the node's STATE partition yet; None until the first
-    # boot decides (see _boot_config_from_state).
-    _config_on_disk: bool | None = None
-    # Node labels a defective revert left on the Kubernetes Node (fault try-revert-keeps-label).
-    labels_kept_after_revert: dict[str, str] = {}  # noqa: RUF012 - replaced, never mutated
+    def __init__(
+        self,
+        config: bytes,
+        *,
+        clock: Clock,
+        store: ResourceStore,
+        container: bool,
+        fault: Callable[[Fault], bool],
+        on_active_changed: Callable[[bytes, bytes], None],
+        reboot: Callable[[str, str], None],
+    ) -> None:
+        self.active_config = config
+        self.persisted_config = config
+        self.rebooting = False  # a REBOOT-mode apply was accepted (v1alpha1_server.go)
+        # Node labels a defective revert left on the Kubernetes Node (fault
+        # try-revert-keeps-label).
+        self.labels_kept_after_revert: dict[str, str] = {}
+        self._clock = clock
+        self._store = store
+        self._container = container
+        self._fault = fault
+        self._on_active_changed = on_active_changed
+        self._reboot = reboot
+        self._applying = False
+        self._try_timer: Cancellable | None = None
+        self._try_target: bytes | None = None
+        # Whether the persisted config is on the node's STATE partition yet; None until the
+        # first boot decides (see boot_config_from_state).
+        self._config_on_disk: bool | None = None
 
-    if TYPE_CHECKING:
-        clock: Clock
-        store: ResourceStore
-        services: ServiceManager
-        hooks: NodeHooks
-        active_config: bytes
-        persisted_config: bytes
-        rebooting: bool
-        _applying: bool
-        _try_timer: Cancellable | None
-        _try_target: bytes | None
-
-        @property
-        def container(self) -> bool: ...
-
-        def _fault(self, name: str) -> bool: ...
-
-        def _reboot_sequence(self, actor: str, sequence: str) -> None: ...
+    def reset_for_boot(self) -> None:
+        """A boot runs the persisted config; a try in flight is gone, no reboot is pending."""
+        self.active_config = self.persisted_config
+        self._try_target = None
+        self.rebooting = False
 
     def apply_configuration(self, request: ApplyRequest) -> ApplyResult:
         if self._applying:  # a non-blocking mutex: applyConfigMu.TryLock()
@@ -136,7 +138,7 @@ class ConfigMixin:
                 "configuration changes until next reboot",
             )
         # os:admin only, outside maintenance (fault reader-can-apply skips it)
-        if not request.admin and not self._fault("reader-can-apply"):
+        if not request.admin and not self._fault(Fault.READER_CAN_APPLY):
             raise NodeFailure("PERMISSION_DENIED", "not authorized")
         self._applying = True
         try:
@@ -147,15 +149,15 @@ class ConfigMixin:
     def _apply(self, request: ApplyRequest) -> ApplyResult:
         # Any non-TRY request cancels a pending rollback first, even a dry run or one that
         # fails later (fault try-not-cancelled skips it).
-        if request.mode != "TRY" and not self._fault("try-not-cancelled"):
+        if request.mode != "TRY" and not self._fault(Fault.TRY_NOT_CANCELLED):
             self.cancel_try()
         old, new = self.active_config, request.data
         try:
             warnings = self._validate(request.data)
         except NodeFailure:
-            if self._fault("late-apply-on-reject") and _parses_with_v1alpha1(new):
+            if self._fault(Fault.LATE_APPLY_ON_REJECT) and _parses_with_v1alpha1(new):
                 # fault late-apply-on-reject: refused in the reply, applied 2 s later anyway
-                self.clock.call_later(LATE_APPLY_DELAY, lambda: self._execute("NO_REBOOT", new, 0))
+                self._clock.call_later(LATE_APPLY_DELAY, lambda: self._execute("NO_REBOOT", new, 0))
             raise
         mode, reason = self._resolve_mode(request.mode, old, new)
         # A try_mode_timeout that is present is used as it is, even 0s (the handler tests
@@ -163,10 +165,10 @@ class ConfigMixin:
         timeout = DEFAULT_TRY_TIMEOUT if request.try_timeout is None else request.try_timeout
         if request.dry_run:
             # No warnings and no AUTO `: <reason>` in a dry run; nothing changes.
-            if self._fault("dry-run-applies"):  # fault dry-run-applies
+            if self._fault(Fault.DRY_RUN_APPLIES):  # fault dry-run-applies
                 self._execute(mode, new, timeout)
-            elif self._fault("dry-run-applies-late"):  # fault dry-run-applies-late
-                self.clock.call_later(LATE_APPLY_DELAY, lambda: self._execute(mode, new, timeout))
+            elif self._fault(Fault.DRY_RUN_APPLIES_LATE):  # fault dry-run-applies-late
+                self._clock.call_later(LATE_APPLY_DELAY, lambda: self._execute(mode, new, timeout))
             return ApplyResult(mode, mc.dry_run_details(mode, old, new))
         self._execute(mode, new, timeout)
         try_text = go_duration(timeout) if mode == "TRY" else ""
@@ -177,19 +179,19 @@ class ConfigMixin:
         """configloader, Validate and RuntimeValidate (InvalidArgument with their text);
         fault lenient-validation accepts anything that parses."""
         try:
-            return list(mc.validate(data, container_mode=self.container).warnings)
+            return list(mc.validate(data, container_mode=self._container).warnings)
         except mc.ConfigRejected as exc:
-            if self._fault("lenient-validation") and _parses_with_v1alpha1(data):
+            if self._fault(Fault.LENIENT_VALIDATION) and _parses_with_v1alpha1(data):
                 return []
-            if self._fault("version-bump-on-reject"):
-                self.store.bump("config", T.MACHINE_CONFIGS, "v1alpha1")
+            if self._fault(Fault.VERSION_BUMP_ON_REJECT):
+                self._store.bump("config", T.MACHINE_CONFIGS, "v1alpha1")
             raise NodeFailure(exc.code, exc.message) from None
 
     def _resolve_mode(self, mode: str, old: bytes, new: bytes) -> tuple[str, str]:
         """TRY/NO_REBOOT must pass CanApplyImmediate; AUTO picks NO_REBOOT or REBOOT."""
         if mode in ("TRY", "NO_REBOOT", "AUTO"):
             blockers = mc.immediate_apply_blockers(old, new)
-            if self._fault("no-reboot-accepts-reboot-fields"):
+            if self._fault(Fault.NO_REBOOT_ACCEPTS_REBOOT_FIELDS):
                 # fault no-reboot-accepts-reboot-fields: env and files pass as immediate
                 blockers = [b for b in blockers if b not in ("machine.env", "machine.files")]
             if not blockers:
@@ -214,13 +216,13 @@ class ConfigMixin:
         else:  # REBOOT
             self._set_persisted(new)
             self.rebooting = True
-            self.clock.call_later(0.1, lambda: self._reboot_sequence(str(uuid.uuid4()), "reboot"))
+            self._clock.call_later(0.1, lambda: self._reboot(str(uuid.uuid4()), "reboot"))
 
     def _set_persisted(self, data: bytes) -> None:
         # SetPersistedConfig: creates `persistent` (version 1) where the node booted without
         # one, else updates it; PersistenceController then writes it to STATE.
         self.persisted_config = data
-        self.store.put(
+        self._store.put(
             "config",
             T.MACHINE_CONFIGS,
             "persistent",
@@ -230,7 +232,7 @@ class ConfigMixin:
         )
         self._config_on_disk = True
 
-    def _boot_config_from_state(self) -> bool:
+    def boot_config_from_state(self) -> bool:
         """Whether this boot reads its config from the STATE partition alone.
 
         AcquireController (internal/app/machined/pkg/controllers/config/acquire.go) calls
@@ -240,7 +242,7 @@ class ConfigMixin:
         a volume, pkg/provision/providers/docker/node.go): no `persistent` until an apply.
         """
         if self._config_on_disk is None:
-            self._config_on_disk = not self.container
+            self._config_on_disk = not self._container
         from_state = self._config_on_disk
         self._config_on_disk = True  # PersistenceController writes what was acquired
         return from_state
@@ -248,7 +250,7 @@ class ConfigMixin:
     def _set_active(self, data: bytes) -> None:
         old = self.active_config
         self.active_config = data
-        self.store.put(
+        self._store.put(
             "config",
             T.MACHINE_CONFIGS,
             "v1alpha1",
@@ -257,13 +259,6 @@ class ConfigMixin:
             always_bump=True,
         )
         self._on_active_changed(old, data)
-
-    def _on_active_changed(self, old: bytes, new: bytes) -> None:
-        if mc.kubelet_extra_args(old) != mc.kubelet_extra_args(new):
-            # kubelet is restarted with its new arguments (so it fails, or heals).
-            self.services.restart_if_running("kubelet")
-        if mc.node_labels(old) != mc.node_labels(new):
-            self.hooks.kube_changed()
 
     # ---- try mode ------------------------------------------------------------------------
 
@@ -279,13 +274,13 @@ class ConfigMixin:
         self._try_target = self.active_config
         if self._try_timer is not None:
             self._try_timer.cancel()
-        self._try_timer = self.clock.call_later(max(timeout, 0.0), self._try_expired)
+        self._try_timer = self._clock.call_later(max(timeout, 0.0), self._try_expired)
 
     def _try_expired(self) -> None:
         target, self._try_target, self._try_timer = self._try_target, None, None
-        if target is None or self._fault("try-no-revert"):
+        if target is None or self._fault(Fault.TRY_NO_REVERT):
             return
-        if self._fault("try-revert-keeps-label"):
+        if self._fault(Fault.TRY_REVERT_KEEPS_LABEL):
             # fault try-revert-keeps-label: the Node keeps the labels the tried config added
             tried = mc.node_labels(self.active_config)
             kept = {k: v for k, v in tried.items() if k not in mc.node_labels(target)}

@@ -19,6 +19,8 @@ import uuid
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from pytest_talos.emulator.faults.names import Fault
+
 __all__ = [
     "CRI_STREAM_PORT",
     "EXTRA_PORT",
@@ -81,7 +83,7 @@ def listeners_for(
     api_server_port: int = 6443,
     sshd: bool = False,
     extra_port: bool = False,
-    faults: Collection[str] = (),
+    faults: Collection[Fault] = (),
 ) -> list[Listener]:
     """The host network namespace's sockets of a healthy node, plus what faults add.
 
@@ -92,7 +94,7 @@ def listeners_for(
         # internal/app/machined/pkg/controllers/runtime/api_service_config.go: ":50000"
         Listener(50000, "apid", "::"),
         # internal/app/machined/pkg/controllers/k8s/kubelet_spec.go: address 0.0.0.0
-        Listener(10250, "kubelet", "::", hidden="hidden-listener" in faults),
+        Listener(10250, "kubelet", "::", hidden=Fault.HIDDEN_LISTENER in faults),
         # internal/app/machined/pkg/system/services/kubelet.go: healthz on 127.0.0.1:10248
         Listener(10248, "kubelet", "127.0.0.1"),
         # internal/app/machined/pkg/controllers/k8s/kubeprism_config.go: 127.0.0.1:7445,
@@ -129,9 +131,9 @@ def listeners_for(
         sockets.append(Listener(SSH_PORT, "sshd", "0.0.0.0"))
     if extra_port:  # fault extra-port
         sockets.append(Listener(EXTRA_PORT, "python3", "0.0.0.0"))
-    if "udp-listener" in faults:  # a TFTP server on every address: Talos runs none
+    if Fault.UDP_LISTENER in faults:  # a TFTP server on every address: Talos runs none
         sockets.append(Listener(TFTP_PORT, "in.tftpd", "0.0.0.0", udp=True))
-    if "netstat-ghost" in faults:  # listening on every address, but a firewall rejects it
+    if Fault.NETSTAT_GHOST in faults:  # listening on every address, but a firewall rejects it
         sockets.append(Listener(GHOST_PORT, "node_exporter", "::", rejected=True))
     return sockets
 

@@ -1,5 +1,5 @@
-"""The static side of an emulated node: root filesystem, mounts, memory (and, re-exported
-from :mod:`.processes` and :mod:`.sockets`, its processes and sockets).
+"""The static side of an emulated node: root filesystem and memory (and, re-exported from
+:mod:`.mounts`, :mod:`.processes` and :mod:`.sockets`, its mounts, processes and sockets).
 
 The root is the Talos image: usr-merged (siderolabs/pkgs ``fhs/pkg.yaml``: ``/bin`` and
 ``/sbin`` link to ``usr/bin``, ``/usr/sbin`` to ``bin``), machined installed as
@@ -18,6 +18,8 @@ import posixpath
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from pytest_talos.emulator.faults.names import Fault
+from pytest_talos.emulator.mounts import MountEntry, mounts_for, proc_mounts
 from pytest_talos.emulator.processes import ProcessEntry, processes_for
 from pytest_talos.emulator.sockets import (
     EXTRA_PORT,
@@ -42,6 +44,7 @@ __all__ = [
     "mounts_for",
     "os_release",
     "pod_listeners",
+    "proc_mounts",
     "processes_for",
     "resolve",
 ]
@@ -227,21 +230,18 @@ def build_rootfs(
 
 
 # Files the faults drop onto the node's executable paths (each a defect of the image).
-_FAULT_FILES: Mapping[str, tuple[str, ...]] = {
-    "shell-in-libexec": ("/usr/libexec/dash",),
-    "shell-alias": ("/usr/bin/busybox.static",),
-    "package-manager-in-opt": ("/opt/foo/bin/dpkg",),
+_FAULT_FILES: Mapping[Fault, tuple[str, ...]] = {
+    Fault.SHELL_IN_LIBEXEC: ("/usr/libexec/dash",),
+    Fault.SHELL_ALIAS: ("/usr/bin/busybox.static",),
+    Fault.PACKAGE_MANAGER_IN_OPT: ("/opt/foo/bin/dpkg",),
 }
 
 
-def fault_files(active: Callable[[str], bool]) -> dict[str, bytes]:
+def fault_files(active: Callable[[Fault], bool]) -> dict[str, bytes]:
     """The files of the active faults among :data:`_FAULT_FILES` (``build_rootfs``'s
     ``extra_files``): fault shell-in-libexec, shell-alias, package-manager-in-opt."""
     return {
-        path: _ELF_STUB
-        for fault, paths in _FAULT_FILES.items()
-        if active(fault)
-        for path in paths
+        path: _ELF_STUB for fault, paths in _FAULT_FILES.items() if active(fault) for path in paths
     }
 
 
@@ -314,94 +314,6 @@ def resolve(rootfs: Mapping[str, FileEntry], path: str, *, follow_last: bool = T
         parts = [p for p in entry.link.split("/") if p and p != "."] + parts
         current = "/" if entry.link.startswith("/") else current
     return current
-
-
-@dataclass(frozen=True)
-class MountEntry:
-    device: str
-    mountpoint: str
-    fstype: str
-    options: str
-    size: int
-    available: int
-
-
-_GIB = 1 << 30
-
-
-def mounts_for(
-    *, platform: str, extensions: int, rw_root: bool, rw_usr: bool = False
-) -> list[MountEntry]:
-    """/proc/mounts of the node, with the sizes statfs reports (Mounts API)."""
-    mounts = [_root_mount(platform, extensions, rw_root), *_other_mounts(platform)]
-    if rw_usr:  # fault usr-writable: a writable overlay over the image's /usr, upper on /var
-        options = (
-            "rw,relatime,lowerdir=/usr,upperdir=/var/lib/usr-upper,workdir=/var/lib/usr-work"
-        )
-        mounts.append(MountEntry("overlay", "/usr", "overlay", options, 20 * _GIB, 17 * _GIB))
-    return mounts
-
-
-def _root_mount(platform: str, extensions: int, rw_root: bool) -> MountEntry:
-    ro = "rw" if rw_root else "ro"  # fault rw-rootfs flips it
-    if platform == "container":
-        # pkg/provision/providers/docker/node.go: ReadonlyRootfs, so Docker mounts its overlay
-        # read-only; statfs reports the host disk under it (sizes INFERRED)
-        docker = "/var/lib/docker/overlay2"
-        options = (
-            f"{ro},relatime,lowerdir={docker}/l/TALOS:{docker}/l/BASE,"
-            f"upperdir={docker}/talos/diff,workdir={docker}/talos/work"
-        )
-        return MountEntry("overlay", "/", "overlay", options, 100 * _GIB, 61 * _GIB)
-    if extensions:
-        # internal/app/init/main.go mountRootFS: a read-only overlay of the squashfs layers
-        # (one per extension, then the root image); fsopen without a source shows "none"
-        lowers = ":".join(f"/layers/layer{i}" for i in reversed(range(extensions)))
-        options = f"{ro},relatime,lowerdir={lowers}:/layers/root"
-        return MountEntry("none", "/", "overlay", options, 96 << 20, 0)
-    # internal/app/init/main.go mountRootFS: the squashfs image on a loop device
-    return MountEntry("/dev/loop0", "/", "squashfs", f"{ro},relatime,errors=continue", 86 << 20, 0)
-
-
-def _other_mounts(platform: str) -> list[MountEntry]:
-    # Pseudo filesystems, tmpfs and the EPHEMERAL/STATE partitions; devices and sizes INFERRED
-    # (docker/node.go: tmpfs /run, /system, /tmp and volumes for /var, /system/state).
-    var_device, state_device = (
-        ("/dev/sda6", "/dev/sda5") if platform != "container" else ("/dev/vda1", "/dev/vda1")
-    )
-    var_fs = "xfs" if platform != "container" else "ext4"
-    return [
-        MountEntry("devtmpfs", "/dev", "devtmpfs", "rw,nosuid,size=4096k", 4 << 20, 4 << 20),
-        MountEntry("proc", "/proc", "proc", "rw,nosuid,nodev,noexec,relatime", 0, 0),
-        MountEntry("sysfs", "/sys", "sysfs", "rw,nosuid,nodev,noexec,relatime", 0, 0),
-        MountEntry("tmpfs", "/run", "tmpfs", "rw,nosuid,nodev,relatime", 4 * _GIB, 4 * _GIB),
-        MountEntry("tmpfs", "/system", "tmpfs", "rw,relatime", 4 * _GIB, 4 * _GIB),
-        MountEntry("tmpfs", "/tmp", "tmpfs", "rw,nosuid,nodev,relatime", 64 << 20, 64 << 20),
-        MountEntry(var_device, "/var", var_fs, "rw,relatime", 20 * _GIB, 17 * _GIB),
-        MountEntry(state_device, "/system/state", var_fs, "rw,relatime", 100 << 20, 90 << 20),
-        *(_overlay(path, platform) for path in _OVERLAYS),
-    ]
-
-
-# constants.Overlays: writable overlays (metal) or Docker volumes (docker/node.go).
-_OVERLAYS = ("/etc/cni", "/etc/kubernetes", "/usr/libexec/kubernetes", "/opt")
-
-
-def _overlay(path: str, platform: str) -> MountEntry:
-    if platform == "container":
-        return MountEntry("/dev/vda1", path, "ext4", "rw,relatime", 100 * _GIB, 61 * _GIB)
-    name = path.strip("/").replace("/", "-")  # mount/v3 NewOverlayWithBasePath
-    options = (
-        f"rw,relatime,lowerdir={path},upperdir=/var/system/overlays/{name}-diff,"
-        f"workdir=/var/system/overlays/{name}-workdir"
-    )
-    return MountEntry("overlay", path, "overlay", options, 20 * _GIB, 17 * _GIB)
-
-
-def proc_mounts(mounts: Iterable[MountEntry]) -> bytes:
-    return "".join(
-        f"{m.device} {m.mountpoint} {m.fstype} {m.options} 0 0\n" for m in mounts
-    ).encode()
 
 
 def meminfo() -> dict[str, int]:

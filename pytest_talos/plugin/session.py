@@ -110,6 +110,7 @@ class TalosSession:
 
     def _start_emulator(self, controlplanes: int, workers: int) -> EmulatedCluster:
         from pytest_talos.emulator.cluster import EmulatedCluster  # imported only when asked
+        from pytest_talos.emulator.errors import EmulatorError
 
         emulator = EmulatedCluster(
             controlplanes,
@@ -118,7 +119,10 @@ class TalosSession:
             variants=self.settings.variants.value,
             time_scale=self.settings.time_scale.value,
         )
-        self.emulator = emulator.__enter__()
+        try:
+            self.emulator = emulator.__enter__()
+        except EmulatorError as exc:  # the emulator's own root: reported like an unreachable target
+            raise TalosError(str(exc)) from None
         return emulator
 
     def _select(self, nodes: list[TalosNode]) -> list[TalosNode]:

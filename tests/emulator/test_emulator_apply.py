@@ -19,8 +19,10 @@ from pytest_talos._proto.machine import machine_pb2 as m
 from pytest_talos._proto.resource.config import config_pb2
 from pytest_talos._proto.v1alpha1 import state_pb2 as s
 from pytest_talos.emulator import EmulatedCluster
+from pytest_talos.emulator.errors import NodeFailure
 from pytest_talos.emulator.machineconfig import NO_V1ALPHA1_MESSAGE
-from pytest_talos.emulator.state import ApplyRequest, ApplyResult, NodeFailure, NodeState
+from pytest_talos.emulator.nodeapply import ApplyRequest, ApplyResult
+from pytest_talos.emulator.state import NodeState
 from pytest_talos.patches import apply_patches
 
 from .conftest import RawClient, wait_for

@@ -16,7 +16,9 @@ from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.clock import Cancellable, Clock
 from pytest_talos.emulator.events import EventBuffer, RuntimeEvent, SequencePayload, new_xid
 from pytest_talos.emulator.faults import FAULTS, FaultSet
-from pytest_talos.emulator.resources import DEFINITIONS, ResourceStore, T, yaml_of
+from pytest_talos.emulator.identity import NodeIdentity
+from pytest_talos.emulator.nodeapply import ApplyRequest, go_duration
+from pytest_talos.emulator.resources import DEFINITIONS, T
 from pytest_talos.emulator.services import (
     Service,
     ServiceEventRecord,
@@ -26,7 +28,8 @@ from pytest_talos.emulator.services import (
     go_quote,
     services_for,
 )
-from pytest_talos.emulator.state import ApplyRequest, NodeIdentity, NodeState, go_duration
+from pytest_talos.emulator.state import NodeState
+from pytest_talos.emulator.store import ResourceStore, yaml_of
 from pytest_talos.patches import apply_patches
 
 

@@ -50,7 +50,7 @@ def rejection(data: bytes, **kwargs: Any) -> str:
 
 def v1alpha1_error(*errors: str) -> str:
     """The text Talos returns for errors found in the v1alpha1 document."""
-    return mc._multierror([f"v1alpha1.Config: {mc._multierror(list(errors))}"])
+    return mc.multierror([f"v1alpha1.Config: {mc.multierror(list(errors))}"])
 
 
 def documents(data: bytes) -> list[dict[str, Any]]:
@@ -319,7 +319,7 @@ def test_label_key_and_value_rules(worker: bytes) -> None:
     }
     body = "".join(f"    {key!r}: {value!r}\n" for key, value in labels.items())
     message = rejection(patched(worker, "machine:\n  nodeLabels:\n" + body))
-    assert message == v1alpha1_error("invalid machine node labels: " + mc._multierror([
+    assert message == v1alpha1_error("invalid machine node labels: " + mc.multierror([
         'prefix cannot be empty: "/foo"',
         'prefix "123@.dev" is invalid: domain doesn\'t match required format: "123@.dev"',
         'invalid format: too many slashes: "a/b/c"',
@@ -346,10 +346,10 @@ def test_annotations_and_taints(worker: bytes) -> None:
                            "  nodeTaints:\n    dedicated: gpu:NoSchedule\n    plain: NoExecute\n"
                            "    broken: gpu:Sometimes\n    wrong: 'a b:NoExecute'\n")
     assert rejection(data) == v1alpha1_error(
-        "invalid machine node annotations: " + mc._multierror([
+        "invalid machine node annotations: " + mc.multierror([
             'name "bad key" is invalid', 'annotation "talos.dev/owned-labels" is reserved',
         ]),
-        "invalid machine node taints: " + mc._multierror([
+        "invalid machine node taints: " + mc.multierror([
             'invalid taint effect: "Sometimes"', 'label value "a b" is invalid',
         ]),
     )
@@ -455,17 +455,17 @@ def test_hostname_config_rules(worker: bytes) -> None:
     assert mc.validate(named).warnings == []
     assert mc.hostname(named) == "talos-default-worker-1"
     auto_and_name = worker.replace(b"auto: stable", b"auto: stable\nhostname: w1")
-    assert rejection(auto_and_name) == mc._multierror([
+    assert rejection(auto_and_name) == mc.multierror([
         "HostnameConfig: 'auto' and 'hostname' cannot be set at the same time"
     ])
     twice = patched(named, "machine:\n  network:\n    hostname: other\n")
-    assert rejection(twice) == mc._multierror(["static hostname is already set in v1alpha1 config"])
+    assert rejection(twice) == mc.multierror(["static hostname is already set in v1alpha1 config"])
     neither = worker.replace(b"auto: stable", b'auto: ""')
-    assert rejection(neither) == mc._multierror(
+    assert rejection(neither) == mc.multierror(
         ["HostnameConfig: either 'auto' or 'hostname' must be set"]
     )
     odd = worker.replace(b"auto: stable", b"auto: sometimes")
-    assert rejection(odd) == mc._multierror(
+    assert rejection(odd) == mc.multierror(
         ['HostnameConfig: invalid auto hostname kind "sometimes"']
     )
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_talos.emulator import machineconfig as mc
-from pytest_talos.emulator.machineconfig.render import _dumped_scalar, _scalar
+from pytest_talos.emulator.machineconfig.render import dumped_scalar, yaml_scalar
 
 DATA = Path(__file__).parent / "data"
 
@@ -66,7 +66,7 @@ def test_generating_twice_gives_the_same_bytes() -> None:
 
 @pytest.mark.parametrize("value", [*TRICKY, None, True, False, 0, -7, 7445, 1.5])
 def test_scalar_shortcut_agrees_with_pyyaml(value: Any) -> None:
-    assert _scalar(value) == _dumped_scalar(value)
+    assert yaml_scalar(value) == dumped_scalar(value)
 
 
 # Mostly characters the plain-scalar shortcut accepts, plus the ones that end it.
@@ -78,10 +78,10 @@ _NEAR_PLAIN = st.text(
 @settings(max_examples=300, deadline=None)
 @given(_NEAR_PLAIN)
 def test_scalar_shortcut_agrees_with_pyyaml_on_generated_text(text: str) -> None:
-    assert _scalar(text) == _dumped_scalar(text)
+    assert yaml_scalar(text) == dumped_scalar(text)
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.integers() | st.booleans() | st.none())
 def test_scalar_shortcut_agrees_with_pyyaml_on_other_scalars(value: Any) -> None:
-    assert _scalar(value) == _dumped_scalar(value)
+    assert yaml_scalar(value) == dumped_scalar(value)

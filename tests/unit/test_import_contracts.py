@@ -14,7 +14,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "pytest_talos"
-MOVING = {"reporting"}  # helper "suite" moves it into the plugin package
 
 
 def _top_level_modules() -> set[str]:
@@ -38,14 +37,14 @@ def test_the_layers_contract_places_every_module_and_is_exhaustive() -> None:
         for layer in layers["layers"]
         for name in layer.replace(":", "|").split("|")
     }
-    assert _top_level_modules() - MOVING <= placed
+    assert _top_level_modules() <= placed
 
 
 def test_every_module_but_the_plugin_is_kept_from_pytest_even_indirectly() -> None:
     forbidden = _contract("Only the plugin imports pytest")
     assert forbidden["allow_indirect_imports"] is False
     sources = {name.removeprefix("pytest_talos.") for name in forbidden["source_modules"]}
-    assert sources == _top_level_modules() - {"plugin"} - MOVING
+    assert sources == _top_level_modules() - {"plugin"}
     assert forbidden["ignore_imports"] == ["pytest_talos.hookspecs -> pytest"]
 
 

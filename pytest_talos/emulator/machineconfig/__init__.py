@@ -18,6 +18,7 @@ writing) and :mod:`.common` (what they share).
 
 from __future__ import annotations
 
+from pytest_talos.emulator.errors import ConfigRejected
 from pytest_talos.emulator.machineconfig.accessors import (
     KNOWN_KUBELET_FLAGS,
     cert_sans,
@@ -36,10 +37,9 @@ from pytest_talos.emulator.machineconfig.common import (
     DEFAULT_SERVICE_SUBNETS,
     INFERRED,
     NO_V1ALPHA1_MESSAGE,
-    ConfigRejected,
     ValidationOutcome,
+    multierror,
 )
-from pytest_talos.emulator.machineconfig.common import _multierror as _multierror
 from pytest_talos.emulator.machineconfig.generate import generate_config
 from pytest_talos.emulator.machineconfig.immediate import (
     IMMEDIATE_FEATURES,
@@ -73,6 +73,7 @@ __all__ = [
     "kubelet_extra_args",
     "kubernetes_version",
     "machine_type",
+    "multierror",
     "node_labels",
     "pod_subnets",
     "service_subnets",

@@ -8,10 +8,10 @@ from typing import Any
 from pytest_talos.emulator.machineconfig.common import (
     DEFAULT_POD_SUBNETS,
     DEFAULT_SERVICE_SUBNETS,
-    _scalar_text,
-    _string_map,
+    scalar_text,
+    string_map,
 )
-from pytest_talos.emulator.machineconfig.loader import _lenient_documents, _main_document
+from pytest_talos.emulator.machineconfig.loader import lenient_documents, main_document
 
 # Real kubelet command-line flags; anything else in extraArgs makes kubelet exit at start
 # (`unknown flag: --x`), so it crash-loops.
@@ -48,17 +48,17 @@ def _dig(doc: Mapping[str, Any], *path: str) -> Any:
 
 
 def _string_list(value: Any) -> list[str]:
-    return [_scalar_text(item) for item in value] if isinstance(value, list) else []
+    return [scalar_text(item) for item in value] if isinstance(value, list) else []
 
 
 def node_labels(data: bytes) -> dict[str, str]:
     """``machine.nodeLabels`` as strings."""
-    return _string_map(_dig(_main_document(data), "machine", "nodeLabels"))
+    return string_map(_dig(main_document(data), "machine", "nodeLabels"))
 
 
 def kubelet_extra_args(data: bytes) -> dict[str, str]:
     """``machine.kubelet.extraArgs`` as strings."""
-    return _string_map(_dig(_main_document(data), "machine", "kubelet", "extraArgs"))
+    return string_map(_dig(main_document(data), "machine", "kubelet", "extraArgs"))
 
 
 def unknown_kubelet_flags(data: bytes) -> list[str]:
@@ -68,67 +68,67 @@ def unknown_kubelet_flags(data: bytes) -> list[str]:
 
 def pod_subnets(data: bytes) -> list[str]:
     """``cluster.network.podSubnets``, or Talos's default when unset."""
-    found = _string_list(_dig(_main_document(data), "cluster", "network", "podSubnets"))
+    found = _string_list(_dig(main_document(data), "cluster", "network", "podSubnets"))
     return found or list(DEFAULT_POD_SUBNETS)
 
 
 def service_subnets(data: bytes) -> list[str]:
     """``cluster.network.serviceSubnets``, or Talos's default when unset."""
-    found = _string_list(_dig(_main_document(data), "cluster", "network", "serviceSubnets"))
+    found = _string_list(_dig(main_document(data), "cluster", "network", "serviceSubnets"))
     return found or list(DEFAULT_SERVICE_SUBNETS)
 
 
 def machine_type(data: bytes) -> str:
     """``machine.type`` (``""`` when unset)."""
-    return _scalar_text(_dig(_main_document(data), "machine", "type") or "")
+    return scalar_text(_dig(main_document(data), "machine", "type") or "")
 
 
 def hostname(data: bytes) -> str:
     """The static hostname: the ``HostnameConfig`` document, else ``machine.network.hostname``."""
-    for doc in _lenient_documents(data):
+    for doc in lenient_documents(data):
         if doc.get("kind") == "HostnameConfig" and doc.get("hostname"):
-            return _scalar_text(doc["hostname"])
-    return _scalar_text(_dig(_main_document(data), "machine", "network", "hostname") or "")
+            return scalar_text(doc["hostname"])
+    return scalar_text(_dig(main_document(data), "machine", "network", "hostname") or "")
 
 
 def cluster_name(data: bytes) -> str:
     """``cluster.clusterName`` (``""`` when unset)."""
-    return _scalar_text(_dig(_main_document(data), "cluster", "clusterName") or "")
+    return scalar_text(_dig(main_document(data), "cluster", "clusterName") or "")
 
 
 def cert_sans(data: bytes) -> list[str]:
     """``machine.certSANs``."""
-    return _string_list(_dig(_main_document(data), "machine", "certSANs"))
+    return _string_list(_dig(main_document(data), "machine", "certSANs"))
 
 
 def kubernetes_version(data: bytes) -> str:
     """The Kubernetes version from the kubelet image tag (``1.36.0``), ``""`` if unknown."""
-    image = _scalar_text(_dig(_main_document(data), "machine", "kubelet", "image") or "")
+    image = scalar_text(_dig(main_document(data), "machine", "kubelet", "image") or "")
     tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
     return tag.removeprefix("v")
 
 
 def discovery_enabled(data: bytes) -> bool:
     """``cluster.discovery.enabled``; unset means off (v1alpha1_discoveryconfig.go Enabled)."""
-    return _dig(_main_document(data), "cluster", "discovery", "enabled") is True
+    return _dig(main_document(data), "cluster", "discovery", "enabled") is True
 
 
 def cni_name(data: bytes) -> str:
     """``cluster.network.cni.name``; ``flannel`` without a CNI section (v1alpha1_clusterconfig.go
     CNI)."""
-    cni = _dig(_main_document(data), "cluster", "network", "cni")
+    cni = _dig(main_document(data), "cluster", "network", "cni")
     if not isinstance(cni, Mapping):
         return "flannel"
-    return _scalar_text(cni.get("name") or "")
+    return scalar_text(cni.get("name") or "")
 
 
 def coredns_enabled(data: bytes) -> bool:
     """Not ``cluster.coreDNS.disabled: true`` (v1alpha1_provider.go CoreDNS.Enabled)."""
-    return _dig(_main_document(data), "cluster", "coreDNS", "disabled") is not True
+    return _dig(main_document(data), "cluster", "coreDNS", "disabled") is not True
 
 
 def proxy_disabled(data: bytes) -> bool:
     """``cluster.proxy.disabled: true`` (v1alpha1_clusterconfig.go Proxy: kube-proxy runs
     unless disabled)."""
-    return _dig(_main_document(data), "cluster", "proxy", "disabled") is True
+    return _dig(main_document(data), "cluster", "proxy", "disabled") is True
 

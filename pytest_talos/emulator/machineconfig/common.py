@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_talos.errors import TalosError
+from pytest_talos.emulator.errors import ConfigRejected
 
 INFERRED: tuple[str, ...] = (
     "Generated configs are one template per role, as `talosctl cluster create` hands out: "
@@ -61,14 +61,6 @@ DEFAULT_POD_SUBNETS: tuple[str, ...] = ("10.244.0.0/16",)
 DEFAULT_SERVICE_SUBNETS: tuple[str, ...] = ("10.96.0.0/12",)
 
 
-class ConfigRejected(TalosError):
-    """The node refuses a machine config; ``code`` is the gRPC status code name."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-
-
 @dataclass(frozen=True)
 class ValidationOutcome:
     """An accepted config; ``warnings`` go into the ApplyConfiguration reply."""
@@ -76,11 +68,11 @@ class ValidationOutcome:
     warnings: list[str] = field(default_factory=list)
 
 
-def _rejected(message: str) -> ConfigRejected:
+def invalid_argument(message: str) -> ConfigRejected:
     return ConfigRejected("INVALID_ARGUMENT", message)
 
 
-def _multierror(errors: Sequence[str]) -> str:
+def multierror(errors: Sequence[str]) -> str:
     """hashicorp/go-multierror's text."""
     if len(errors) == 1:
         return f"1 error occurred:\n\t* {errors[0]}\n\n"
@@ -88,20 +80,20 @@ def _multierror(errors: Sequence[str]) -> str:
     return f"{len(errors)} errors occurred:\n\t{points}\n\n"
 
 
-def _mapping(value: Any) -> dict[str, Any]:
+def as_mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _string_map(value: Any) -> dict[str, str]:
-    return {str(k): "" if v is None else _scalar_text(v) for k, v in _mapping(value).items()}
+def string_map(value: Any) -> dict[str, str]:
+    return {str(k): "" if v is None else scalar_text(v) for k, v in as_mapping(value).items()}
 
 
-def _goq(text: str) -> str:
+def go_quote(text: str) -> str:
     """Go's %q for ordinary text."""
     return json.dumps(text, ensure_ascii=False)
 
 
-def _scalar_text(value: Any) -> str:
+def scalar_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

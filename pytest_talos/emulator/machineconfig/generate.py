@@ -22,7 +22,7 @@ from pytest_talos.emulator.machineconfig.common import (
     DEFAULT_POD_SUBNETS,
     DEFAULT_SERVICE_SUBNETS,
 )
-from pytest_talos.emulator.machineconfig.render import _render_yaml
+from pytest_talos.emulator.machineconfig.render import render_yaml
 
 # Documentation comments talosctl writes next to (scalars) or above (sections) a field.
 _DOCS = {
@@ -314,8 +314,8 @@ def generate_config(
             cert_sans_list=cert_sans,
         ),
     }
-    text = _render_yaml(config, _DOCS)
+    text = render_yaml(config, _DOCS)
     if extra_documents:  # network.go: MultidocNetworkConfigSupported() adds HostnameConfig
         hostname_doc = {"apiVersion": "v1alpha1", "kind": "HostnameConfig", "auto": "stable"}
-        text += "---\n" + _render_yaml(hostname_doc, _HOSTNAME_DOCS)
+        text += "---\n" + render_yaml(hostname_doc, _HOSTNAME_DOCS)
     return text.encode("utf-8")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_talos.emulator.machineconfig.common import _mapping
-from pytest_talos.emulator.machineconfig.loader import _main_document
+from pytest_talos.emulator.machineconfig.common import as_mapping
+from pytest_talos.emulator.machineconfig.loader import main_document
 from pytest_talos.patches import config_diff, dump_documents
 
 # Fields CanApplyImmediate copies from the running config before comparing (so they may
@@ -42,12 +42,12 @@ def _blocked_paths(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         if key != "machine":
             paths.append(str(key))
             continue
-        old_m, new_m = _mapping(old.get(key)), _mapping(new.get(key))
+        old_m, new_m = as_mapping(old.get(key)), as_mapping(new.get(key))
         for mkey in dict.fromkeys([*old_m, *new_m]):
             if mkey in IMMEDIATE_MACHINE_FIELDS or not _differs(old_m.get(mkey), new_m.get(mkey)):
                 continue
             if mkey == "features":
-                paths += _blocked_features(_mapping(old_m.get(mkey)), _mapping(new_m.get(mkey)))
+                paths += _blocked_features(as_mapping(old_m.get(mkey)), as_mapping(new_m.get(mkey)))
             else:
                 paths.append(f"machine.{mkey}")
     return paths
@@ -62,7 +62,7 @@ def _blocked_features(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def immediate_apply_blockers(old: bytes, new: bytes) -> list[str]:
     """Dotted paths of v1alpha1 fields that differ and need a reboot (CanApplyImmediate)."""
-    return _blocked_paths(_main_document(old), _main_document(new))
+    return _blocked_paths(main_document(old), main_document(new))
 
 
 def _merge_allowed(
@@ -80,12 +80,12 @@ def _merge_allowed(
 def _with_allowed_from(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """``new`` with every immediately-applicable field taken from ``old``."""
     masked = _merge_allowed(old, new, IMMEDIATE_TOP_LEVEL)
-    old_m, new_m = _mapping(old.get("machine")), _mapping(new.get("machine"))
+    old_m, new_m = as_mapping(old.get("machine")), as_mapping(new.get("machine"))
     if isinstance(masked.get("machine"), dict):
         machine = _merge_allowed(old_m, new_m, IMMEDIATE_MACHINE_FIELDS)
         if isinstance(machine.get("features"), dict):
             machine["features"] = _merge_allowed(
-                _mapping(old_m.get("features")), machine["features"], IMMEDIATE_FEATURES
+                as_mapping(old_m.get("features")), machine["features"], IMMEDIATE_FEATURES
             )
         masked["machine"] = machine
     return masked
@@ -93,7 +93,7 @@ def _with_allowed_from(old: dict[str, Any], new: dict[str, Any]) -> dict[str, An
 
 def immediate_apply_error(old: bytes, new: bytes) -> str:
     """The InvalidArgument text for a NO_REBOOT/TRY apply that needs a reboot."""
-    old_doc, new_doc = _main_document(old), _main_document(new)
+    old_doc, new_doc = main_document(old), main_document(new)
     diff = config_diff(
         dump_documents([old_doc]), dump_documents([_with_allowed_from(old_doc, new_doc)])
     )

@@ -14,14 +14,14 @@ from typing import Any
 
 import yaml
 
-from pytest_talos.emulator.machineconfig.common import _goq, _rejected
-from pytest_talos.emulator.machineconfig.render import _render_yaml
+from pytest_talos.emulator.machineconfig.common import go_quote, invalid_argument
+from pytest_talos.emulator.machineconfig.render import render_yaml
 from pytest_talos.emulator.machineconfig.schema import (
-    _ANY,
-    _OTHER_KINDS,
-    _STRICT_DOCUMENTS,
-    _V1ALPHA1_MARKERS,
-    _Type,
+    ANY,
+    OTHER_KINDS,
+    STRICT_DOCUMENTS,
+    V1ALPHA1_MARKERS,
+    SchemaType,
 )
 
 _YAML11_ONLY = frozenset({
@@ -67,13 +67,13 @@ def _yaml12_int(text: str) -> int:
     return int(text, 10)
 
 
-def _construct(node: yaml.Node) -> Any:
+def construct_value(node: yaml.Node) -> Any:
     loader = _Loader("")
     try:
         return loader.construct_document(node)
     except yaml.YAMLError as exc:  # e.g. a list used as a mapping key
         problem = getattr(exc, "problem", None) or str(exc)
-        raise _rejected(f"decode error: yaml: {problem}") from None
+        raise invalid_argument(f"decode error: yaml: {problem}") from None
     finally:
         loader.dispose()
 
@@ -96,9 +96,9 @@ def _compose(data: bytes) -> list[yaml.Node]:
         return [node for node in yaml.compose_all(data, Loader=_Loader) if node is not None]
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else 1
-        raise _rejected(f"decode error: yaml: line {line}: {exc.problem}") from None
+        raise invalid_argument(f"decode error: yaml: line {line}: {exc.problem}") from None
     except yaml.YAMLError as exc:
-        raise _rejected(f"decode error: yaml: {exc}") from None
+        raise invalid_argument(f"decode error: yaml: {exc}") from None
 
 
 def _top_value(node: yaml.MappingNode, key: str) -> str:
@@ -108,7 +108,7 @@ def _top_value(node: yaml.MappingNode, key: str) -> str:
     return ""
 
 
-def _parse(data: bytes) -> list[_Document]:
+def parse_documents(data: bytes) -> list[_Document]:
     """Talos's configloader: documents in order, or the loader error (``NewFromBytes``)."""
     documents: list[_Document] = []
     seen: set[str] = set()
@@ -117,47 +117,47 @@ def _parse(data: bytes) -> list[_Document]:
             continue
         line = node.start_mark.line + 1
         if not isinstance(node, yaml.MappingNode):
-            raise _rejected(f"expected a YAML document at line {line}")
+            raise invalid_argument(f"expected a YAML document at line {line}")
         doc = _Document(
             _top_value(node, "apiVersion"), _top_value(node, "kind") or "v1alpha1",
             _top_value(node, "name"), line, node,
         )
         if doc.ident in seen:
-            raise _rejected(f"duplicate document {doc.ident} is not allowed (line {line})")
+            raise invalid_argument(f"duplicate document {doc.ident} is not allowed (line {line})")
         seen.add(doc.ident)
         _decode(doc)
         documents.append(doc)
     if not documents:
-        raise _rejected("config not found")
+        raise invalid_argument("config not found")
     return documents
 
 
 def _decode(doc: _Document) -> None:
     """Resolve the document kind, then decode it strictly (Talos decoder.decode)."""
     keys = {key.value for key, _ in doc.node.value if isinstance(key, yaml.ScalarNode)}
-    version = doc.api_version or ("v1alpha1" if keys & _V1ALPHA1_MARKERS else "")
+    version = doc.api_version or ("v1alpha1" if keys & V1ALPHA1_MARKERS else "")
     kind = _top_value(doc.node, "kind")
     problem = ""
     if kind == "" and version != "v1alpha1":
         problem = "missing kind"
     elif kind and version == "":
         problem = "missing apiVersion"
-    elif kind and (version != "v1alpha1" or kind not in _STRICT_DOCUMENTS.keys() | _OTHER_KINDS):
-        problem = f"{_goq(kind)} {_goq(version)}: not registered"
+    elif kind and (version != "v1alpha1" or kind not in STRICT_DOCUMENTS.keys() | OTHER_KINDS):
+        problem = f"{go_quote(kind)} {go_quote(version)}: not registered"
     else:
-        problem = _strict_decode(kind, _STRICT_DOCUMENTS.get(kind or "v1alpha1", _ANY), doc.node)
+        problem = _strict_decode(kind, STRICT_DOCUMENTS.get(kind or "v1alpha1", ANY), doc.node)
     if problem:
-        raise _rejected(f"error decoding document {doc.ident} (line {doc.line}): {problem}")
+        raise invalid_argument(f"error decoding document {doc.ident} (line {doc.line}): {problem}")
 
 
-def _strict_decode(kind: str, schema: _Type, node: yaml.Node) -> str:
+def _strict_decode(kind: str, schema: SchemaType, node: yaml.Node) -> str:
     type_errors = list(_type_errors(schema, node))
     if type_errors:
         joined = "\n  ".join(type_errors)
         return f"error decoding {kind} to *{schema.go}: yaml: unmarshal errors:\n  {joined}"
     unknown = _unknown_keys(schema, node)
     if unknown:
-        return f"unknown keys found during decoding:\n{_render_yaml(unknown)}"
+        return f"unknown keys found during decoding:\n{render_yaml(unknown)}"
     return ""
 
 
@@ -174,7 +174,7 @@ def _type_error(node: yaml.Node, go: str) -> str:
     return f"line {line}: cannot unmarshal {_short_tag(node.tag)}{value} into {go}"
 
 
-def _scalar_fits(schema: _Type, node: yaml.ScalarNode) -> bool:
+def _scalar_fits(schema: SchemaType, node: yaml.ScalarNode) -> bool:
     if schema.go == "bool":
         return node.tag == _TAG_BOOL or str(node.value).lower() in _YAML11_BOOL_WORDS
     if schema.go == "int":
@@ -182,7 +182,7 @@ def _scalar_fits(schema: _Type, node: yaml.ScalarNode) -> bool:
     return True  # yaml.v3 decodes any scalar into a string
 
 
-def _type_errors(schema: _Type, node: yaml.Node) -> Iterator[str]:
+def _type_errors(schema: SchemaType, node: yaml.Node) -> Iterator[str]:
     """yaml.v3's unmarshal errors for ``node`` decoded into ``schema``."""
     if schema.kind == "any" or (isinstance(node, yaml.ScalarNode) and node.tag == _TAG_NULL):
         return
@@ -201,7 +201,7 @@ def _type_errors(schema: _Type, node: yaml.Node) -> Iterator[str]:
         yield from _mapping_type_errors(schema, node)
 
 
-def _mapping_type_errors(schema: _Type, node: yaml.MappingNode) -> Iterator[str]:
+def _mapping_type_errors(schema: SchemaType, node: yaml.MappingNode) -> Iterator[str]:
     first_seen: dict[str, int] = {}
     for key_node, value_node in node.value:
         if not isinstance(key_node, yaml.ScalarNode):
@@ -209,7 +209,8 @@ def _mapping_type_errors(schema: _Type, node: yaml.MappingNode) -> Iterator[str]
             continue
         key, line = str(key_node.value), key_node.start_mark.line + 1
         if key in first_seen:
-            yield f"line {line}: mapping key {_goq(key)} already defined at line {first_seen[key]}"
+            earlier = first_seen[key]
+            yield f"line {line}: mapping key {go_quote(key)} already defined at line {earlier}"
             continue
         first_seen[key] = line
         child = schema.item if schema.kind == "map" else schema.fields.get(key)
@@ -217,7 +218,7 @@ def _mapping_type_errors(schema: _Type, node: yaml.MappingNode) -> Iterator[str]
             yield from _type_errors(child, value_node)
 
 
-def _unknown_keys(schema: _Type, node: yaml.Node) -> dict[str, Any] | None:
+def _unknown_keys(schema: SchemaType, node: yaml.Node) -> dict[str, Any] | None:
     """The keys a Go struct has no field for, nested as in the document."""
     if schema.kind != "struct" or not isinstance(node, yaml.MappingNode):
         return None
@@ -226,7 +227,7 @@ def _unknown_keys(schema: _Type, node: yaml.Node) -> dict[str, Any] | None:
         key = str(key_node.value)
         child = schema.fields.get(key)
         if child is None:
-            unknown[key] = _construct(value_node)
+            unknown[key] = construct_value(value_node)
             continue
         inner = _unknown_keys(child, value_node)
         if inner:
@@ -236,7 +237,7 @@ def _unknown_keys(schema: _Type, node: yaml.Node) -> dict[str, Any] | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _lenient_documents(data: bytes) -> tuple[dict[str, Any], ...]:
+def lenient_documents(data: bytes) -> tuple[dict[str, Any], ...]:
     """The mapping documents of ``data`` (none if it does not parse).
 
     Cached because the emulator reads the same active config on every Kubernetes request;
@@ -249,9 +250,9 @@ def _lenient_documents(data: bytes) -> tuple[dict[str, Any], ...]:
     return tuple(doc for doc in loaded if isinstance(doc, dict))
 
 
-def _main_document(data: bytes) -> dict[str, Any]:
-    for doc in _lenient_documents(data):
+def main_document(data: bytes) -> dict[str, Any]:
+    for doc in lenient_documents(data):
         if not doc.get("kind") and (doc.get("apiVersion") == "v1alpha1" or
-                                    _V1ALPHA1_MARKERS & doc.keys()):
+                                    V1ALPHA1_MARKERS & doc.keys()):
             return doc
     return {}

@@ -16,7 +16,7 @@ _PLAIN_CANDIDATE = re.compile(r"[A-Za-z0-9_./+=][A-Za-z0-9_./+=:@-]*")
 _IMPLICIT_RESOLVERS = yaml.SafeDumper.yaml_implicit_resolvers
 
 
-def _scalar(value: Any) -> str:
+def yaml_scalar(value: Any) -> str:
     """``value`` as yaml.v3 would write it inline (PyYAML's choice, with double quotes).
 
     The common cases are answered directly; a generated config holds a few hundred scalars and
@@ -30,12 +30,12 @@ def _scalar(value: Any) -> str:
         return str(value)
     if type(value) is str:
         return _text_scalar(value)
-    return _dumped_scalar(value)
+    return dumped_scalar(value)
 
 
 @functools.lru_cache(maxsize=1024)  # keys and most values repeat from one config to the next
 def _text_scalar(text: str) -> str:
-    return text if _plain_as_is(text) else _dumped_scalar(text)
+    return text if _plain_as_is(text) else dumped_scalar(text)
 
 
 def _plain_as_is(text: str) -> bool:
@@ -47,7 +47,7 @@ def _plain_as_is(text: str) -> bool:
     return not any(regexp.match(text) for _tag, regexp in resolvers)
 
 
-def _dumped_scalar(value: Any) -> str:
+def dumped_scalar(value: Any) -> str:
     if isinstance(value, str) and "\n" in value:
         return json.dumps(value)
     text = yaml.safe_dump(value, width=1 << 16).removesuffix("\n...\n").rstrip("\n")
@@ -55,7 +55,7 @@ def _dumped_scalar(value: Any) -> str:
     return json.dumps(value) if text.startswith("'") else text
 
 
-def _render_yaml(value: Mapping[str, Any], docs: Mapping[str, str] | None = None) -> str:
+def render_yaml(value: Mapping[str, Any], docs: Mapping[str, str] | None = None) -> str:
     """Block YAML the way Go's yaml.v3 writes it (4-space indent), with talosctl-style docs."""
     return "".join(f"{line}\n" for line in _mapping_lines(value, "", 0, docs or {}))
 
@@ -65,7 +65,7 @@ def _mapping_lines(
 ) -> Iterator[str]:
     pad = " " * indent
     for key, item in value.items():
-        key_text = _scalar(str(key))
+        key_text = yaml_scalar(str(key))
         item_path = f"{path}.{key}" if path else str(key)
         doc = docs.get(item_path)
         if isinstance(item, dict | list) and item:
@@ -75,7 +75,7 @@ def _mapping_lines(
             yield from _block_lines(item, item_path, indent + 4, docs)
         else:
             inline = "{}" if isinstance(item, dict) else "[]" if isinstance(item, list) else (
-                _scalar(item)
+                yaml_scalar(item)
             )
             yield f"{pad}{key_text}: {inline}" + (f" # {doc}" if doc else "")
 
@@ -95,6 +95,6 @@ def _block_lines(value: Any, path: str, indent: int, docs: Mapping[str, str]) ->
             yield from _block_lines(item, f"{path}[]", indent + 4, docs)
         else:
             inline = "{}" if isinstance(item, dict) else "[]" if isinstance(item, list) else (
-                _scalar(item)
+                yaml_scalar(item)
             )
             yield f"{pad}- {inline}"

@@ -8,27 +8,29 @@ from typing import Literal
 
 
 @dataclass(frozen=True)
-class _Type:
+class SchemaType:
     """A Go field type: ``kind`` is scalar/seq/map/struct/any; ``go`` its Go spelling."""
 
     kind: Literal["scalar", "seq", "map", "struct", "any"]
     go: str
-    item: _Type | None = None
-    fields: Mapping[str, _Type] = field(default_factory=dict)
+    item: SchemaType | None = None
+    fields: Mapping[str, SchemaType] = field(default_factory=dict)
 
 
-_ANY = _Type("any", "interface {}")
-_STR, _BOOL, _INT = _Type("scalar", "string"), _Type("scalar", "bool"), _Type("scalar", "int")
-_STR_LIST = _Type("seq", "[]string", _STR)
-_STR_MAP = _Type("map", "map[string]string", _STR)
+ANY = SchemaType("any", "interface {}")
+_STR = SchemaType("scalar", "string")
+_BOOL = SchemaType("scalar", "bool")
+_INT = SchemaType("scalar", "int")
+_STR_LIST = SchemaType("seq", "[]string", _STR)
+_STR_MAP = SchemaType("map", "map[string]string", _STR)
 
 
-def _struct(go: str, **fields: _Type) -> _Type:
-    return _Type("struct", go, fields=fields)
+def _struct(go: str, **fields: SchemaType) -> SchemaType:
+    return SchemaType("struct", go, fields=fields)
 
 
-def _anys(*names: str) -> dict[str, _Type]:
-    return dict.fromkeys(names, _ANY)
+def _anys(*names: str) -> dict[str, SchemaType]:
+    return dict.fromkeys(names, ANY)
 
 
 _PEM = _struct("x509.PEMEncodedCertificateAndKey", crt=_STR, key=_STR)
@@ -79,7 +81,7 @@ _CLUSTER = _struct(
     controlPlane=_struct("v1alpha1.ControlPlaneConfig", endpoint=_STR, localAPIServerPort=_INT),
     network=_struct(
         "v1alpha1.ClusterNetworkConfig",
-        dnsDomain=_STR, podSubnets=_STR_LIST, serviceSubnets=_STR_LIST, cni=_ANY,
+        dnsDomain=_STR, podSubnets=_STR_LIST, serviceSubnets=_STR_LIST, cni=ANY,
     ),
     **_anys(
         "serviceAccount", "apiServer", "controllerManager", "proxy", "scheduler", "discovery",
@@ -90,14 +92,14 @@ _V1ALPHA1 = _struct(
     "v1alpha1.Config", version=_STR, debug=_BOOL, persist=_BOOL, machine=_MACHINE,
     cluster=_CLUSTER,
 )
-_STRICT_DOCUMENTS: dict[str, _Type] = {
+STRICT_DOCUMENTS: dict[str, SchemaType] = {
     "v1alpha1": _V1ALPHA1,
     "HostnameConfig": _struct(
         "network.HostnameConfigV1Alpha1", apiVersion=_STR, kind=_STR, hostname=_STR, auto=_STR
     ),
 }
 # Other document kinds Talos 1.13 registers (apiVersion v1alpha1); decoded leniently here.
-_OTHER_KINDS = frozenset({
+OTHER_KINDS = frozenset({
     "BondConfig", "BridgeConfig", "DHCPv4Config", "DHCPv6Config", "DummyLinkConfig",
     "EthernetConfig", "EventSinkConfig", "ExistingVolumeConfig", "ExtensionServiceConfig",
     "ImageVerificationConfig", "KmsgLogConfig", "KubeSpanEndpointsConfig", "Layer2VIPConfig",
@@ -107,4 +109,4 @@ _OTHER_KINDS = frozenset({
     "TrustedRootsConfig", "UserVolumeConfig", "VLANConfig", "VolumeConfig",
     "WatchdogTimerConfig", "WireguardConfig", "ZswapConfig",
 })
-_V1ALPHA1_MARKERS = frozenset({"machine", "cluster", "debug", "persist"})
+V1ALPHA1_MARKERS = frozenset({"machine", "cluster", "debug", "persist"})

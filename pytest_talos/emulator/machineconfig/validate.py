@@ -12,13 +12,13 @@ from urllib.parse import urlsplit
 from pytest_talos.emulator.machineconfig.common import (
     NO_V1ALPHA1_MESSAGE,
     ValidationOutcome,
-    _goq,
-    _mapping,
-    _multierror,
-    _rejected,
-    _string_map,
+    as_mapping,
+    go_quote,
+    invalid_argument,
+    multierror,
+    string_map,
 )
-from pytest_talos.emulator.machineconfig.loader import _construct, _parse
+from pytest_talos.emulator.machineconfig.loader import construct_value, parse_documents
 
 
 def validate(
@@ -28,22 +28,22 @@ def validate(
 
     ``container_mode`` adds the checks a container-platform node makes (host DNS on).
     """
-    documents = _parse(data)
+    documents = parse_documents(data)
     main = next((doc for doc in documents if doc.kind == "v1alpha1"), None)
     if main is None and not maintenance:
-        raise _rejected(NO_V1ALPHA1_MESSAGE)
+        raise invalid_argument(NO_V1ALPHA1_MESSAGE)
     errors: list[str] = []
     warnings: list[str] = []
-    main_data: dict[str, Any] = _construct(main.node) if main is not None else {}
+    main_data: dict[str, Any] = construct_value(main.node) if main is not None else {}
     if main is not None:
         main_errors = _validate_v1alpha1(main_data, warnings, container_mode)
         if main_errors:
-            errors.append(f"v1alpha1.Config: {_multierror(main_errors)}")
+            errors.append(f"v1alpha1.Config: {multierror(main_errors)}")
     for doc in documents:
         if doc.kind == "HostnameConfig":
-            errors.extend(_validate_hostname_config(_construct(doc.node), main_data))
+            errors.extend(_validate_hostname_config(construct_value(doc.node), main_data))
     if errors:
-        raise _rejected(_multierror(errors))
+        raise invalid_argument(multierror(errors))
     return ValidationOutcome(warnings)
 
 
@@ -55,12 +55,12 @@ def _validate_v1alpha1(config: dict[str, Any], warnings: list[str], container: b
     errors = _validate_cluster(config.get("cluster"), mtype in ("controlplane", "init"))
     if container:
         errors += _container_mode_errors(machine)
-    errors += _machine_ca_errors(machine, _mapping(config.get("cluster")), mtype)
+    errors += _machine_ca_errors(machine, as_mapping(config.get("cluster")), mtype)
     errors += _cni_errors(config, mtype, warnings)
-    host = _mapping(machine.get("network")).get("hostname")
+    host = as_mapping(machine.get("network")).get("hostname")
     if host and not _valid_hostname(str(host)):
-        errors.append(f"invalid hostname {_goq(str(host))}")
-    if _mapping(machine.get("install")).get("extensions"):
+        errors.append(f"invalid hostname {go_quote(str(host))}")
+    if as_mapping(machine.get("install")).get("extensions"):
         warnings.append(
             ".machine.install.extensions is deprecated, please see "
             "https://www.talos.dev/latest/talos-guides/install/boot-assets/"
@@ -74,31 +74,31 @@ def _validate_v1alpha1(config: dict[str, Any], warnings: list[str], container: b
 def _validate_cluster(cluster: Any, control_plane: bool) -> list[str]:
     if not isinstance(cluster, dict):
         return ["cluster instructions are required"]
-    endpoint = _mapping(cluster.get("controlPlane")).get("endpoint")
+    endpoint = as_mapping(cluster.get("controlPlane")).get("endpoint")
     if not endpoint:
         return ["cluster controlplane endpoint is required"]
     errors: list[str] = []
     if not _valid_endpoint(str(endpoint)):
-        errors.append(f"invalid controlplane endpoint: {_goq(str(endpoint))} is not a valid "
+        errors.append(f"invalid controlplane endpoint: {go_quote(str(endpoint))} is not a valid "
                       "endpoint URL")
-    network = _mapping(cluster.get("network"))
+    network = as_mapping(cluster.get("network"))
     domain = network.get("dnsDomain")
     if domain and not _valid_dns_name(str(domain)):
-        errors.append(f"{_goq(str(domain))} is not a valid DNS name")
+        errors.append(f"{go_quote(str(domain))} is not a valid DNS name")
     for what, key in (("pod", "podSubnets"), ("service", "serviceSubnets")):
         for cidr in network.get(key) or ():
             if not _valid_cidr(str(cidr)):
-                errors.append(f"invalid {what} subnet {_goq(str(cidr))}: invalid CIDR address: "
+                errors.append(f"invalid {what} subnet {go_quote(str(cidr))}: invalid CIDR address: "
                               f"{cidr}")
     if not control_plane and cluster.get("etcd"):
         errors.append("etcd config is only allowed on control plane machines")
-    if not control_plane and _mapping(cluster.get("ca")).get("key"):
+    if not control_plane and as_mapping(cluster.get("ca")).get("key"):
         errors.append("cluster CA key is not allowed on non-controlplane nodes (.cluster.ca)")
     return errors
 
 
 def _container_mode_errors(machine: dict[str, Any]) -> list[str]:
-    host_dns = _mapping(_mapping(machine.get("features")).get("hostDNS"))
+    host_dns = as_mapping(as_mapping(machine.get("features")).get("hostDNS"))
     errors = []
     if host_dns.get("enabled") is not True:
         errors.append("feature HostDNS should be enabled in container mode "
@@ -110,7 +110,7 @@ def _container_mode_errors(machine: dict[str, Any]) -> list[str]:
 
 
 def _machine_ca_errors(machine: dict[str, Any], cluster: dict[str, Any], mtype: str) -> list[str]:
-    ca = _mapping(machine.get("ca"))
+    ca = as_mapping(machine.get("ca"))
     errors = []
     if not ca and not machine.get("acceptedCAs"):
         errors.append(
@@ -120,23 +120,23 @@ def _machine_ca_errors(machine: dict[str, Any], cluster: dict[str, Any], mtype: 
         if ca.get("key"):
             errors.append("issuing Talos API CA key is not allowed on non-controlplane nodes "
                           "(.machine.ca)")
-        if _mapping(cluster.get("ca")).get("key"):
+        if as_mapping(cluster.get("ca")).get("key"):
             errors.append("issuing Kubernetes API CA key is not allowed on non-controlplane "
                           "nodes (.cluster.ca)")
     elif mtype not in ("controlplane", "init"):
-        errors.append(f"unknown machine type {_goq(mtype)}")
+        errors.append(f"unknown machine type {go_quote(mtype)}")
     return errors
 
 
 def _cni_errors(config: dict[str, Any], mtype: str, warnings: list[str]) -> list[str]:
     if mtype not in ("controlplane", "init"):
         return []
-    cni = _mapping(_mapping(_mapping(config.get("cluster")).get("network")).get("cni"))
+    cni = as_mapping(as_mapping(as_mapping(config.get("cluster")).get("network")).get("cni"))
     name, urls = str(cni.get("name") or "flannel"), cni.get("urls") or []
     if name not in ("flannel", "custom", "none"):
         return ['cni name should be one of ["flannel", "custom", "none"]']
     if name != "custom" and urls:
-        return [f'"urls" field should be empty for {_goq(name)} CNI']
+        return [f'"urls" field should be empty for {go_quote(name)} CNI']
     if name == "custom" and not urls:
         warnings.append('"urls" field should not be empty for "custom" CNI')
     return []
@@ -156,32 +156,32 @@ _RESERVED_ANNOTATIONS = frozenset({
 def _qualified_name_error(value: str) -> str | None:
     parts = value.split("/")
     if len(parts) > 2:
-        return f"invalid format: too many slashes: {_goq(value)}"
+        return f"invalid format: too many slashes: {go_quote(value)}"
     name = parts[-1]
     if len(parts) == 2:
         prefix = parts[0]
         if not prefix:
-            return f"prefix cannot be empty: {_goq(value)}"
+            return f"prefix cannot be empty: {go_quote(value)}"
         if len(prefix) > 253:
-            return (f"prefix {_goq(prefix)} is invalid: domain name length exceeds limit of "
-                    f"253: {_goq(prefix)}")
+            return (f"prefix {go_quote(prefix)} is invalid: domain name length exceeds limit of "
+                    f"253: {go_quote(prefix)}")
         if not _DNS1123_SUBDOMAIN.match(prefix):
-            return (f"prefix {_goq(prefix)} is invalid: domain doesn't match required format: "
-                    f"{_goq(prefix)}")
+            return (f"prefix {go_quote(prefix)} is invalid: domain doesn't match required format: "
+                    f"{go_quote(prefix)}")
     if not name:
-        return f"name cannot be empty: {_goq(value)}"
+        return f"name cannot be empty: {go_quote(value)}"
     if len(name) > 63:
-        return f"name is too long: {_goq(value)} (limit is 63)"
+        return f"name is too long: {go_quote(value)} (limit is 63)"
     if not _QUALIFIED_NAME.match(name):
-        return f"name {_goq(name)} is invalid"
+        return f"name {go_quote(name)} is invalid"
     return None
 
 
 def _label_value_error(value: str) -> str | None:
     if len(value) > 63:
-        return f"label value length exceeds limit of 63: {_goq(value)}"
+        return f"label value length exceeds limit of 63: {go_quote(value)}"
     if value and not _QUALIFIED_NAME.match(value):
-        return f"label value {_goq(value)} is invalid"
+        return f"label value {go_quote(value)} is invalid"
     return None
 
 
@@ -190,7 +190,7 @@ def _taint_errors(value: str) -> list[str]:
     if not colon:
         effect = text
     if effect not in _TAINT_EFFECTS:
-        return [f"invalid taint effect: {_goq(effect)}"]
+        return [f"invalid taint effect: {go_quote(effect)}"]
     value_error = _label_value_error(text) if colon else None
     return [value_error] if value_error else []
 
@@ -200,7 +200,7 @@ def _label_errors(machine: dict[str, Any]) -> list[str]:
     for field_name, what in (("nodeLabels", "labels"), ("nodeAnnotations", "annotations"),
                              ("nodeTaints", "taints")):
         problems: list[str] = []
-        for key, value in sorted(_string_map(machine.get(field_name)).items()):
+        for key, value in sorted(string_map(machine.get(field_name)).items()):
             key_error = _qualified_name_error(key)
             if key_error:
                 problems.append(key_error)
@@ -211,9 +211,9 @@ def _label_errors(machine: dict[str, Any]) -> list[str]:
             elif what == "taints":
                 problems += _taint_errors(value)
             elif key in _RESERVED_ANNOTATIONS:
-                problems.append(f"annotation {_goq(key)} is reserved")
+                problems.append(f"annotation {go_quote(key)} is reserved")
         if problems:
-            errors.append(f"invalid machine node {what}: {_multierror(problems)}")
+            errors.append(f"invalid machine node {what}: {multierror(problems)}")
     return errors
 
 
@@ -224,18 +224,18 @@ def _validate_hostname_config(doc: dict[str, Any], main: dict[str, Any]) -> list
     problems: list[str] = []
     host, auto = str(doc.get("hostname") or ""), str(doc.get("auto") or "")
     if auto and auto not in _AUTO_HOSTNAME_KINDS:
-        problems.append(f"invalid auto hostname kind {_goq(auto)}")
+        problems.append(f"invalid auto hostname kind {go_quote(auto)}")
     if host and auto and auto != "off":
         problems.append("'auto' and 'hostname' cannot be set at the same time")
     if not host and not auto:
         problems.append("either 'auto' or 'hostname' must be set")
     if host and not _valid_hostname(host):
-        problems.append(f"invalid hostname {_goq(host)}")
+        problems.append(f"invalid hostname {go_quote(host)}")
     errors = []
     if problems:
-        text = problems[0] if len(problems) == 1 else _multierror(problems)
+        text = problems[0] if len(problems) == 1 else multierror(problems)
         errors.append(f"HostnameConfig: {text}")
-    legacy = _mapping(_mapping(main.get("machine")).get("network")).get("hostname")
+    legacy = as_mapping(as_mapping(main.get("machine")).get("network")).get("hostname")
     if legacy and host:
         errors.append("static hostname is already set in v1alpha1 config")
     return errors

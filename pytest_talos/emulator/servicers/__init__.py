@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from pytest_talos.emulator.errors import RPCFailure
 from pytest_talos.talos_api import ADMIN, CHANGING_METHODS, ROLE_RULES, allowed_roles
 
 if TYPE_CHECKING:
@@ -60,13 +61,6 @@ def require_control_plane(call: Call) -> None:
         raise RPCFailure("UNIMPLEMENTED", f"{api} is only available on control plane nodes")
 
 
-class RPCFailure(Exception):
-    """A gRPC error as apid returns it: ``code`` is a status name such as ``NOT_FOUND``."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)

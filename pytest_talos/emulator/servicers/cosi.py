@@ -12,16 +12,11 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 
 from pytest_talos._proto.v1alpha1 import resource_pb2 as r
 from pytest_talos._proto.v1alpha1 import state_pb2 as s
-from pytest_talos.emulator.resources import (
-    DEFINITIONS,
-    NAMESPACES,
-    RawSpec,
-    Resource,
-    ResourceDefinition,
-    StoreEvent,
-)
+from pytest_talos.emulator.faults import Fault
+from pytest_talos.emulator.resources import DEFINITIONS, NAMESPACES, ResourceDefinition
 from pytest_talos.emulator.servicers import Call, RPCFailure
-from pytest_talos.emulator.servicers.machine_info import timestamp
+from pytest_talos.emulator.servicers.messages import timestamp
+from pytest_talos.emulator.store import RawSpec, Resource, StoreEvent
 
 __all__ = ["StateServicer", "encode_resource", "matches_label_query"]
 
@@ -114,15 +109,15 @@ class StateServicer:
         lower-cased type, the definition's id); a sensitive type needs os:admin; last the
         namespace must exist."""
         state = call.state
-        if write and not state.faults.on("cosi-writable", state.hostname):
+        if write and not state.fault(Fault.COSI_WRITABLE):
             raise RPCFailure("PERMISSION_DENIED", "write access is not allowed")
         definition = _DEFINITIONS_BY_ID.get(type_.lower())
         if definition is None:
             raise RPCFailure("PERMISSION_DENIED", f'resource type "{type_}" is not supported')
         # fault reader-reads-secrets lets readers see sensitive types
-        leaky = state.faults.on("reader-reads-secrets", state.hostname)
+        leaky = state.fault(Fault.READER_READS_SECRETS)
         # fault reader-watches-secrets: only Watch forgets the sensitivity rule
-        leaky = leaky or (watch and state.faults.on("reader-watches-secrets", state.hostname))
+        leaky = leaky or (watch and state.fault(Fault.READER_WATCHES_SECRETS))
         if definition.sensitive and not call.admin and not leaky:
             raise RPCFailure("PERMISSION_DENIED", "not authorized")
         if namespace not in NAMESPACES:
@@ -139,7 +134,7 @@ class StateServicer:
     async def List(self, request: s.ListRequest, call: Call) -> AsyncIterator[s.ListResponse]:
         self._check_access(call, request.namespace, request.type)
         state = call.state  # fault resources-unlistable
-        broken = state.faults.on("resources-unlistable", state.hostname)
+        broken = state.fault(Fault.RESOURCES_UNLISTABLE)
         if broken and request.type == UNLISTABLE_TYPE:
             raise RPCFailure("INTERNAL", f"failed to list {request.type}: controller not running")
         options = request.options
@@ -152,7 +147,7 @@ class StateServicer:
     async def Create(self, request: s.CreateRequest, call: Call) -> s.CreateResponse:
         md = request.resource.metadata
         state = call.state
-        if state.faults.on("cosi-create-lies", state.hostname):
+        if state.fault(Fault.COSI_CREATE_LIES):
             # fault cosi-create-lies: the write goes through, the reply says it was refused
             self._store_raw(call, request.resource)
             raise RPCFailure("PERMISSION_DENIED", "write access is not allowed")

@@ -6,36 +6,35 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
-import posixpath
 import tarfile
 import weakref
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING
 
-from google.protobuf import any_pb2, empty_pb2, timestamp_pb2
+from google.protobuf import any_pb2, empty_pb2
 
 from pytest_talos._proto.common import common_pb2
 from pytest_talos._proto.machine import machine_pb2 as m
 from pytest_talos.emulator import system
 from pytest_talos.emulator.events import (
-    AddressPayload,
-    MachineStatusPayload,
-    PhasePayload,
     RuntimeEvent,
-    SequencePayload,
-    ServiceStatePayload,
-    TaskPayload,
     new_xid,
 )
+from pytest_talos.emulator.faults import Fault
 from pytest_talos.emulator.servicers import Call, RPCFailure
-from pytest_talos.emulator.services import Service
+from pytest_talos.emulator.servicers.messages import (
+    at_max_depth,
+    children_index,
+    encode_event,
+    file_info,
+    listen_record,
+    service_info,
+)
 
 if TYPE_CHECKING:
-    from google.protobuf.message import Message
-
     from pytest_talos.emulator.state import NodeState
 
-__all__ = ["MachineInfoMixin", "timestamp"]
+__all__ = ["MachineInfoMixin"]
 
 CHUNK = 64 * 1024
 GO_VERSION = "go1.25.9"  # INFERRED toolchain of Talos 1.13
@@ -54,13 +53,6 @@ _SERVICE_LISTS: weakref.WeakKeyDictionary[NodeState, tuple[int, m.ServiceListRes
 )
 
 
-def timestamp(seconds: float | None) -> timestamp_pb2.Timestamp:
-    stamp = timestamp_pb2.Timestamp()
-    if seconds is not None:
-        stamp.FromNanoseconds(int(seconds * 1e9))
-    return stamp
-
-
 def _chunks(data: bytes) -> Iterable[bytes]:
     for start in range(0, len(data), CHUNK):
         yield data[start : start + CHUNK]
@@ -68,22 +60,6 @@ def _chunks(data: bytes) -> Iterable[bytes]:
 
 def _sha_for(tag: str) -> str:
     return _KNOWN_SHAS.get(tag) or hashlib.sha1(tag.encode(), usedforsecurity=False).hexdigest()[:9]
-
-
-def _children_index(rootfs: Mapping[str, system.FileEntry]) -> dict[str, list[system.FileEntry]]:
-    """Each directory's entries in the order filepath.Walk visits them (by name)."""
-    index: dict[str, list[system.FileEntry]] = {}
-    for path in sorted(rootfs):
-        if path != "/":
-            index.setdefault(posixpath.dirname(path), []).append(rootfs[path])
-    return index
-
-
-def _at_max_depth(depth: int, root: str, path: str) -> bool:
-    """pkg/archiver/walker.go atMaxDepth: separators counted against the root's."""
-    if depth < 0 or path == root:
-        return False
-    return path.count("/") - root.count("/") >= depth
 
 
 class MachineInfoMixin:
@@ -105,7 +81,7 @@ class MachineInfoMixin:
             platform=m.PlatformInfo(name=platform, mode=platform),
             features=m.FeaturesInfo(rbac=True),  # a config is loaded: rbac on
         )
-        if state.faults.on("maintenance-version", state.hostname):
+        if state.fault(Fault.MAINTENANCE_VERSION):
             version.ClearField("features")  # fault maintenance-version: answers like maintenance
         return m.VersionResponse(messages=[version])
 
@@ -159,7 +135,9 @@ class MachineInfoMixin:
             for process in reversed(call.state.processes()):
                 pids[process.command] = process.pid  # the first process of each name wins
             records = [
-                self._listen_record(listener, call, pids if request.feature.pid else None)
+                listen_record(
+                    listener, call.state.identity.address, pids if request.feature.pid else None
+                )
                 for listener in call.state.listeners()
                 if not listener.hidden  # fault hidden-listener
                 and getattr(request.l4proto, listener.l4proto, False)
@@ -171,28 +149,6 @@ class MachineInfoMixin:
             ]
         return m.NetstatResponse(messages=[m.Netstat(connectrecord=records)])
 
-    @staticmethod
-    def _listen_record(
-        listener: system.Listener, call: Call, pids: dict[str, int] | None
-    ) -> m.ConnectRecord:
-        local = call.state.identity.address if listener.bind == "node" else listener.bind
-        record = m.ConnectRecord(
-            l4proto=listener.l4proto,
-            localip=local,
-            localport=listener.port,
-            remoteip="::" if ":" in local else "0.0.0.0",
-            remoteport=0,
-            # Linux socket states: a listening TCP socket is LISTEN, a bound UDP one CLOSE
-            state=m.ConnectRecord.CLOSE if listener.udp else m.ConnectRecord.LISTEN,
-            inode=0 if not listener.process else 20000 + listener.port,  # kernel: no inode
-            netns=listener.netns,
-            process=m.ConnectRecord.Process(),
-        )
-        if pids is not None and listener.process:
-            pid = pids.get(listener.process, 1)
-            record.process.CopyFrom(m.ConnectRecord.Process(pid=pid, name=listener.process))
-        return record
-
     # ---- files ----------------------------------------------------------------------------
 
     def _entry(self, call: Call, path: str) -> system.FileEntry:
@@ -200,24 +156,6 @@ class MachineInfoMixin:
         if entry is None:
             raise RPCFailure("NOT_FOUND", f"lstat {path}: no such file or directory")
         return entry
-
-    @staticmethod
-    def _file_info(entry: system.FileEntry, root: str) -> m.FileInfo:
-        if entry.path == root:
-            relative = "." if entry.kind == "dir" else posixpath.basename(root)
-        else:
-            relative = posixpath.relpath(entry.path, root)
-        return m.FileInfo(
-            name=entry.path,
-            size=entry.size,
-            mode=entry.mode,
-            modified=entry.mtime,
-            is_dir=entry.kind == "dir",
-            link=entry.link,
-            relative_name=relative,
-            uid=0,
-            gid=0,
-        )
 
     async def List(self, request: m.ListRequest, call: Call) -> AsyncIterator[m.FileInfo]:
         # v1alpha1_server.go List: the root made absolute, a trailing / dropped; the walker's
@@ -241,7 +179,7 @@ class MachineInfoMixin:
             m.ListRequest.SYMLINK: "symlink",
         }
         wanted = {kinds[t] for t in request.types if t in kinds} if request.types else None
-        children = _children_index(call.state.rootfs)
+        children = children_index(call.state.rootfs)
         pending = [top]
         while pending:
             entry = pending.pop(0)
@@ -250,8 +188,8 @@ class MachineInfoMixin:
                 # a filtered-out directory is always walked into
                 descend = entry.kind == "dir"
             else:
-                yield self._file_info(entry, root)
-                descend = entry.kind == "dir" and not _at_max_depth(depth, root, entry.path)
+                yield file_info(entry, root)
+                descend = entry.kind == "dir" and not at_max_depth(depth, root, entry.path)
             if descend:
                 pending[0:0] = children.get(entry.path, [])
 
@@ -302,26 +240,6 @@ class MachineInfoMixin:
 
     # ---- services --------------------------------------------------------------------------
 
-    @staticmethod
-    def _service_info(service: Service) -> m.ServiceInfo:
-        health = service.health
-        return m.ServiceInfo(
-            id=service.id,
-            state=service.state,
-            events=m.ServiceEvents(
-                events=[
-                    m.ServiceEvent(msg=e.msg, state=e.state, ts=timestamp(e.time))
-                    for e in service.events
-                ]
-            ),
-            health=m.ServiceHealth(
-                unknown=health.unknown,
-                healthy=health.healthy,
-                last_message=health.last_message,
-                last_change=timestamp(health.last_change),
-            ),
-        )
-
     async def ServiceList(self, request: empty_pb2.Empty, call: Call) -> m.ServiceListResponse:
         # Built once per change of the services (a hot path under load); replies are never
         # modified afterwards (the router copies before filling per-node metadata).
@@ -330,7 +248,7 @@ class MachineInfoMixin:
         if cached is not None and cached[0] == state.services_revision:
             return cached[1]
         services = sorted(state.services.services.values(), key=lambda s: s.id)
-        infos = [self._service_info(service) for service in services]
+        infos = [service_info(service) for service in services]
         reply = m.ServiceListResponse(messages=[m.ServiceList(services=infos)])
         _SERVICE_LISTS[state] = (state.services_revision, reply)
         return reply
@@ -400,11 +318,11 @@ class MachineInfoMixin:
             tail_seconds=request.tail_seconds,
             now=call.node.clock.time(),
         )
-        if request.tail_seconds and state.faults.on("events-ignore-tail-seconds", state.hostname):
+        if request.tail_seconds and state.fault(Fault.EVENTS_IGNORE_TAIL_SECONDS):
             backlog = []  # fault events-ignore-tail-seconds: no history, only new events
         actor = request.with_actor_id
         try:
-            if not state.faults.on("events-no-hello", state.hostname):
+            if not state.fault(Fault.EVENTS_NO_HELLO):
                 # v1alpha1_server.go Events: an empty "hello" event first (actor id as asked)
                 yield m.Event(
                     data=any_pb2.Any(), id=new_xid(call.node.clock.time()), actor_id=actor
@@ -418,43 +336,3 @@ class MachineInfoMixin:
                     yield encode_event(event)
         finally:
             unsubscribe()
-
-
-def _payload_message(event: RuntimeEvent) -> Message:
-    payload = event.payload
-    if isinstance(payload, ServiceStatePayload):
-        return m.ServiceStateEvent(
-            service=payload.service,
-            action=payload.action,
-            message=payload.message,
-            health=m.ServiceHealth(
-                unknown=payload.unknown,
-                healthy=payload.healthy,
-                last_message=payload.last_message,
-                last_change=timestamp(event.time),
-            ),
-        )
-    if isinstance(payload, SequencePayload):
-        error = common_pb2.Error(message=payload.error) if payload.error else None
-        return m.SequenceEvent(sequence=payload.sequence, action=payload.action, error=error)
-    if isinstance(payload, PhasePayload):
-        return m.PhaseEvent(phase=payload.phase, action=payload.action)
-    if isinstance(payload, TaskPayload):
-        return m.TaskEvent(task=payload.task, action=payload.action)
-    if isinstance(payload, MachineStatusPayload):
-        status = m.MachineStatusEvent.MachineStatus(ready=payload.ready)
-        for name, reason in payload.unmet:
-            status.unmet_conditions.add(name=name, reason=reason)
-        return m.MachineStatusEvent(stage=payload.stage, status=status)
-    assert isinstance(payload, AddressPayload)
-    return m.AddressEvent(hostname=payload.hostname, addresses=list(payload.addresses))
-
-
-def encode_event(event: RuntimeEvent) -> m.Event:
-    message = _payload_message(event)
-    # pkg/machinery/client/events.go: type_url talos/runtime/<full name>, not type.googleapis.com/.
-    data = any_pb2.Any(
-        type_url=f"talos/runtime/{message.DESCRIPTOR.full_name}",
-        value=message.SerializeToString(),
-    )
-    return m.Event(data=data, id=event.id, actor_id=event.actor_id)

@@ -13,8 +13,10 @@ from google.protobuf import empty_pb2
 
 from pytest_talos._proto.common import common_pb2
 from pytest_talos._proto.machine import machine_pb2 as m
+from pytest_talos.emulator.faults import Fault
+from pytest_talos.emulator.identity import etcd_member_id
+from pytest_talos.emulator.nodeapply import ApplyRequest
 from pytest_talos.emulator.servicers import Call, RPCFailure, require_control_plane
-from pytest_talos.emulator.state import ApplyRequest, etcd_member_id
 
 __all__ = ["MachineOpsMixin", "kubeconfig_archive"]
 
@@ -83,7 +85,7 @@ class MachineOpsMixin:
     ) -> AsyncIterator[common_pb2.Data]:
         require_control_plane(call)
         state = call.state
-        withheld = state.faults.on("no-kubeconfig", state.hostname, controlplane=True)
+        withheld = state.fault(Fault.NO_KUBECONFIG)
         archive = kubeconfig_archive(None if withheld else call.node.kubeconfig())
         for start in range(0, len(archive), CHUNK):
             yield common_pb2.Data(bytes=archive[start : start + CHUNK])
@@ -111,11 +113,11 @@ class MachineOpsMixin:
         return m.RebootResponse(messages=[m.Reboot(actor_id=actor)])
 
     async def Shutdown(self, request: m.ShutdownRequest, call: Call) -> m.ShutdownResponse:
-        actor = call.state.shutdown()
+        actor = call.state.lifecycle.shutdown()
         return m.ShutdownResponse(messages=[m.Shutdown(actor_id=actor)])
 
     async def Reset(self, request: m.ResetRequest, call: Call) -> m.ResetResponse:
-        actor = call.state.reset()
+        actor = call.state.lifecycle.reset()
         return m.ResetResponse(messages=[m.Reset(actor_id=actor)])
 
     async def Upgrade(self, request: m.UpgradeRequest, call: Call) -> m.UpgradeResponse:

@@ -1,0 +1,53 @@
+"""The emulator's own errors, apart from the client's :class:`~pytest_talos.errors.TalosError`.
+
+``except TalosError`` in user code catches what the client raises about a node, never the
+emulator's internals; ``except EmulatorError`` catches everything the emulator raises on
+purpose. Invalid arguments (an unknown fault name, a bad ``time_scale``) stay
+:class:`~pytest_talos.errors.ConfigError`: they are the caller's configuration, reported the
+same way as a bad talosconfig.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigRejected",
+    "EmulatorError",
+    "ListenerError",
+    "NodeFailure",
+    "RPCFailure",
+    "ServiceRefused",
+]
+
+
+class EmulatorError(Exception):
+    """Root of the emulator's errors; raised as such when the emulated cluster cannot start."""
+
+
+class _CodedError(EmulatorError):
+    """An error a node answers with: ``code`` is a gRPC status name (``INVALID_ARGUMENT``)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class RPCFailure(_CodedError):
+    """A request the node refuses, answered as a gRPC status (``NOT_FOUND``)."""
+
+
+# One class under two names: the node's state raised NodeFailure and the servicers
+# RPCFailure for the same thing, a status the node answers with.
+NodeFailure = RPCFailure
+
+
+class ConfigRejected(_CodedError):
+    """The node refuses a machine config."""
+
+
+class ServiceRefused(EmulatorError):
+    """A service API call Talos answers with a plain (code Unknown) error."""
+
+
+class ListenerError(EmulatorError, OSError):
+    """A port of the node could not be opened."""

@@ -1,0 +1,400 @@
+"""The fault profiles: for each, what it breaks, which nodes and which seams it changes.
+
+Each profile is a defect a conformance check must catch. Profiles are independent of each
+other, so any combination can be active at once:
+``EmulatedCluster(faults=[Fault.SSH_OPEN, "kubelet-crashloop"])``. The behaviour is applied
+where the seam named in ``changes`` models the healthy behaviour, guarded by
+``node.fault(Fault.<NAME>)`` (grep for the member name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pytest_talos.emulator.faults.names import Fault, Scope, Seam
+
+__all__ = ["FAULTS", "PROFILES", "FaultProfile"]
+
+
+@dataclass(frozen=True)
+class FaultProfile:
+    """One fault: its name, what it breaks, the seams it changes and the nodes it touches."""
+
+    fault: Fault
+    description: str
+    changes: tuple[Seam, ...]
+    scope: Scope = "all"
+
+    @property
+    def name(self) -> str:
+        return str(self.fault)
+
+
+PROFILES: tuple[FaultProfile, ...] = (
+    FaultProfile(
+        Fault.SSH_OPEN,
+        "every node runs sshd and answers on TCP port 22",
+        changes=(
+            Seam.ROOTFS,
+            Seam.PROCESSES,
+            Seam.LISTENERS,
+        ),
+    ),
+    FaultProfile(
+        Fault.SHELL_PRESENT,
+        "/usr/bin/sh, bash and busybox exist in every node's root (/bin/sh: /bin is usr/bin)",
+        changes=(Seam.ROOTFS,),
+    ),
+    FaultProfile(
+        Fault.HOST_SHELL_PROCESS,
+        "a sh process runs on every node's host (a child of PID 1, not under a pod's shim)",
+        changes=(Seam.PROCESSES,),
+    ),
+    FaultProfile(
+        Fault.PACKAGE_MANAGER_PRESENT,
+        "/usr/bin/apk (also seen as /sbin/apk) exists in every node's root filesystem",
+        changes=(Seam.ROOTFS,),
+    ),
+    FaultProfile(
+        Fault.EXTRA_PORT,
+        "every node also listens on TCP port 8080, which Talos never opens",
+        changes=(Seam.LISTENERS,),
+    ),
+    FaultProfile(
+        Fault.LENIENT_VALIDATION,
+        "ApplyConfiguration skips validation: bad label names, unknown keys, bad types pass",
+        changes=(Seam.APPLY,),
+    ),
+    FaultProfile(
+        Fault.VERSION_BUMP_ON_REJECT,
+        "a rejected ApplyConfiguration still bumps the MachineConfig resource version",
+        changes=(Seam.APPLY,),
+    ),
+    FaultProfile(
+        Fault.KUBELET_CRASHLOOP,
+        "kubelet exits right after every start whatever the machine config; the restart "
+        "runner shows it Waiting and runs it again every 5 s, so the boot never ends",
+        changes=(Seam.SERVICES,),
+    ),
+    FaultProfile(
+        Fault.FLAPPING_SERVICE,
+        "containerd is healthy most of the time but is killed every 30 s; the restart runner "
+        "shows it Waiting and runs it again 5 s later",
+        changes=(Seam.SERVICES,),
+    ),
+    FaultProfile(
+        Fault.TRY_NO_REVERT,
+        "try-mode changes are never reverted when the timer fires",
+        changes=(Seam.APPLY,),
+    ),
+    FaultProfile(
+        Fault.TRY_NOT_CANCELLED,
+        "a non-try ApplyConfiguration leaves a pending try revert armed",
+        changes=(Seam.APPLY,),
+    ),
+    FaultProfile(
+        Fault.DRY_RUN_APPLIES,
+        "a dry-run ApplyConfiguration applies the config as well",
+        changes=(Seam.APPLY,),
+    ),
+    FaultProfile(
+        Fault.NO_KUBECONFIG,
+        "Kubeconfig returns an archive without the kubeconfig file in it",
+        changes=(Seam.MACHINE_API,),
+    ),
+    FaultProfile(
+        Fault.NODE_NOT_READY,
+        "the last node's Kubernetes Node object reports Ready=False",
+        changes=(Seam.KUBERNETES,),
+        scope="last-node",
+    ),
+    FaultProfile(
+        Fault.WRONG_VERSION,
+        "the last node's Version API reports v1.12.6 (its Versions resource does not)",
+        changes=(Seam.MACHINE_API,),
+        scope="last-node",
+    ),
+    FaultProfile(
+        Fault.LABELS_NOT_SYNCED,
+        "machine.nodeLabels never reach the Kubernetes Node objects",
+        changes=(Seam.KUBERNETES,),
+    ),
+    FaultProfile(
+        Fault.MEMBER_HIDDEN,
+        "the last node's discovery (Members resources) does not list the first node",
+        changes=(Seam.DISCOVERY,),
+        scope="last-node",
+    ),
+    FaultProfile(
+        Fault.MAINTENANCE_VERSION,
+        "the last node's Version answers without features (rbac), as in maintenance mode",
+        changes=(Seam.MACHINE_API,),
+        scope="last-node",
+    ),
+    FaultProfile(
+        Fault.NO_MTLS,
+        "apid accepts clients without a certificate and gives them os:admin",
+        changes=(Seam.AUTHENTICATION,),
+    ),
+    FaultProfile(
+        Fault.CLIENT_CERTS_UNVERIFIED,
+        "apid never asks for a client certificate, so any CA's (or none) is accepted as os:admin",
+        changes=(Seam.AUTHENTICATION,),
+    ),
+    FaultProfile(
+        Fault.RW_ROOTFS,
+        "the root filesystem is mounted read-write (/proc/mounts)",
+        changes=(Seam.MOUNTS,),
+    ),
+    FaultProfile(
+        Fault.SHELL_IN_LIBEXEC,
+        "a dash shell sits in every node's /usr/libexec",
+        changes=(Seam.ROOTFS,),
+    ),
+    FaultProfile(
+        Fault.SHELL_ALIAS,
+        "busybox under its static-build name, /usr/bin/busybox.static, on every node",
+        changes=(Seam.ROOTFS,),
+    ),
+    FaultProfile(
+        Fault.PACKAGE_MANAGER_IN_OPT,
+        "dpkg in /opt/foo/bin (an add-on tree under /opt) on every node",
+        changes=(Seam.ROOTFS,),
+    ),
+    FaultProfile(
+        Fault.WEB_TERMINAL_RUNNING,
+        "a ttyd web terminal runs on every node's host (dropped on /var, on a unix socket)",
+        changes=(Seam.PROCESSES,),
+    ),
+    FaultProfile(
+        Fault.USR_WRITABLE,
+        "a writable overlay is mounted over /usr (upper dir on /var) on every node",
+        changes=(Seam.MOUNTS,),
+    ),
+    FaultProfile(
+        Fault.NODE_MEMORY_PRESSURE,
+        "the last node's kubelet reports MemoryPressure=True (Ready stays True)",
+        changes=(Seam.KUBERNETES,),
+        scope="last-node",
+    ),
+    FaultProfile(
+        Fault.NODE_CORDONED,
+        "the last node is cordoned: spec.unschedulable, Ready stays True",
+        changes=(Seam.KUBERNETES,),
+        scope="last-node",
+    ),
+    FaultProfile(
+        Fault.READY_FLAPPING,
+        "the last node's Ready turns False for 2 s of every 8 s (node time)",
+        changes=(Seam.KUBERNETES,),
+        scope="last-node",
+    ),
+    FaultProfile(
+        Fault.PID1_NOT_MACHINED,
+        "PID 1 is systemd installed as /sbin/init (executable /usr/lib/systemd/systemd)",
+        changes=(Seam.PROCESSES,),
+    ),
+    FaultProfile(
+        Fault.PID1_SYSTEMD_AS_INIT,
+        "PID 1 is systemd copied to /sbin/init (executable /sbin/init, command systemd)",
+        changes=(Seam.PROCESSES,),
+    ),
+    FaultProfile(
+        Fault.SERVICE_DOWN,
+        "trustd stops 2 s after boot (Finished) and nothing starts it again",
+        changes=(Seam.SERVICES,),
+        scope="controlplanes",
+    ),
+    FaultProfile(
+        Fault.MACHINED_UNHEALTHY,
+        "2 s after boot machined's health check (a dial of its socket) starts failing on "
+        "every node; machined keeps running",
+        changes=(Seam.SERVICES,),
+    ),
+    FaultProfile(
+        Fault.ETCD_MEMBER_MISSING,
+        "the etcd member list on control planes lacks the last control plane",
+        changes=(Seam.DISCOVERY,),
+        scope="controlplanes",
+    ),
+    FaultProfile(
+        Fault.CIDR_OVERLAP,
+        "the pod subnet overlaps the node addresses (127.0.0.0/8 pod CIDR)",
+        changes=(Seam.GENERATED_CONFIG,),
+    ),
+    FaultProfile(
+        Fault.CONFIG_DRIFT,
+        "the last node's machine config differs from its desired state in one path "
+        "(machine.sysctls, changed outside git)",
+        changes=(Seam.GENERATED_CONFIG,),
+        scope="last-node",
+    ),
+    FaultProfile(
+        Fault.CONFIG_STAGED,
+        "the last node has a change staged for its next reboot (persistent config differs "
+        "from the active one)",
+        changes=(Seam.GENERATED_CONFIG,),
+        scope="last-node",
+    ),
+    FaultProfile(
+        Fault.CLIENT_CERT_EXPIRING,
+        "the talosconfig's os:admin client certificate expires in 3 days",
+        changes=(Seam.CERTIFICATES,),
+    ),
+    FaultProfile(
+        Fault.APID_CERT_MISSING_SAN,
+        "the last node's apid certificate lacks its hostname among the SANs",
+        changes=(Seam.CERTIFICATES,),
+        scope="last-node",
+    ),
+    FaultProfile(
+        Fault.KUBE_CERT_EXPIRED,
+        "kube-apiserver's serving certificate on the control planes expired a day ago",
+        changes=(Seam.CERTIFICATES,),
+        scope="controlplanes",
+    ),
+    FaultProfile(
+        Fault.RESOURCES_UNLISTABLE,
+        "COSI List of HostnameStatuses fails with an Internal error",
+        changes=(Seam.COSI,),
+    ),
+    FaultProfile(
+        Fault.LOGS_BROKEN,
+        "Logs of the listed, running containerd service fails: log not registered",
+        changes=(Seam.SERVICES,),
+    ),
+    FaultProfile(
+        Fault.COSI_WRITABLE,
+        "COSI Create/Update/Destroy are accepted instead of refused",
+        changes=(Seam.COSI,),
+    ),
+    FaultProfile(
+        Fault.READER_CAN_APPLY,
+        "ApplyConfiguration accepts os:reader clients",
+        changes=(Seam.APPLY,),
+    ),
+    FaultProfile(
+        Fault.READER_READS_SECRETS,
+        "os:reader clients may Get/List sensitive resources (MachineConfig)",
+        changes=(Seam.AUTHORIZATION,),
+    ),
+    FaultProfile(
+        Fault.EVENTS_NO_HELLO,
+        "the Events stream does not send the empty hello event first",
+        changes=(Seam.MACHINE_API,),
+    ),
+    FaultProfile(
+        Fault.SERVICES_RESOURCE_STALE,
+        "Services resources stay behind when a service stops (COSI disagrees with ServiceList)",
+        changes=(Seam.SERVICES,),
+    ),
+    FaultProfile(
+        Fault.READER_WATCHES_SECRETS,
+        "os:reader clients may Watch sensitive resources (MachineConfig); Get and List are refused",
+        changes=(Seam.AUTHORIZATION,),
+    ),
+    FaultProfile(
+        Fault.READER_GETS_KUBECONFIG,
+        "the Kubeconfig RPC answers os:reader clients",
+        changes=(Seam.AUTHORIZATION,),
+    ),
+    FaultProfile(
+        Fault.READER_MINTS_ADMIN,
+        "GenerateClientConfiguration answers os:reader clients with the roles they ask for",
+        changes=(Seam.AUTHORIZATION,),
+    ),
+    FaultProfile(
+        Fault.READER_APPLIES_FOR_REAL,
+        "ApplyConfiguration refuses an os:reader dry run but carries out its real apply",
+        changes=(Seam.AUTHORIZATION,),
+    ),
+    FaultProfile(
+        Fault.EXPIRED_CERTS_ACCEPTED,
+        "apid accepts client certificates outside their validity",
+        changes=(Seam.AUTHENTICATION,),
+    ),
+    FaultProfile(
+        Fault.ANY_EKU_ACCEPTED,
+        "apid skips its ExtKeyUsage rule: a Talos-CA certificate without ClientAuth usage passes",
+        changes=(Seam.AUTHENTICATION,),
+    ),
+    FaultProfile(
+        Fault.KUBE_CA_TRUSTED,
+        "apid also trusts the cluster's Kubernetes CA (cluster.ca) for client certificates",
+        changes=(Seam.AUTHENTICATION,),
+    ),
+    FaultProfile(
+        Fault.COSI_CREATE_LIES,
+        "COSI Create replies PermissionDenied but stores the resource all the same",
+        changes=(Seam.COSI,),
+    ),
+    FaultProfile(
+        Fault.LATE_APPLY_ON_REJECT,
+        "ApplyConfiguration refuses a config that fails validation, then applies it "
+        "(no-reboot) 2 s later anyway",
+        changes=(Seam.APPLY,),
+    ),
+    FaultProfile(
+        Fault.DRY_RUN_APPLIES_LATE,
+        "a dry-run ApplyConfiguration changes nothing at once, but applies the config 2 s later",
+        changes=(Seam.APPLY,),
+    ),
+    FaultProfile(
+        Fault.TRY_REVERT_KEEPS_LABEL,
+        "a try-mode revert restores the config, but the Kubernetes Node keeps the labels the "
+        "tried config added",
+        changes=(
+            Seam.APPLY,
+            Seam.KUBERNETES,
+        ),
+    ),
+    FaultProfile(
+        Fault.NO_REBOOT_ACCEPTS_REBOOT_FIELDS,
+        "no-reboot and try applies accept machine.env and machine.files changes, which need a"
+        " reboot",
+        changes=(Seam.APPLY,),
+    ),
+    FaultProfile(
+        Fault.HIDDEN_LISTENER,
+        "every node's Netstat leaves out the socket on TCP 10250, which still answers on the "
+        "node address (a listener hidden from the node's own account)",
+        changes=(Seam.LISTENERS,),
+    ),
+    FaultProfile(
+        Fault.UDP_LISTENER,
+        "every node runs a TFTP server bound to UDP 0.0.0.0:69, which Talos never opens",
+        changes=(Seam.LISTENERS,),
+    ),
+    FaultProfile(
+        Fault.NETSTAT_GHOST,
+        "every node's Netstat shows node_exporter listening on TCP :::9100, a port Talos "
+        "never opens; connections to it are refused (a firewall hides it from the scan)",
+        changes=(Seam.LISTENERS,),
+    ),
+    FaultProfile(
+        Fault.HEALTH_FLAP_RUNNING,
+        "from 2 s after boot cri's health check fails for 5 s every 20 s; cri never leaves "
+        "Running (only its health flaps)",
+        changes=(Seam.SERVICES,),
+    ),
+    FaultProfile(
+        Fault.EMPTY_LOGS,
+        "the log of the running apid service reads back empty (nothing written)",
+        changes=(Seam.SERVICES,),
+    ),
+    FaultProfile(
+        Fault.EVENTS_IGNORE_TAIL_SECONDS,
+        "the Events stream ignores tail_seconds: it sends no history, only new events",
+        changes=(Seam.MACHINE_API,),
+    ),
+    FaultProfile(
+        Fault.SERVICE_STUCK_PREPARING,
+        "2 s after boot trustd is restarted and never gets past its pre-start step (Preparing"
+        " forever)",
+        changes=(Seam.SERVICES,),
+        scope="controlplanes",
+    ),
+)
+
+FAULTS: Mapping[str, FaultProfile] = {profile.name: profile for profile in PROFILES}

@@ -1,0 +1,127 @@
+"""The names of the fault profiles and of the seams of the node state they change.
+
+Names are :class:`Fault` members, so a misspelt one fails type checking; the enum is a
+``StrEnum``, so the plain strings (``"ssh-open"``) of the command line, the plugin options and
+the conformance fault matrix keep working wherever a name is expected.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+__all__ = ["SEAM_WHERE", "Fault", "Scope", "Seam"]
+
+# Which nodes a profile affects: every node, only the last node of the cluster (so that a
+# check comparing nodes with each other has something to compare against), or the control
+# planes.
+Scope = Literal["all", "last-node", "controlplanes"]
+
+
+class Fault(StrEnum):
+    """Every fault profile, by its command-line name."""
+
+    SSH_OPEN = "ssh-open"
+    SHELL_PRESENT = "shell-present"
+    HOST_SHELL_PROCESS = "host-shell-process"
+    PACKAGE_MANAGER_PRESENT = "package-manager-present"
+    EXTRA_PORT = "extra-port"
+    LENIENT_VALIDATION = "lenient-validation"
+    VERSION_BUMP_ON_REJECT = "version-bump-on-reject"
+    KUBELET_CRASHLOOP = "kubelet-crashloop"
+    FLAPPING_SERVICE = "flapping-service"
+    TRY_NO_REVERT = "try-no-revert"
+    TRY_NOT_CANCELLED = "try-not-cancelled"
+    DRY_RUN_APPLIES = "dry-run-applies"
+    NO_KUBECONFIG = "no-kubeconfig"
+    NODE_NOT_READY = "node-not-ready"
+    WRONG_VERSION = "wrong-version"
+    LABELS_NOT_SYNCED = "labels-not-synced"
+    MEMBER_HIDDEN = "member-hidden"
+    MAINTENANCE_VERSION = "maintenance-version"
+    NO_MTLS = "no-mtls"
+    CLIENT_CERTS_UNVERIFIED = "client-certs-unverified"
+    RW_ROOTFS = "rw-rootfs"
+    SHELL_IN_LIBEXEC = "shell-in-libexec"
+    SHELL_ALIAS = "shell-alias"
+    PACKAGE_MANAGER_IN_OPT = "package-manager-in-opt"
+    WEB_TERMINAL_RUNNING = "web-terminal-running"
+    USR_WRITABLE = "usr-writable"
+    NODE_MEMORY_PRESSURE = "node-memory-pressure"
+    NODE_CORDONED = "node-cordoned"
+    READY_FLAPPING = "ready-flapping"
+    PID1_NOT_MACHINED = "pid1-not-machined"
+    PID1_SYSTEMD_AS_INIT = "pid1-systemd-as-init"
+    SERVICE_DOWN = "service-down"
+    MACHINED_UNHEALTHY = "machined-unhealthy"
+    ETCD_MEMBER_MISSING = "etcd-member-missing"
+    CIDR_OVERLAP = "cidr-overlap"
+    CONFIG_DRIFT = "config-drift"
+    CONFIG_STAGED = "config-staged"
+    CLIENT_CERT_EXPIRING = "client-cert-expiring"
+    APID_CERT_MISSING_SAN = "apid-cert-missing-san"
+    KUBE_CERT_EXPIRED = "kube-cert-expired"
+    RESOURCES_UNLISTABLE = "resources-unlistable"
+    LOGS_BROKEN = "logs-broken"
+    COSI_WRITABLE = "cosi-writable"
+    READER_CAN_APPLY = "reader-can-apply"
+    READER_READS_SECRETS = "reader-reads-secrets"
+    EVENTS_NO_HELLO = "events-no-hello"
+    SERVICES_RESOURCE_STALE = "services-resource-stale"
+    READER_WATCHES_SECRETS = "reader-watches-secrets"
+    READER_GETS_KUBECONFIG = "reader-gets-kubeconfig"
+    READER_MINTS_ADMIN = "reader-mints-admin"
+    READER_APPLIES_FOR_REAL = "reader-applies-for-real"
+    EXPIRED_CERTS_ACCEPTED = "expired-certs-accepted"
+    ANY_EKU_ACCEPTED = "any-eku-accepted"
+    KUBE_CA_TRUSTED = "kube-ca-trusted"
+    COSI_CREATE_LIES = "cosi-create-lies"
+    LATE_APPLY_ON_REJECT = "late-apply-on-reject"
+    DRY_RUN_APPLIES_LATE = "dry-run-applies-late"
+    TRY_REVERT_KEEPS_LABEL = "try-revert-keeps-label"
+    NO_REBOOT_ACCEPTS_REBOOT_FIELDS = "no-reboot-accepts-reboot-fields"
+    HIDDEN_LISTENER = "hidden-listener"
+    UDP_LISTENER = "udp-listener"
+    NETSTAT_GHOST = "netstat-ghost"
+    HEALTH_FLAP_RUNNING = "health-flap-running"
+    EMPTY_LOGS = "empty-logs"
+    EVENTS_IGNORE_TAIL_SECONDS = "events-ignore-tail-seconds"
+    SERVICE_STUCK_PREPARING = "service-stuck-preparing"
+
+
+class Seam(StrEnum):
+    """A place of the node state through which a fault changes the emulator."""
+
+    ROOTFS = "rootfs"
+    MOUNTS = "mounts"
+    PROCESSES = "processes"
+    LISTENERS = "listeners"
+    APPLY = "apply"
+    SERVICES = "services"
+    KUBERNETES = "kubernetes"
+    DISCOVERY = "discovery"
+    MACHINE_API = "machine-api"
+    AUTHENTICATION = "authentication"
+    AUTHORIZATION = "authorization"
+    CERTIFICATES = "certificates"
+    COSI = "cosi"
+    GENERATED_CONFIG = "generated-config"
+
+
+# Where each seam is applied (the docs and --list-faults show it).
+SEAM_WHERE: dict[Seam, str] = {
+    Seam.ROOTFS: "the root filesystem builder (hostview.NodeHost over system.build_rootfs)",
+    Seam.MOUNTS: "the mount table (hostview.NodeHost.mounts, /proc/mounts)",
+    Seam.PROCESSES: "the process table (hostview.NodeHost.processes, the PID 1 choice)",
+    Seam.LISTENERS: "the listener table (hostview.NodeHost.listeners, what Netstat shows)",
+    Seam.APPLY: "the ApplyConfiguration pipeline and try mode (nodeapply.MachineConfigState)",
+    Seam.SERVICES: "the services runner and logs (servicefaults.ServiceFaults, nodeservices)",
+    Seam.KUBERNETES: "the node's Kubernetes Node object (kubenode.kube_node_info)",
+    Seam.DISCOVERY: "discovery Members and the etcd member list (nodenet.NodeNetworking)",
+    Seam.MACHINE_API: "the replies of the machine API servicers (Version, Events, Kubeconfig)",
+    Seam.AUTHENTICATION: "apid's TLS handshake and client-certificate rules (apidtls)",
+    Seam.AUTHORIZATION: "apid's role rules per RPC (server) and COSI's sensitive reads",
+    Seam.CERTIFICATES: "the certificate issuer (clusterpki.ClusterPKI, the apid certificate)",
+    Seam.COSI: "the COSI resource API (servicers.cosi)",
+    Seam.GENERATED_CONFIG: "the generated machine configs (nodeconfigs.NodeConfigs, cluster start)",
+}

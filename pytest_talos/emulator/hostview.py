@@ -1,0 +1,102 @@
+"""An emulated node's host as its machine API shows it: the root filesystem, the mounts, the
+process table and the sockets (the data lives in :mod:`.system`, :mod:`.processes` and
+:mod:`.sockets`; this object applies the node's faults and variants to it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from pytest_talos.emulator import system
+from pytest_talos.emulator.faults import Fault
+from pytest_talos.emulator.identity import NodeIdentity
+from pytest_talos.emulator.machineconfig.accessors import cni_name, proxy_disabled
+
+__all__ = ["NodeHost"]
+
+
+class NodeHost:
+    """The root filesystem of one node (built once, with the faults' files) and the views of
+    its host that depend on the running services and the active machine config."""
+
+    def __init__(
+        self,
+        identity: NodeIdentity,
+        *,
+        talos_version: str,
+        fault: Callable[[Fault], bool],
+        node_faults: Callable[[], frozenset[Fault]],
+        pod_shell: bool,
+    ) -> None:
+        self._identity = identity
+        self._fault = fault
+        self._node_faults = node_faults
+        self._pod_shell = pod_shell
+        self.rootfs = system.build_rootfs(
+            hostname=identity.hostname,
+            version=talos_version,
+            controlplane=identity.controlplane,
+            shell=fault(Fault.SHELL_PRESENT),
+            sshd=fault(Fault.SSH_OPEN),
+            package_manager=fault(Fault.PACKAGE_MANAGER_PRESENT),
+            extensions=identity.extensions,
+            extra_files=system.fault_files(fault),
+        )
+
+    def booted_version(self, version: str) -> None:
+        """The node booted ``version`` (an upgrade or rollback): /etc/os-release says so."""
+        release = system.os_release(version)
+        self.rootfs["/etc/os-release"] = system.FileEntry("/etc/os-release", "file", 0o644, release)
+
+    def processes(
+        self, *, running_services: Sequence[str], config: bytes, pod_network_pods: int
+    ) -> list[system.ProcessEntry]:
+        fault, ident = self._fault, self._identity
+        pid1 = "machined"
+        if fault(Fault.PID1_NOT_MACHINED):
+            pid1 = "systemd"
+        elif fault(Fault.PID1_SYSTEMD_AS_INIT):
+            pid1 = "systemd-as-init"
+        return system.processes_for(
+            hostname=ident.hostname,
+            address=ident.address,
+            running_services=list(running_services),
+            controlplane=ident.controlplane,
+            proxy=not proxy_disabled(config),
+            flannel=cni_name(config) == "flannel",
+            coredns=pod_network_pods > 0,
+            pod_shell=self._pod_shell,
+            pid1=pid1,
+            sshd=fault(Fault.SSH_OPEN),
+            host_shell=fault(Fault.HOST_SHELL_PROCESS),
+            web_terminal=fault(Fault.WEB_TERMINAL_RUNNING),
+        )
+
+    def mounts(self) -> list[system.MountEntry]:
+        return system.mounts_for(
+            platform=self._identity.platform,
+            extensions=len(self._identity.extensions),
+            rw_root=self._fault(Fault.RW_ROOTFS),
+            rw_usr=self._fault(Fault.USR_WRITABLE),
+        )
+
+    def listeners(self, *, config: bytes, pod_network_pods: int) -> list[system.Listener]:
+        """The host's sockets (kube-proxy's only while the config enables it), then those in
+        pod network namespaces (``Listener.netns`` set: CoreDNS where it runs)."""
+        return [
+            *system.listeners_for(
+                controlplane=self._identity.controlplane,
+                proxy=not proxy_disabled(config),
+                flannel=cni_name(config) == "flannel",
+                sshd=self._fault(Fault.SSH_OPEN),
+                extra_port=self._fault(Fault.EXTRA_PORT),
+                faults=self._node_faults(),
+            ),
+            *system.pod_listeners(coredns=pod_network_pods > 0, node_id=self._identity.node_id),
+        ]
+
+    def file(self, path: str, *, follow: bool, booted_at: float) -> system.FileEntry | None:
+        """The entry at ``path`` as lstat (``follow``: stat) sees it, symlinked parents resolved."""
+        if path == "/proc/mounts":  # generated: shows the root filesystem read-only
+            content = system.proc_mounts(self.mounts())
+            return system.FileEntry(path, "file", 0o444, content, mtime=int(booted_at))
+        return self.rootfs.get(system.resolve(self.rootfs, path, follow_last=follow))

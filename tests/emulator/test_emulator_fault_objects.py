@@ -1,0 +1,93 @@
+"""Faults are objects: names from an enum, seams declared, docs and matrix generated or kept."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from mypy import api as mypy_api
+
+from pytest_talos.emulator.faults import (
+    FAULTS,
+    PROFILES,
+    Fault,
+    FaultSet,
+    describe_faults,
+    resolve_faults,
+)
+from tests.conformance.fault_matrix import FAULT_MATRIX
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_enum_member_has_one_profile() -> None:
+    assert [p.fault for p in PROFILES] == list(Fault)
+    assert set(FAULTS) == {str(member) for member in Fault}
+
+
+def test_every_profile_declares_a_seam() -> None:
+    assert all(profile.changes for profile in PROFILES)
+
+
+def test_every_fault_has_a_fault_matrix_row() -> None:
+    assert sorted(FAULT_MATRIX) == sorted(str(member) for member in Fault)
+
+
+def test_plain_strings_still_name_faults() -> None:
+    assert resolve_faults(["ssh-open"]) == (FAULTS[Fault.SSH_OPEN],)
+    faults = FaultSet(resolve_faults(["node-not-ready"]), last_node="b")
+    assert faults.on(Fault.NODE_NOT_READY, "b")
+    assert not faults.on(Fault.NODE_NOT_READY, "a")
+    assert faults.on_node("b") == frozenset({Fault.NODE_NOT_READY})
+
+
+def test_list_faults_shows_the_declared_seams() -> None:
+    line = next(x for x in describe_faults().splitlines() if x.startswith("ssh-open "))
+    assert line.endswith("[rootfs, processes, listeners]")
+
+
+def test_a_misspelt_fault_fails_type_checking(tmp_path: Path) -> None:
+    source = tmp_path / "typo.py"
+    source.write_text(
+        "from pytest_talos.emulator.faults import Fault, FaultSet\n"
+        "FaultSet().on(Fault.SSH_OEPN, 'node')\n"
+        "FaultSet().on('ssh-open', 'node')\n"
+    )
+    out, _, status = mypy_api.run(
+        ["--strict", "--follow-imports=silent", "--cache-dir", str(tmp_path / "cache"), str(source)]
+    )
+    assert status == 1
+    assert '"type[Fault]" has no attribute "SSH_OEPN"' in out
+    assert 'incompatible type "str"; expected "Fault"' in out
+
+
+def test_fault_docs_are_current() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_fault_docs.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_emulator_errors_have_their_own_root() -> None:
+    from pytest_talos.emulator import EmulatorError
+    from pytest_talos.emulator.errors import (
+        ConfigRejected,
+        ListenerError,
+        NodeFailure,
+        RPCFailure,
+        ServiceRefused,
+    )
+    from pytest_talos.emulator.machineconfig import ConfigRejected as FromMachineconfig
+    from pytest_talos.errors import TalosError
+
+    for error in (ConfigRejected, ListenerError, NodeFailure, RPCFailure, ServiceRefused):
+        assert issubclass(error, EmulatorError)
+        assert not issubclass(error, TalosError)
+    assert not issubclass(EmulatorError, TalosError)
+    assert FromMachineconfig is ConfigRejected
+    assert issubclass(ListenerError, OSError)
