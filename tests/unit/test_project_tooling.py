@@ -53,7 +53,8 @@ def test_ci_runs_the_readme_commands_through_tox() -> None:
     install_and_conformance, tests = _readme_commands()
     readme_conformance = install_and_conformance.split("&&", 1)[1].strip()
     conformance = _tox_envs()["conformance"]["commands"].replace("{posargs}", "").strip()
-    assert conformance == readme_conformance == "pytest conformance --talos-emulator"
+    assert conformance == readme_conformance
+    assert readme_conformance.startswith("pytest conformance --talos-emulator")
     assert "conformance" in _ci_tox_runs()
     assert tests == "pytest -n auto"
     assert _tox_envs()["py"]["commands"].strip() == "pytest {posargs}"
