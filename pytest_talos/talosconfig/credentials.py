@@ -1,4 +1,8 @@
-"""A context's ``ca``, ``crt`` and ``key``: decoded, checked against each other, in date."""
+"""A context's ``ca``, ``crt`` and ``key``: decoded, checked against each other, in date.
+
+As in :mod:`pytest_talos.talosconfig.document`, errors are raised outside ``except`` blocks,
+so that no chained exception carries key material into a traceback.
+"""
 
 from __future__ import annotations
 
