@@ -22,9 +22,18 @@ from pathlib import Path
 
 import pytest
 
-from pytest_talos import ports
 from pytest_talos.errors import ConfigError, ConnectError
-from pytest_talos.ports import PortResult, ScanResult, main, parse_ports, scan, scan_async
+from pytest_talos.ports import (
+    PortResult,
+    ScanResult,
+    filelimit,
+    main,
+    parse_ports,
+    scan,
+    scan_async,
+    sweep,
+    targets,
+)
 
 PROG = "python -m pytest_talos.ports"
 BASELINE = "127.0.0.254"
@@ -239,7 +248,7 @@ def test_a_window_of_thousands_of_ports_with_low_concurrency(
 ) -> None:
     if linux_connect and not sys.platform.startswith("linux"):
         pytest.skip("the socket-reusing path is used on Linux only")
-    monkeypatch.setattr(ports, "_LINUX_CONNECT", linux_connect)
+    monkeypatch.setattr(sweep, "LINUX_CONNECT", linux_connect)
     host = "127.0.0.61"
     port = listen(host)
     reserve(BASELINE, port)
@@ -278,8 +287,8 @@ def test_a_connection_to_itself_is_not_an_open_port() -> None:
         sock.bind(("127.0.0.63", 0))
         sock.settimeout(5)
         sock.connect(sock.getsockname())
-        assert ports._connected_code(sock) == ports._SELF_CONNECTED
-    assert ports._state_for(ports._SELF_CONNECTED) == "closed"
+        assert sweep.connected_code(sock) == sweep.SELF_CONNECTED
+    assert sweep.state_for(sweep.SELF_CONNECTED) == "closed"
 
 
 def test_a_spare_socket_the_kernel_did_not_take_back_turns_reuse_off(
@@ -291,15 +300,15 @@ def test_a_spare_socket_the_kernel_did_not_take_back_turns_reuse_off(
     stuck = socket.socket()
     stuck.connect((host, open_port))  # connected: a connect() on it now says EISCONN
 
-    async def sweep() -> tuple[dict[int, str], bool]:
-        target = await ports._resolve(host)
-        run = ports._Sweep(asyncio.get_running_loop(), target, timeout=2, concurrency=8)
+    async def run_sweep() -> tuple[dict[int, str], bool]:
+        target = await targets.resolve(host)
+        run = sweep.Sweep(asyncio.get_running_loop(), target, timeout=2, concurrency=8)
         run._linux = True
         run._spares.append(stuck)
         states = await run.run([closed_port, open_port])
         return dict(states), run._linux
 
-    states, still_reusing = asyncio.run(sweep())
+    states, still_reusing = asyncio.run(run_sweep())
 
     assert states == {closed_port: "closed", open_port: "open"}
     assert still_reusing is False
@@ -508,7 +517,7 @@ def test_concurrency_stays_below_the_file_descriptor_limit_and_the_limit_is_put_
         low = min(soft, 512)
         resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
 
-        with ports._file_limit_for(1_000_000) as allowed:
+        with filelimit.file_limit_for(1_000_000) as allowed:
             inside, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
             assert inside >= low
             if hard != resource.RLIM_INFINITY:
@@ -526,10 +535,10 @@ def test_the_limit_stays_raised_until_the_last_of_overlapping_scans_ends() -> No
         pytest.skip("the hard file limit leaves no room to raise the soft one")
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
-        with ports._file_limit_for(4096):
+        with filelimit.file_limit_for(4096):
             raised, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
             assert raised > 512
-            with ports._file_limit_for(4096):
+            with filelimit.file_limit_for(4096):
                 pass
             assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == raised
         assert resource.getrlimit(resource.RLIMIT_NOFILE) == (512, hard)
@@ -543,7 +552,7 @@ def test_a_limit_someone_else_moved_during_the_scan_is_left_alone() -> None:
         pytest.skip("the hard file limit leaves no room to raise the soft one")
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
-        with ports._file_limit_for(4096):
+        with filelimit.file_limit_for(4096):
             resource.setrlimit(resource.RLIMIT_NOFILE, (600, hard))  # the caller's own move
         assert resource.getrlimit(resource.RLIMIT_NOFILE) == (600, hard)
     finally:

@@ -12,7 +12,7 @@ import yaml
 from pytest_talos import talosconfig
 from pytest_talos.emulator import pki
 from pytest_talos.errors import ConfigError
-from pytest_talos.talosconfig import SecretBytes, SecretStr, load_talosconfig
+from pytest_talos.talosconfig import SecretBytes, SecretStr, document, load_talosconfig
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +69,9 @@ def test_loaded_keys_are_secrets(
     config = load_talosconfig(_config(tmp_path, admin), env={})
     assert isinstance(config.context.key_pem, SecretBytes)
     assert isinstance(talosconfig.relabel_pkcs8_key(admin[1].key_pem_talos), SecretBytes)
-    data, _ = talosconfig._read_bytes(config.path)
+    data, _ = document.read_bytes(config.path)
     assert isinstance(data, SecretBytes)  # the whole file holds the key
-    doc, _ = talosconfig._safe_load(data)
+    doc, _ = document.safe_load(data)
     assert isinstance(doc["contexts"]["prod"]["key"], SecretStr)
 
 

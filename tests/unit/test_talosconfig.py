@@ -19,13 +19,13 @@ import pytest
 import yaml
 from cryptography.hazmat.primitives import serialization
 
-from pytest_talos import talosconfig
 from pytest_talos.emulator import pki
 from pytest_talos.errors import ConfigError
 from pytest_talos.talosconfig import (
     TalosConfig,
     load_client_identity,
     load_talosconfig,
+    lookup,
     normalize_endpoint,
     relabel_pkcs8_key,
     resolve_talosconfig_path,
@@ -48,7 +48,7 @@ def admin(ca: pki.CertificateAuthority) -> pki.CertAndKey:
 @pytest.fixture(autouse=True)
 def _no_in_pod_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # The real /var/run/secrets path must never influence these tests.
-    monkeypatch.setattr(talosconfig, "IN_POD_PATH", tmp_path / "pod" / "config")
+    monkeypatch.setattr(lookup, "IN_POD_PATH", tmp_path / "pod" / "config")
 
 
 def _doc(ca: pki.CertificateAuthority, client: pki.CertAndKey, context: str = "prod") -> Doc:
@@ -126,7 +126,7 @@ def test_tilde_in_explicit_path_uses_the_given_home(tmp_path: Path) -> None:
 
 
 def test_in_pod_config_is_the_last_resort(tmp_path: Path) -> None:
-    pod = _write(talosconfig.IN_POD_PATH, "x")
+    pod = _write(lookup.IN_POD_PATH, "x")
     path, source = resolve_talosconfig_path(None, {"HOME": str(tmp_path / "home")})
     assert path == pod
     assert "in-pod" in source
@@ -154,7 +154,7 @@ def test_nothing_found_lists_where_it_looked_in_order(tmp_path: Path) -> None:
     message = str(info.value)
     home = f"{tmp_path / '.talos' / 'config'} (~/.talos/config)"
     assert message.startswith(f"no talosconfig found; looked at {home}, then ")
-    assert message.index(home) < message.index(str(talosconfig.IN_POD_PATH))
+    assert message.index(home) < message.index(str(lookup.IN_POD_PATH))
     assert "Set $TALOSCONFIG" in message
 
 

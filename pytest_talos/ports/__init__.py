@@ -1,0 +1,79 @@
+"""A fast TCP connect scanner (asyncio, standard library only).
+
+Each port gets one non-blocking ``connect()`` and nothing else: no byte is ever sent.
+
+=========  ==================================================================
+state      meaning
+=========  ==================================================================
+open       the handshake completed (the socket is then reset at once)
+closed     the host answered with a reset (``ECONNREFUSED``)
+filtered   no answer within ``timeout``, or an ICMP-style error such as
+           ``EHOSTUNREACH``, ``ENETUNREACH`` or ``EACCES``
+=========  ==================================================================
+
+Speed. Probes are started in batches of a few hundred straight from the event loop; on
+loopback nearly every answer is already there after one turn of the loop, so those probes
+cost a few system calls and no event-loop registration; on Linux a refused socket is
+even reused for the next port, which saves a socket() and a close() per closed port (any
+surprise from the kernel turns that off). Only probes still pending are
+watched (``add_writer``) with a per-probe deadline; at most ``concurrency`` of those are in
+flight. Before a scan the soft ``RLIMIT_NOFILE`` is raised toward the hard limit when the
+requested concurrency needs it, for the time of the scan only (the old limit is put back
+when the last running scan ends), and the concurrency is capped below whatever the limit
+allows. Open ports are closed with ``SO_LINGER`` 0 (a reset instead of a FIN), so a scan
+leaves no ``TIME_WAIT`` sockets behind. A connection the kernel made to itself (source
+address and port equal to the destination's, possible when scanning ``127.0.0.1`` in the
+ephemeral range) is not a listener and counts as closed.
+
+Loopback proof (``baseline_host``). Emulated Talos nodes live on their own loopback
+addresses (``127.0.0.N``). An unrelated program listening on the wildcard address
+(``0.0.0.0:2024``) answers on every ``127.0.0.N`` as well, so an open port on a node
+address proves nothing by itself. With ``baseline_host`` set to an address where no node
+lives (say ``127.0.0.254``), the ports found open on the node are probed again there; a
+port that answers on both belongs to a wildcard listener, not to the node: it is reported
+``closed`` for the node and listed in :attr:`ScanResult.shared`. A node that itself
+listens on a wildcard address cannot be told apart this way; its ports show up as shared.
+
+The scanner needs a selector-based event loop (``add_writer``): the default on Linux
+and macOS, not Windows' proactor loop.
+
+Hosts may be IPv4 or IPv6 addresses (``::1`` and ``[::1]`` both work) or names; a name is
+resolved once, before the scan, and the first address returned is scanned.
+
+Command line::
+
+    python -m pytest_talos.ports HOST [--ports 1-65535] [--timeout S] [--concurrency N]
+                                      [--baseline HOST]
+
+prints the open ports one per line (sorted) on stdout and a one-line summary on stderr;
+exit status 0, or 2 with a one-line error for bad input.
+
+Layout: ``results`` (:class:`PortResult`, :class:`ScanResult`), ``targets`` (port specs,
+host resolution), ``sweep`` (the connect engine), ``filelimit`` (the file-descriptor limit
+for the time of a scan), ``scanner`` (:func:`scan_async`, :func:`scan`), ``cli`` (the
+``talos-portscan`` command line).
+"""
+
+from pytest_talos.ports.cli import main
+from pytest_talos.ports.results import PortResult, PortState, ScanResult
+from pytest_talos.ports.scanner import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_PORTS,
+    DEFAULT_TIMEOUT,
+    scan,
+    scan_async,
+)
+from pytest_talos.ports.targets import parse_ports
+
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_PORTS",
+    "DEFAULT_TIMEOUT",
+    "PortResult",
+    "PortState",
+    "ScanResult",
+    "main",
+    "parse_ports",
+    "scan",
+    "scan_async",
+]

@@ -1,0 +1,107 @@
+"""The soft ``RLIMIT_NOFILE``, raised toward the hard limit for the time of a scan only."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+
+from pytest_talos.ports.sweep import BATCH
+
+try:
+    import resource
+except ImportError:  # not a Unix
+    resource = None  # type: ignore[assignment]
+
+# File descriptors left for everything else in the process while a scan runs, on top of
+# the refused sockets a sweep keeps for reuse (at most one batch of them).
+_FD_RESERVE = 64 + BATCH
+
+
+def _open_fd_count() -> int:
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        try:
+            return len(os.listdir(folder))
+        except OSError:
+            continue
+    return 64  # a guess: nothing tells how many are open
+
+
+class _FileLimit:
+    """The soft ``RLIMIT_NOFILE``, raised for as long as at least one scan needs it.
+
+    A library call must not change its process for good: the first scan that needs more
+    file descriptors raises the soft limit toward the hard one, and the last scan to end
+    puts the old value back (unless something else moved the limit meanwhile: then it
+    is left alone). Scans may run at once on several threads and loops; a lock keeps count.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._original: int | None = None  # the soft limit before we raised it
+        self._raised_to: int | None = None
+
+    def acquire(self, wanted: int) -> int:
+        """Register a scan wanting ``wanted`` probes in flight; returns the usable number."""
+        with self._lock:
+            self._users += 1
+            try:
+                return self._usable(wanted)
+            except BaseException:
+                self._release_locked()
+                raise
+
+    def release(self) -> None:
+        with self._lock:
+            self._release_locked()
+
+    def _usable(self, wanted: int) -> int:
+        if resource is None:  # not a Unix: no limit we can see or move
+            return wanted
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return wanted
+        in_use = _open_fd_count()
+        needed = in_use + wanted + _FD_RESERVE
+        if soft < needed:
+            target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+            if target > soft and self._raise(soft, target, hard):
+                soft = target
+        return max(1, min(wanted, soft - in_use - _FD_RESERVE))
+
+    def _raise(self, soft: int, target: int, hard: int) -> bool:
+        assert resource is not None
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            return False  # keep the old limit and scan with fewer probes in flight
+        if self._original is None:
+            self._original = soft
+        self._raised_to = target
+        return True
+
+    def _release_locked(self) -> None:
+        self._users -= 1
+        if self._users or self._original is None or resource is None:
+            return
+        original, raised_to = self._original, self._raised_to
+        self._original = self._raised_to = None
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == raised_to:  # nobody else changed it meanwhile
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (original, hard))
+
+
+_FILE_LIMIT = _FileLimit()
+
+
+@contextlib.contextmanager
+def file_limit_for(wanted: int) -> Iterator[int]:
+    """The usable concurrency, with the soft file limit raised only inside the block."""
+    usable = _FILE_LIMIT.acquire(wanted)
+    try:
+        yield usable
+    finally:
+        _FILE_LIMIT.release()
