@@ -345,16 +345,16 @@ def test_every_address_is_scanned_ipv6_too(healthy: TalosCluster) -> None:
 
 
 def test_which_listeners_answer_where() -> None:
-    from pytest_talos.checks import _covers, _exposed
+    from pytest_talos.checks.listeners import covers, exposed
 
     def record(ip: str) -> models.ConnectRecord:
         return models.ConnectRecord("tcp6" if ":" in ip else "tcp", ip, 1, "", 0, "LISTEN")
 
-    assert _covers(record("::"), "10.5.0.2")
-    assert _covers(record("::"), "fd00::2")
-    assert _covers(record("0.0.0.0"), "10.5.0.2")
-    assert not _covers(record("0.0.0.0"), "fd00::2")
-    assert _covers(record("fd00:0::2"), "fd00::2")
-    assert not _covers(record("10.5.0.3"), "10.5.0.2")
-    assert not any(map(_exposed, ["127.0.0.53", "169.254.116.108", "::1", "fe80::1"]))
-    assert all(map(_exposed, ["0.0.0.0", "::", "10.5.0.2", "2001:db8::2"]))
+    assert covers(record("::"), "10.5.0.2")
+    assert covers(record("::"), "fd00::2")
+    assert covers(record("0.0.0.0"), "10.5.0.2")
+    assert not covers(record("0.0.0.0"), "fd00::2")
+    assert covers(record("fd00:0::2"), "fd00::2")
+    assert not covers(record("10.5.0.3"), "10.5.0.2")
+    assert not any(map(exposed, ["127.0.0.53", "169.254.116.108", "::1", "fe80::1"]))
+    assert all(map(exposed, ["0.0.0.0", "::", "10.5.0.2", "2001:db8::2"]))

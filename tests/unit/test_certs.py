@@ -10,11 +10,11 @@ from pytest_talos.certs import (
     DEFAULT_FAIL_DAYS,
     DEFAULT_WARN_DAYS,
     ExpiryPolicy,
-    _renewal,
     certificate_facts,
     issuer_among,
     load_certificates,
 )
+from pytest_talos.certs.verdicts import renewal_findings
 from pytest_talos.emulator.pki import (
     CertificateAuthority,
     issue_apid_cert,
@@ -130,6 +130,6 @@ def test_short_lived_certificate_past_renewal_fails(ca: CertificateAuthority) ->
         not_before=NOW - dt.timedelta(hours=11),
         not_after=NOW + dt.timedelta(hours=13),
     )
-    (finding,) = _renewal(certificate_facts(stale.cert_pem), "apid's certificate", NOW)
+    (finding,) = renewal_findings(certificate_facts(stale.cert_pem), "apid's certificate", NOW)
     assert "renews it at half its lifetime, so renewal is stuck" in finding.message
-    assert _renewal(certificate_facts(fresh.cert_pem), "apid's certificate", NOW) == []
+    assert renewal_findings(certificate_facts(fresh.cert_pem), "apid's certificate", NOW) == []

@@ -7,7 +7,8 @@ import pytest
 
 from conformance.immutability.rules import PACKAGE_MANAGERS, writable_image_mounts
 from pytest_talos import models
-from pytest_talos.checks import SHELL_NAMES, _is_shell_process, is_program_named
+from pytest_talos.checks import SHELL_NAMES, is_program_named
+from pytest_talos.checks.shell import is_shell_process
 
 
 @pytest.mark.parametrize(
@@ -78,7 +79,7 @@ def _process(command: str, executable: str, args: str) -> models.ProcessInfo:
     ],
 )
 def test_shell_like_and_remote_access_processes(command: str, executable: str, args: str) -> None:
-    assert _is_shell_process(_process(command, executable, args))
+    assert is_shell_process(_process(command, executable, args))
 
 
 @pytest.mark.parametrize(
@@ -94,7 +95,7 @@ def test_shell_like_and_remote_access_processes(command: str, executable: str, a
 def test_host_processes_of_a_healthy_node_are_not_shells(
     command: str, executable: str, args: str
 ) -> None:
-    assert not _is_shell_process(_process(command, executable, args))
+    assert not is_shell_process(_process(command, executable, args))
 
 
 HEALTHY_METAL = [

@@ -1,0 +1,210 @@
+"""Where the certificates are read, and the report on each: the talosconfig's client
+certificate and CA (:func:`client_certificate`, :func:`ca_certificates`), apid's serving
+certificate on a node (:func:`apid_certificate`) and, on a control plane, kube-apiserver's
+and the kubeconfig's client certificate (:func:`kubernetes_certificates`).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from pytest_talos.certs.facts import certificate_facts, issuer_among, load_certificates, utc_now
+from pytest_talos.certs.verdicts import (
+    CertificateReport,
+    ExpiryPolicy,
+    Finding,
+    chain_findings,
+    name_findings,
+    renewal_findings,
+)
+from pytest_talos.client import TalosClient
+from pytest_talos.errors import TalosError, TransportError
+from pytest_talos.node import TalosNode
+from pytest_talos.talos_api import APID_PORT
+from pytest_talos.talosconfig import Context
+from pytest_talos.transport import read_peer_certificate
+
+__all__ = [
+    "apid_certificate",
+    "ca_certificates",
+    "client_certificate",
+    "kubernetes_certificates",
+]
+
+
+def client_certificate(
+    context: Context, policy: ExpiryPolicy, now: dt.datetime | None = None
+) -> CertificateReport:
+    """The talosconfig context's client certificate: expiry by ``policy``, roles, issuer."""
+    moment = now or utc_now()
+    facts = certificate_facts(context.crt_pem)
+    what = "the talosconfig client certificate"
+    report = CertificateReport(what, facts, policy.judge(facts, what, moment), now=moment)
+    cas = load_certificates(context.ca_pem)
+    if facts.certificate is not None:
+        issuer = issuer_among(facts.certificate, cas)
+        report.issuer = certificate_facts(issuer) if issuer is not None else None
+    return report
+
+
+def ca_certificates(
+    context: Context, policy: ExpiryPolicy, now: dt.datetime | None = None
+) -> list[CertificateReport]:
+    """The talosconfig's CA certificate(s) (the Talos OS CA), judged by ``policy``."""
+    moment = now or utc_now()
+    reports = []
+    for cert in load_certificates(context.ca_pem):
+        facts = certificate_facts(cert)
+        what = f"the Talos CA ({facts.subject})"
+        findings = policy.judge(facts, what, moment)
+        if not facts.is_ca:
+            findings.append(Finding("failure", f"{what} is not a CA certificate"))
+        reports.append(CertificateReport(what, facts, findings, now=moment))
+    return reports
+
+
+def _apid_der(node: TalosNode, context: Context, timeout: float) -> tuple[bytes, str, str]:
+    """The certificate apid presents on the node's own address, and how it was read.
+
+    First as the client connects (CA and name verified); if that handshake fails, without
+    verification so the certificate that failed can be judged. Third item: the TLS error.
+    """
+    endpoint = f"{node.host}:{APID_PORT}"
+    client = TalosClient(
+        endpoint, context.ca_pem, context.crt_pem, context.key_pem, timeout=timeout
+    )
+    try:
+        client.version()
+        der = client.peer_certificate
+        if der:
+            return der, f"TLS handshake of a Version call to {endpoint}", ""
+        tls_error = "the connection exposed no certificate"
+    except TransportError as exc:
+        tls_error = str(exc)
+    finally:
+        client.close()
+    der = read_peer_certificate(
+        node.host,
+        APID_PORT,
+        timeout=timeout,
+        client_crt_pem=context.crt_pem,
+        client_key_pem=context.key_pem,
+    )
+    return der, f"unverified TLS handshake with {endpoint} (the verified one failed)", tls_error
+
+
+def _fqdn(node: TalosNode) -> str | None:
+    try:
+        spec = node.resource("HostnameStatuses.net.talos.dev", "hostname", "network").spec
+    except TalosError:
+        return None
+    if isinstance(spec, dict) and spec.get("domainname"):
+        return f"{spec.get('hostname') or node.hostname}.{spec['domainname']}"
+    return None
+
+
+def apid_certificate(
+    node: TalosNode, context: Context, *, timeout: float = 10.0, now: dt.datetime | None = None
+) -> CertificateReport:
+    """apid's serving certificate on ``node``: issued by the talosconfig CA, valid and
+    renewed on time, naming the address the node is reached on, its hostname and FQDN."""
+    der, how, tls_error = _apid_der(node, context, timeout)
+    moment = now or utc_now()
+    facts = certificate_facts(der)
+    what = f"apid's certificate on {node.name}"
+    findings, issuer = chain_findings(
+        facts, load_certificates(context.ca_pem), what, "the talosconfig CA"
+    )
+    findings += renewal_findings(facts, what, moment)
+    names = [node.host, node.hostname, _fqdn(node) or ""]
+    findings += name_findings(facts, names, what)
+    if tls_error and not findings:
+        findings.append(
+            Finding("failure", f"the TLS handshake with {node.host} failed: {tls_error}")
+        )
+    return CertificateReport(what, facts, findings, issuer, how, moment)
+
+
+@dataclass(frozen=True)
+class _Kubeconfig:
+    server: str
+    host: str
+    port: int
+    ca_pem: bytes
+    crt_pem: bytes | None
+
+
+def _kubeconfig(data: bytes) -> _Kubeconfig:
+    doc = yaml.safe_load(data) or {}
+    contexts = {c.get("name"): c.get("context", {}) for c in doc.get("contexts") or []}
+    current: dict[str, Any] = contexts.get(doc.get("current-context")) or next(
+        iter(contexts.values()), {}
+    )
+    clusters = {c.get("name"): c.get("cluster", {}) for c in doc.get("clusters") or []}
+    users = {u.get("name"): u.get("user", {}) for u in doc.get("users") or []}
+    cluster = clusters.get(current.get("cluster")) or {}
+    user = users.get(current.get("user")) or {}
+    server = str(cluster.get("server") or "")
+    url = urlsplit(server)
+    if not url.hostname:
+        raise TalosError(f"the kubeconfig's server {server!r} is not an https:// URL")
+    ca = base64.b64decode(cluster.get("certificate-authority-data") or "")
+    crt = user.get("client-certificate-data")
+    return _Kubeconfig(
+        server, url.hostname, url.port or 443, ca, base64.b64decode(crt) if crt else None
+    )
+
+
+def _served(host: str, port: int, timeout: float) -> bytes:
+    return read_peer_certificate(host, port, timeout=timeout, alpn=("http/1.1",))
+
+
+def kubernetes_certificates(
+    node: TalosNode,
+    kubeconfig: bytes,
+    policy: ExpiryPolicy,
+    *,
+    timeout: float = 10.0,
+    now: dt.datetime | None = None,
+) -> list[CertificateReport]:
+    """On a control plane: the kube-apiserver certificate at the kubeconfig's server and at
+    the node's own address (issued by the kubeconfig's CA, not near expiry, naming what it
+    is reached as), and the kubeconfig client certificate's expiry."""
+    moment = now or utc_now()
+    config = _kubeconfig(kubeconfig)
+    cas = load_certificates(config.ca_pem)
+    targets = {config.host: [config.host]}
+    targets.setdefault(node.host, []).append(config.host)
+    reports = []
+    for host, names in targets.items():
+        facts = certificate_facts(_served(host, config.port, timeout))
+        what = f"kube-apiserver's certificate at {host}:{config.port}"
+        findings, issuer = chain_findings(
+            facts, cas, what, "the kubeconfig's certificate authority"
+        )
+        findings += policy.judge(facts, what, moment)
+        findings += name_findings(facts, [host, *names], what)
+        reports.append(
+            CertificateReport(
+                what, facts, findings, issuer, f"TLS handshake with {host}:{config.port}", moment
+            )
+        )
+    if config.crt_pem is not None:
+        facts = certificate_facts(config.crt_pem)
+        what = "the kubeconfig client certificate"
+        reports.append(
+            CertificateReport(
+                what,
+                facts,
+                policy.judge(facts, what, moment),
+                how="client-certificate-data of the kubeconfig",
+                now=moment,
+            )
+        )
+    return reports

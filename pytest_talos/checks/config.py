@@ -1,0 +1,308 @@
+"""Machine config changes and what they do to a node: an invalid patch is refused and leaves
+the config untouched (:func:`assert_config_unchanged_after_rejection`), a service stays
+healthy after a patch (:func:`assert_service_healthy_after_patch`), a try-mode change reverts
+by itself (:func:`assert_try_reverts`).
+
+Each goes through a :class:`~pytest_talos.guard.ConfigGuard` (the one passed in, else the
+node's own, else a private one) so that whatever it changed is restored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from pytest_talos import models
+from pytest_talos.checks.result import CheckResult
+from pytest_talos.errors import (
+    APIError,
+    ConformanceFailure,
+    InvalidArgument,
+    TalosError,
+    WaitTimeout,
+)
+from pytest_talos.guard import ConfigGuard, _guarding
+from pytest_talos.node import TalosNode
+from pytest_talos.patches import PatchInput
+from pytest_talos.wait import StabilityReport, config_summary, wait_for_config, wait_service_stable
+
+__all__ = [
+    "DEFAULT_STABLE_FOR",
+    "assert_config_unchanged_after_rejection",
+    "assert_service_healthy_after_patch",
+    "assert_try_reverts",
+]
+
+# A crash-looping service is restarted every 5 s (internal/app/machined/pkg/system/runner/
+# restart/restart.go); 12 s covers two periods.
+DEFAULT_STABLE_FOR = 12.0
+_EVENT_LINES = 8
+_LOG_LINES = 30
+
+
+def assert_config_unchanged_after_rejection(
+    node: TalosNode,
+    patch: PatchInput,
+    *,
+    mode: models.ApplyMode = "no-reboot",
+    guard: ConfigGuard | None = None,
+    settle: float = 0.0,
+    expect_rejection: str = "",
+    check_id: str = "config.invalid-patch-rejected",
+) -> CheckResult:
+    """Applying ``patch`` is refused with InvalidArgument and leaves the config untouched.
+
+    Both the MachineConfig resource version and the exact bytes must stay the same, on the
+    first read and again after ``settle`` seconds (a node may refuse in its reply and apply
+    later). ``expect_rejection``, when given, must appear in the node's refusal. If the node
+    accepts the patch, or changes its config later, the original config is restored and the
+    check fails with what was seen. ``check_id`` names the failure.
+    """
+    __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
+    check = check_id
+    with _guarding(node, guard) as chosen:
+        before = node.machine_config
+        try:
+            reply = node.apply_patch(patch, mode=mode, guard=chosen)
+        except InvalidArgument as exc:
+            rejection = exc.details
+        except APIError as exc:
+            raise ConformanceFailure(
+                check,
+                "the patch was refused, but not as invalid",
+                node=node.name,
+                expected="InvalidArgument",
+                observed=f"{exc.code}: {exc.details}",
+            ) from None
+        else:
+            chosen.restore_node(node)
+            raise ConformanceFailure(
+                check,
+                "the node accepted an invalid patch (the original config was restored)",
+                node=node.name,
+                expected="InvalidArgument",
+                observed=f"accepted ({reply.mode}): {reply.mode_details}",
+                evidence={"warnings": "\n".join(reply.warnings)} if reply.warnings else None,
+            )
+        after = node.machine_config
+        when = "at once"
+        if settle > 0 and (after.version, after.raw) == (before.version, before.raw):
+            after, when = _settled_config(node, before, settle), f"within {settle:g}s"
+        if (after.version, after.raw) != (before.version, before.raw):
+            chosen.restore_node(node)
+    _require_same_config(check, node, before, after, rejection, when)
+    if expect_rejection and expect_rejection not in rejection:
+        raise ConformanceFailure(
+            check,
+            "the patch was refused for another reason than expected",
+            node=node.name,
+            expected=f"InvalidArgument: {expect_rejection}",
+            observed=rejection[:800],
+        )
+    return CheckResult(check, node.name, {"rejection": rejection, "version": after.version})
+
+
+def _settled_config(
+    node: TalosNode, before: models.MachineConfig, settle: float
+) -> models.MachineConfig:
+    """The active config once ``settle`` s have passed with no change (or at the first one)."""
+    with contextlib.suppress(WaitTimeout):
+        wait_for_config(
+            node,
+            lambda raw: raw != before.raw,
+            timeout=settle,
+            description="a late change (there should be none)",
+        )
+    return node.machine_config
+
+
+def _require_same_config(
+    check: str,
+    node: TalosNode,
+    before: models.MachineConfig,
+    after: models.MachineConfig,
+    rejection: str,
+    when: str = "at once",
+) -> None:
+    problems = []
+    if after.version != before.version:
+        problems.append(f"version {before.version} -> {after.version}")
+    if after.raw != before.raw:
+        problems.append("the config bytes changed")
+    if problems:
+        raise ConformanceFailure(
+            check,
+            "the patch was rejected, but the machine config changed anyway"
+            + ("" if when == "at once" else f" ({when} of the refusal; restored)")
+            + ": "
+            + "; ".join(problems),
+            node=node.name,
+            expected=f"unchanged: {config_summary(before.raw, before.version)}",
+            observed=config_summary(after.raw, after.version),
+            evidence={"rejection": rejection},
+        )
+
+
+def assert_service_healthy_after_patch(
+    node: TalosNode,
+    patch: PatchInput,
+    service: str = "kubelet",
+    *,
+    stable_for: float = DEFAULT_STABLE_FOR,
+    timeout: float | None = None,
+    mode: models.ApplyMode = "no-reboot",
+    max_restarts: int | None = 3,
+    guard: ConfigGuard | None = None,
+    check_id: str = "config.kubelet-flag-failure-detected",
+) -> CheckResult:
+    """After applying ``patch``, ``service`` is running and healthy for ``stable_for`` s on end.
+
+    Follows the Services resource (a COSI watch), not sleep-polling. Fails as soon as the
+    service has restarted ``max_restarts`` times (a crash loop), or when it has not been
+    stable for a whole window within ``timeout`` (default: ``stable_for`` + 60 s); the
+    failure shows the state changes seen, the service's last events and its log tail.
+    ``check_id`` names the failure (the conformance check that heals kubelet this way by
+    default), so it can be pasted into a waiver.
+    """
+    __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
+    check = check_id
+    with _guarding(node, guard) as chosen:
+        reply = node.apply_patch(patch, mode=mode, guard=chosen)
+        limit = timeout if timeout is not None else stable_for + 60.0
+        try:
+            report = wait_service_stable(
+                node, service, stable_for=stable_for, timeout=limit, max_restarts=max_restarts
+            )
+        except WaitTimeout as exc:
+            raise _unstable_failure(
+                check, node, service, reply, exc, stable_for, max_restarts
+            ) from None
+    return CheckResult(
+        check,
+        node.name,
+        {
+            "apply": reply.mode_details,
+            "state changes": report.timeline(),
+            "waited": f"{report.elapsed:.1f}s",
+        },
+    )
+
+
+def _unstable_failure(
+    check: str,
+    node: TalosNode,
+    service: str,
+    reply: models.ApplyResult,
+    exc: WaitTimeout,
+    stable_for: float,
+    max_restarts: int | None,
+) -> ConformanceFailure:
+    report = exc.last_observation
+    if not isinstance(report, StabilityReport):
+        report = StabilityReport(service, stable_for)
+    restarts = f"{report.restarts} restart{'s' if report.restarts != 1 else ''}"
+    if max_restarts and report.restarts >= max_restarts:
+        why = f"it keeps restarting ({restarts} in {exc.elapsed:.1f}s)"
+    else:
+        why = (
+            f"it was not running and healthy for {stable_for:g}s on end within "
+            f"{exc.elapsed:.1f}s ({restarts})"
+        )
+    return ConformanceFailure(
+        check,
+        f"{service} is not healthy after the patch: {why}",
+        node=node.name,
+        expected=f"{service} running and healthy for {stable_for:g}s on end",
+        observed=str(report.last) if report.last is not None else "no state seen",
+        evidence={
+            "apply": reply.mode_details,
+            "state changes": report.timeline(),
+            "last events": _last_events(node, service),
+            "log tail": _log_tail(node, service),
+        },
+    )
+
+
+def _last_events(node: TalosNode, service: str) -> str:
+    try:
+        events = node.service(service).events[-_EVENT_LINES:]
+    except TalosError as exc:
+        return f"(could not read: {exc})"
+    return "\n".join(f"[{e.state}] {e.msg}" for e in events) or "(none)"
+
+
+def _log_tail(node: TalosNode, service: str) -> str:
+    try:
+        text = node.logs(service, tail=_LOG_LINES)
+    except TalosError as exc:
+        return f"(could not read: {exc})"
+    return text.rstrip() or "(empty)"
+
+
+def assert_try_reverts(
+    node: TalosNode,
+    patch: PatchInput,
+    *,
+    try_timeout: float = 30.0,
+    timeout: float | None = None,
+    guard: ConfigGuard | None = None,
+    settle: float = 0.0,
+) -> CheckResult:
+    """A try-mode apply takes effect, then the exact previous config comes back by itself.
+
+    ``try_timeout`` is sent to the node (its revert timer); ``timeout`` bounds the wait for
+    the revert on this side (default: ``try_timeout`` + 30 s). With ``settle`` > 0 the
+    reverted config must then stay as it is (bytes and version) for ``settle`` seconds.
+    """
+    __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
+    check = "config.try-mode-reverts"
+    with _guarding(node, guard) as chosen:
+        before = node.machine_config
+        reply = node.apply_patch(patch, mode="try", guard=chosen, try_timeout=try_timeout)
+        tried = node.machine_config
+        if tried.raw == before.raw:
+            raise ConformanceFailure(
+                check,
+                "the try-mode apply did not change the active config",
+                node=node.name,
+                expected="the patched config active during the try window",
+                observed=f"still {config_summary(before.raw, before.version)}",
+                evidence={"apply": reply.mode_details},
+            )
+        limit = timeout if timeout is not None else try_timeout + 30.0
+        try:
+            wait_for_config(
+                node,
+                lambda raw: raw == before.raw,
+                timeout=limit,
+                description="the try-mode change to revert",
+            )
+        except WaitTimeout as exc:
+            chosen.restore_node(node)
+            raise ConformanceFailure(
+                check,
+                f"the try-mode change was not reverted within {limit:g}s "
+                "(the original config was restored)",
+                node=node.name,
+                expected=f"back to {config_summary(before.raw, before.version)}",
+                observed=str(exc.last_observation),
+                evidence={"apply": reply.mode_details},
+            ) from None
+        if settle > 0:
+            reverted = node.machine_config
+            settled = _settled_config(node, reverted, settle)
+            if (settled.version, settled.raw) != (reverted.version, reverted.raw):
+                chosen.restore_node(node)
+                raise ConformanceFailure(
+                    check,
+                    f"the try-mode change was reverted, but the config changed again within "
+                    f"{settle:g}s (the original config was restored)",
+                    node=node.name,
+                    expected=f"stays {config_summary(reverted.raw, reverted.version)}",
+                    observed=config_summary(settled.raw, settled.version),
+                    evidence={"apply": reply.mode_details},
+                )
+    return CheckResult(
+        check,
+        node.name,
+        {"apply": reply.mode_details, "tried": config_summary(tried.raw, tried.version)},
+    )

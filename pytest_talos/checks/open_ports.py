@@ -1,0 +1,308 @@
+"""Only the ports a healthy node opens are open: by a TCP scan of each of the node's
+addresses and by the node's own Netstat, which must agree
+(:func:`assert_only_expected_ports`); the strict form for nodes without Kubernetes
+(:func:`assert_only_api_port`); and the UDP sockets a node may bind
+(:func:`expected_udp_ports_for`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pytest_talos import models, ports
+from pytest_talos.checks.listeners import (
+    address_of,
+    covers,
+    exposed,
+    is_v6,
+    listener_text,
+    netstat_text,
+    normal_address,
+    owner_text,
+    same_ip,
+    scan_state,
+    stable_listeners,
+)
+from pytest_talos.checks.result import CheckResult
+from pytest_talos.errors import ConformanceFailure, PermissionDenied
+from pytest_talos.node import TalosNode, _dig, _v1alpha1, expected_ports_for
+from pytest_talos.talos_api import APID_PORT
+
+__all__ = [
+    "CUSTOM_CNI_UDP_PORTS",
+    "DHCP_CLIENT_PORTS",
+    "FLANNEL_VXLAN_PORT",
+    "KUBESPAN_PORT",
+    "assert_only_api_port",
+    "assert_only_expected_ports",
+    "expected_udp_ports_for",
+]
+
+
+def assert_only_expected_ports(
+    node: TalosNode,
+    allowed: Iterable[int] | None = None,
+    *,
+    port_spec: str | Iterable[int] = ports.DEFAULT_PORTS,
+    timeout: float = ports.DEFAULT_TIMEOUT,
+    concurrency: int = ports.DEFAULT_CONCURRENCY,
+    addresses: Iterable[str] = (),
+    allowed_udp: Iterable[int] | None = None,
+) -> CheckResult:
+    """Only allowed ports are open on any of the node's addresses, by a scan and by Netstat.
+
+    ``allowed`` defaults to the node's ``expected_ports`` (the plugin fills it from
+    :func:`~pytest_talos.node.default_expected_ports` and the ``pytest_talos_expected_ports``
+    hook), else what Talos opens for the node's role and its machine config: worker 50000,
+    10250 and kube-proxy's 10256 (unless ``cluster.proxy.disabled``); control plane also
+    50001, 6443, 2379, 2380.
+
+    The node's address and each of ``addresses`` (IPv4 or IPv6, ``10.5.0.2/24`` form
+    accepted; the conformance suite passes the node's own addresses from AddressStatuses)
+    get a full TCP scan; an extra address where apid's 50000 does not answer is not
+    reachable from here and is skipped (noted). The node's Netstat is read before and after
+    the scans, and the two accounts must agree:
+
+    * an open port outside ``allowed`` on any address fails (with Netstat's owner);
+    * a TCP listener Netstat shows in both reads on a wildcard or scanned address, outside
+      ``allowed``, fails even when the scan did not reach it (a firewall may hide it);
+    * an allowed port Netstat shows on a wildcard or scanned address that the scan found
+      refused (closed, not filtered) on one of ``addresses`` fails: one of the two accounts
+      is wrong (the node's own address only: a NAT in front of it may refuse);
+    * a port Talos itself opens (:func:`~pytest_talos.node.expected_ports_for`) that is open
+      but has no TCP listener in either Netstat read fails: Netstat hides it. Ports only
+      the caller allowed are exempt (a pod's hostPort or a NodePort is DNAT, no socket);
+    * a UDP socket Netstat shows in both reads bound to an address other than loopback or
+      link-local (host DNS on 127.0.0.53 and 169.254.116.108 is neither reachable nor
+      reported), on a port outside ``allowed_udp``, fails. ``allowed_udp`` defaults to
+      :func:`expected_udp_ports_for`.
+    """
+    __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
+    allow = _allowlist(node, allowed)
+    udp_allow = expected_udp_ports_for(node) if allowed_udp is None else frozenset(allowed_udp)
+    return _check_all_addresses(node, allow, udp_allow, addresses, port_spec, timeout, concurrency)
+
+
+def expected_udp_ports_for(node: TalosNode) -> frozenset[int]:
+    """The UDP ports a healthy node may bind on a reachable address, from its machine config.
+
+    Every node may have a DHCP client's socket (68, DHCPv6 546). Flannel (Talos's default
+    CNI) has a kernel VXLAN socket on 4789
+    (``controllers/k8s/internal/k8stemplates/flannel.go``); KubeSpan's WireGuard listens on
+    51820 (``pkg/machinery/constants/constants.go`` KubeSpanDefaultPort). With a custom CNI
+    (``cluster.network.cni.name`` ``custom`` or ``none``) the common overlay and WireGuard
+    ports of Cilium and Calico are allowed too (4789, 8472, 6081, 51820, 51821). Without
+    os:admin the config cannot be read and Flannel is assumed.
+    """
+    try:
+        config: models.MachineConfig | None = node.machine_config
+    except PermissionDenied:
+        config = None
+    main = _v1alpha1(config)
+    cni = _dig(main, "cluster", "network", "cni", "name")
+    udp = set(DHCP_CLIENT_PORTS)
+    if cni in (None, "", "flannel"):
+        udp.add(FLANNEL_VXLAN_PORT)
+    else:
+        udp |= CUSTOM_CNI_UDP_PORTS
+    if _dig(main, "machine", "network", "kubespan", "enabled") is True:
+        udp.add(KUBESPAN_PORT)
+    return frozenset(udp)
+
+
+FLANNEL_VXLAN_PORT = 4789
+# DHCP clients: controllers/network/operator/dhcp4.go renews over a unicast UDP socket on
+# port 68, dhcp6.go's nclient6 binds 546; a DHCP-configured (metal) node may show either.
+DHCP_CLIENT_PORTS = frozenset({68, 546})
+KUBESPAN_PORT = 51820
+CUSTOM_CNI_UDP_PORTS = frozenset({4789, 8472, 6081, 51820, 51821})
+
+
+def _scan_targets(node: TalosNode, addresses: Iterable[str]) -> list[str]:
+    targets = [node.host]
+    for text in addresses:
+        address = address_of(text)
+        if address and not any(same_ip(address, known) for known in targets):
+            targets.append(address)
+    return targets
+
+
+def _baseline_for(node: TalosNode, address: str) -> str | None:
+    baseline = node.scan_baseline
+    if baseline is None or is_v6(address_of(baseline)) != is_v6(address):
+        return None
+    return baseline
+
+
+def _check_all_addresses(
+    node: TalosNode,
+    allow: frozenset[int],
+    udp_allow: frozenset[int],
+    addresses: Iterable[str],
+    port_spec: str | Iterable[int],
+    timeout: float,
+    concurrency: int,
+) -> CheckResult:
+    check = "immutability.only-expected-ports"
+    before = node.listeners
+    scans: dict[str, ports.ScanResult] = {}  # by the address scanned (names resolved)
+    skipped: dict[str, str] = {}
+    for index, address in enumerate(_scan_targets(node, addresses)):
+        baseline = _baseline_for(node, address)
+        if index:
+            probe = ports.scan(address, [APID_PORT], timeout=timeout, baseline_host=baseline)
+            if probe.state_of(APID_PORT) != "open":
+                skipped[address] = (
+                    f"apid's port {APID_PORT} is {probe.state_of(APID_PORT)} there: "
+                    "not reachable from this machine, not scanned"
+                )
+                continue
+        scan = ports.scan(
+            address, port_spec, timeout=timeout, concurrency=concurrency, baseline_host=baseline
+        )
+        scans[scan.address or address] = scan
+    after = node.listeners
+    stable = stable_listeners(before, after)
+    tcp_either = [r for r in [*before, *after] if r.l4proto.startswith("tcp") and not r.netns]
+    talos_ports = expected_ports_for(node) & allow
+    own = {normal_address(address_of(text)) for text in addresses}
+
+    found = {port for scan in scans.values() for port in scan.open_ports}
+    unexpected = sorted(found - allow)
+    hidden: list[str] = []  # "port on address"
+    ghosts: list[str] = []
+    refused: list[str] = []
+    udp: list[str] = []
+    details: list[str] = []
+    for address, scan in scans.items():
+        for port in sorted(set(scan.open_ports) & talos_ports):
+            # any listener off loopback will do: behind NAT the scanned address is not the
+            # one a listener bound to a single address shows
+            if not any(
+                r.local_port == port and (covers(r, address) or exposed(r.local_ip))
+                for r in tcp_either
+            ):
+                hidden.append(f"{port} on {address}")
+                details.append(f"{address}:{port} open, but Netstat lists no TCP listener for it")
+    for record in stable:
+        port = record.local_port
+        if not exposed(record.local_ip):
+            continue
+        if record.l4proto.startswith("udp"):
+            if port not in udp_allow:
+                udp.append(f"{port} on {record.local_ip or '*'}")
+                details.append(f"Netstat: {owner_text(record)}")
+            continue
+        covered = [a for a in scans if covers(record, a)]
+        if port not in allow:
+            if port not in unexpected:
+                states = ", ".join(f"{a} {scan_state(scans[a], port)}" for a in covered)
+                ghosts.append(str(port))
+                details.append(f"Netstat: {owner_text(record)}; scan: {states or 'no address'}")
+            continue
+        for address in covered:
+            # only where the node itself has the address: a NAT in front may refuse
+            if address in own and scan_state(scans[address], port) == "closed":
+                refused.append(f"{port} on {address}")
+                details.append(f"Netstat: {owner_text(record)}; the scan of {address}: refused")
+
+    evidence: dict[str, Any] = {
+        ("scan" if index == 0 else f"scan {address}"): scan.summary()
+        for index, (address, scan) in enumerate(scans.items())
+    }
+    if skipped:
+        evidence["addresses not scanned"] = "\n".join(f"{a}: {why}" for a, why in skipped.items())
+    evidence["UDP allowed off loopback"] = _ports_text(udp_allow)
+    problems = []
+    if unexpected:
+        plural = "s" if len(unexpected) > 1 else ""
+        problems.append(f"unexpected open TCP port{plural}: " + ", ".join(map(str, unexpected)))
+        evidence["listeners (node's Netstat)"] = "\n".join(
+            f"{port}: {netstat_text(port, tcp_either)}" for port in unexpected
+        )
+    for label, items in (
+        ("open but hidden from the node's Netstat", hidden),
+        ("listening by Netstat, outside the allowlist, not reached by the scan", ghosts),
+        ("listening by Netstat but refused by the node", refused),
+        ("unexpected UDP listener", udp),
+    ):
+        if items:
+            problems.append(f"{label}: " + ", ".join(dict.fromkeys(items)))
+    if problems:
+        if details:
+            evidence["Netstat and scan disagree"] = "\n".join(dict.fromkeys(details))
+        raise ConformanceFailure(
+            check,
+            "; ".join(problems),
+            node=node.name,
+            expected=f"at most {_ports_text(allow)} open",
+            observed=f"open: {_ports_text(found)}",
+            evidence={
+                "addresses scanned": ", ".join(scans),
+                "also required": "Netstat and the scans agree; UDP at most "
+                f"{_ports_text(udp_allow)} off loopback and link-local",
+                **evidence,
+            },
+        )
+    return CheckResult(
+        check,
+        node.name,
+        {**evidence, "open": sorted(found), "addresses": list(scans)},
+        notes=[f"{a}: {why}" for a, why in skipped.items()],
+    )
+
+
+def assert_only_api_port(
+    node: TalosNode,
+    *,
+    port_spec: str | Iterable[int] = ports.DEFAULT_PORTS,
+    timeout: float = ports.DEFAULT_TIMEOUT,
+    concurrency: int = ports.DEFAULT_CONCURRENCY,
+) -> CheckResult:
+    """Only the Talos API (50000) answers: the strict form for nodes without Kubernetes."""
+    __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
+    return _check_ports(
+        "immutability.only-api-port", node, frozenset({50000}), port_spec, timeout, concurrency
+    )
+
+
+def _allowlist(node: TalosNode, allowed: Iterable[int] | None) -> frozenset[int]:
+    if allowed is not None:
+        return frozenset(allowed)
+    if node.expected_ports is not None:
+        return node.expected_ports
+    return expected_ports_for(node)
+
+
+def _check_ports(
+    check: str,
+    node: TalosNode,
+    allow: frozenset[int],
+    port_spec: str | Iterable[int],
+    timeout: float,
+    concurrency: int,
+) -> CheckResult:
+    scan = node.scan_ports(port_spec, timeout=timeout, concurrency=concurrency)
+    found = set(scan.open_ports)
+    unexpected = sorted(found - allow)
+    evidence = {"scan": scan.summary()}
+    if unexpected:
+        listeners = node.listeners
+        evidence["listeners (node's Netstat)"] = "\n".join(
+            f"{port}: {listener_text(node, port, listeners)}" for port in unexpected
+        )
+        raise ConformanceFailure(
+            check,
+            f"unexpected open TCP port{'s' if len(unexpected) > 1 else ''}: "
+            + ", ".join(map(str, unexpected)),
+            node=node.name,
+            expected=f"at most {_ports_text(allow)} open",
+            observed=f"open: {_ports_text(found)}",
+            evidence=evidence,
+        )
+    return CheckResult(check, node.name, {**evidence, "open": sorted(found)})
+
+
+def _ports_text(values: Iterable[int]) -> str:
+    return ", ".join(map(str, sorted(values))) or "none"
