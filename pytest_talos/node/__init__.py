@@ -21,7 +21,12 @@ guard protocol), ``_ports`` (the ports a healthy node opens).
 from pytest_talos.node._files import NodeFiles, is_missing_path
 from pytest_talos.node._guards import ConfigProtector, ReadOnlyGuard
 from pytest_talos.node._node import MACHINE_TYPE, TalosNode, host_of
-from pytest_talos.node._ports import default_expected_ports, expected_ports_for
+from pytest_talos.node._ports import (
+    default_expected_ports,
+    dig,
+    expected_ports_for,
+    v1alpha1_document,
+)
 
 __all__ = [
     "MACHINE_TYPE",
@@ -34,3 +39,6 @@ __all__ = [
     "host_of",
     "is_missing_path",
 ]
+
+# The names pytest_talos.checks imports from here (the config readers of the expected ports).
+_dig, _v1alpha1 = dig, v1alpha1_document

@@ -11,7 +11,7 @@ from pytest_talos.talos_api import APID_PORT, TRUSTD_PORT
 if TYPE_CHECKING:
     from pytest_talos.node._node import TalosNode
 
-__all__ = ["default_expected_ports", "expected_ports_for"]
+__all__ = ["default_expected_ports", "dig", "expected_ports_for", "v1alpha1_document"]
 
 KUBELET_PORT = 10250
 KUBE_APISERVER_PORT = 6443
@@ -38,16 +38,16 @@ def default_expected_ports(
     or exposes those ports; other CNIs (Cilium) add theirs through the
     ``pytest_talos_expected_ports`` hook.
     """
-    main = _v1alpha1(config)
+    main = v1alpha1_document(config)
     ports = {APID_PORT, KUBELET_PORT}
-    proxy = _dig(main, "cluster", "proxy")
+    proxy = dig(main, "cluster", "proxy")
     if not (isinstance(proxy, dict) and proxy.get("disabled") is True):
         extra = proxy.get("extraArgs") if isinstance(proxy, dict) else None
         args = extra if isinstance(extra, dict) else {}
         ports |= _bound_port(args.get("healthz-bind-address"), KUBE_PROXY_HEALTHZ_PORT)
         ports |= _bound_port(args.get("metrics-bind-address"), None)
     if role in ("controlplane", "init"):
-        api = _dig(main, "cluster", "controlPlane", "localAPIServerPort")
+        api = dig(main, "cluster", "controlPlane", "localAPIServerPort")
         api_port = api if isinstance(api, int) and not isinstance(api, bool) and api > 0 else None
         ports |= {TRUSTD_PORT, api_port or KUBE_APISERVER_PORT, ETCD_CLIENT_PORT, ETCD_PEER_PORT}
     return frozenset(ports)
@@ -66,14 +66,16 @@ def expected_ports_for(node: TalosNode) -> frozenset[int]:
     return default_expected_ports(node.role, config)
 
 
-def _v1alpha1(config: models.MachineConfig | None) -> dict[str, Any]:
+def v1alpha1_document(config: models.MachineConfig | None) -> dict[str, Any]:
+    """The ``v1alpha1`` document of a machine config (empty if there is none)."""
     for document in config.documents if config is not None else ():
         if isinstance(document, dict) and document.get("version") == "v1alpha1":
             return document
     return {}
 
 
-def _dig(document: Any, *path: str) -> Any:
+def dig(document: Any, *path: str) -> Any:
+    """``document[path[0]][path[1]]...``, or None where a level is missing or not a mapping."""
     for key in path:
         document = document.get(key) if isinstance(document, dict) else None
     return document
