@@ -11,7 +11,6 @@ from types import TracebackType
 from typing import Any, Literal
 
 from pytest_talos import models
-from pytest_talos._proto.cluster import cluster_pb2
 from pytest_talos._proto.machine import machine_pb2 as m
 from pytest_talos.client import _convert as convert
 from pytest_talos.client import _rpcs as rpcs
@@ -22,6 +21,7 @@ from pytest_talos.client._calls import (
     FanoutCall,
     apply_request,
     choice,
+    events_request,
     health_check_request,
     list_request,
     logs_request,
@@ -33,6 +33,7 @@ from pytest_talos.client._calls import (
 from pytest_talos.client._cosi import Resources
 from pytest_talos.client._gate import ChangeGate
 from pytest_talos.client._streams import OpenedStream, iterated
+from pytest_talos.client._subscriptions import open_events, open_health_check
 from pytest_talos.errors import NodeError, NotFound
 from pytest_talos.talosconfig import load_talosconfig
 from pytest_talos.transport import (
@@ -275,19 +276,8 @@ class AsyncTalosClient:
         missed). The hello and payload types this client does not know are skipped. The
         stream ends with DeadlineExceeded after ``timeout`` seconds.
         """
-        request = m.EventsRequest(
-            tail_events=tail_events,
-            tail_id=tail_id or "",
-            tail_seconds=tail_seconds,
-            with_actor_id=actor_id or "",
-        )
-        target = self._call.target(rpcs.EVENTS.path)
-
-        def events_of(message: m.Event) -> builtins.list[models.Event]:
-            event = convert.event(message, target.node)
-            return [event] if event is not None else []
-
-        return await self._call.open(rpcs.EVENTS, request, target, events_of, total_timeout=timeout)
+        request = events_request(tail_events, tail_id, tail_seconds, actor_id)
+        return await open_events(self._call, request, timeout)
 
     events = iterated(_open_events)
 
@@ -400,16 +390,7 @@ class AsyncTalosClient:
             wait_timeout, control_plane_nodes, worker_nodes, force_endpoint
         )
         limit = timeout or request.wait_timeout.ToTimedelta().total_seconds() + self.timeout
-        target = self._call.target(rpcs.HEALTH_CHECK.path)
-
-        def progress_of(
-            message: cluster_pb2.HealthCheckProgress,
-        ) -> builtins.list[models.HealthProgress]:
-            return [convert.health_progress(message, target.node)]
-
-        return await self._call.open(
-            rpcs.HEALTH_CHECK, request, target, progress_of, total_timeout=limit
-        )
+        return await open_health_check(self._call, request, limit)
 
     health_check = iterated(_open_health_check)
 

@@ -65,6 +65,17 @@ def apply_request(
     return request
 
 
+def events_request(
+    tail_events: int, tail_id: str | None, tail_seconds: int, actor_id: str | None
+) -> m.EventsRequest:
+    return m.EventsRequest(
+        tail_events=tail_events,
+        tail_id=tail_id or "",
+        tail_seconds=tail_seconds,
+        with_actor_id=actor_id or "",
+    )
+
+
 def logs_request(service_id: str, tail: int, kubernetes: bool) -> m.LogsRequest:
     return m.LogsRequest(
         namespace="k8s.io" if kubernetes else "system",
