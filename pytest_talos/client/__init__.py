@@ -6,8 +6,11 @@ for how wire failures are classified).
 
 Layout: ``_rpcs`` (method paths and roles), ``_calls`` (request builders, fan-out table),
 ``_gate`` (the change gate: which changes a client may send), ``_convert`` (machine API
-replies -> models), ``_resources`` (COSI resources and type resolution), ``_async`` (the
-asyncio client), ``_sync`` (the blocking facade on a private loop thread).
+replies -> models), ``_resources`` (COSI resources and type resolution), ``_streams``
+(confirmed server streams), ``_caller`` (targeting, gate, unary / stream / fan-out plumbing),
+``_cosi`` (the COSI calls), ``_subscriptions`` (Events, HealthCheck), ``_async`` (the
+asyncio client, delegating to those), ``_sync`` (the blocking facade on a private loop
+thread).
 """
 
 from pytest_talos.client._async import (

@@ -4,65 +4,44 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
-import functools
-import inspect
 import os
 import warnings
-from collections import deque
-from collections.abc import (
-    AsyncGenerator,
-    AsyncIterator,
-    Callable,
-    Coroutine,
-    Iterable,
-    Mapping,
-    Sequence,
-)
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
-
-from google.protobuf.message import Message
+from typing import Any, Literal
 
 from pytest_talos import models
-from pytest_talos._proto.cluster import cluster_pb2
-from pytest_talos._proto.common import common_pb2
 from pytest_talos._proto.machine import machine_pb2 as m
-from pytest_talos._proto.v1alpha1 import state_pb2
 from pytest_talos.client import _convert as convert
-from pytest_talos.client import _resources as res
 from pytest_talos.client import _rpcs as rpcs
+from pytest_talos.client._caller import Caller, Shared
 from pytest_talos.client._calls import (
     FANOUT,
-    LIST_TYPES,
     REBOOT_MODES,
-    WIPE_MODES,
-    Converter,
     FanoutCall,
+    apply_request,
     choice,
+    events_request,
+    health_check_request,
+    list_request,
+    logs_request,
     netstat_request,
+    reset_request,
     untar_kubeconfig,
+    upgrade_request,
 )
+from pytest_talos.client._cosi import Resources
 from pytest_talos.client._gate import ChangeGate
-from pytest_talos.errors import (
-    DeadlineExceeded,
-    InvalidArgument,
-    NodeError,
-    NotFound,
-    TalosError,
-    TransportError,
-)
+from pytest_talos.client._streams import OpenedStream, iterated
+from pytest_talos.client._subscriptions import open_events, open_health_check
+from pytest_talos.errors import NodeError, NotFound
 from pytest_talos.talosconfig import load_talosconfig
 from pytest_talos.transport import (
     DEFAULT_STREAM_TIMEOUT,
     DEFAULT_TIMEOUT,
-    NO_TARGET,
-    Rpc,
-    Target,
     Transport,
     build_ssl_context,
     certificate_roles,
-    node_error,
 )
 
 __all__ = [
@@ -75,106 +54,9 @@ __all__ = [
 
 DEFAULT_WATCH_TIMEOUT = 60.0  # seconds a watch / event stream may stay open by default
 
-T = TypeVar("T")
-P = ParamSpec("P")
-
-
-class OpenedStream(AsyncIterator[T]):
-    """A server stream the server has confirmed by sending its first message.
-
-    Talos answers a subscription with a message first (Events: the empty hello event;
-    COSI Watch: an empty reply; HealthCheck: its first progress line), so once that has
-    arrived nothing that happens later can be missed. Whatever the first message carried
-    is handed out first; the hello and the empty reply carry nothing.
-    """
-
-    def __init__(
-        self, messages: AsyncGenerator[Any, None], convert: Callable[[Any], Iterable[T]]
-    ) -> None:
-        self._messages = messages
-        self._convert = convert
-        self._ready: deque[T] = deque()
-        self._deferred: TalosError | None = None
-
-    async def receive_first(self) -> None:
-        """Send the request and wait for the server's first message (or the stream's end)."""
-        try:
-            first = await anext(self._messages)
-        except StopAsyncIteration:
-            return
-        self._ready.extend(self._convert(first))
-
-    def fail_later(self, error: TalosError) -> None:
-        """Raise ``error`` on the next ``__anext__`` instead of now."""
-        self._deferred = error
-
-    async def __anext__(self) -> T:
-        while not self._ready:
-            if self._deferred is not None:
-                error, self._deferred = self._deferred, None
-                raise error
-            self._ready.extend(self._convert(await anext(self._messages)))
-        return self._ready.popleft()
-
-    async def aclose(self) -> None:
-        """End the call: the server's stream is reset (cancelled); idempotent."""
-        self._deferred = None
-        self._ready.clear()
-        await self._messages.aclose()
-
-
-# An ``_open_<name>`` method: sets a stream up and returns it once the server confirmed it.
-StreamOpener = Callable[Concatenate["AsyncTalosClient", P], Coroutine[Any, Any, OpenedStream[T]]]
-
-
-def present_as(
-    wrapper: Callable[..., Any], opener: Callable[..., Any], owner: str, returns: str
-) -> None:
-    """Name ``wrapper`` after the public method an opener stands behind (``_open_events``
-    -> ``owner.events``); its signature is the opener's, returning ``returns``."""
-    wrapper.__name__ = opener.__name__.removeprefix("_open_")
-    wrapper.__qualname__ = f"{owner}.{wrapper.__name__}"
-    signature = inspect.signature(opener)
-    item = str(signature.return_annotation).removeprefix("OpenedStream[").removesuffix("]")
-    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        return_annotation=returns.format(item)
-    )
-
-
-def _iterated(
-    opener: StreamOpener[P, T],
-) -> Callable[Concatenate[AsyncTalosClient, P], AsyncGenerator[T, None]]:
-    """The async-generator method over an opener: the stream opens at the first ``anext``.
-
-    (The sync client calls the opener itself, so its streams are open when the call returns.)
-    """
-
-    @functools.wraps(opener)
-    async def iterate(
-        self: AsyncTalosClient, /, *args: P.args, **kwargs: P.kwargs
-    ) -> AsyncGenerator[T, None]:
-        stream = await opener(self, *args, **kwargs)
-        try:
-            async for item in stream:
-                yield item
-        finally:
-            await stream.aclose()
-
-    present_as(iterate, opener, "AsyncTalosClient", "AsyncGenerator[{}, None]")
-    return iterate
-
 
 class TalosConfigWarning(UserWarning):
     """The talosconfig works but needs attention soon (e.g. the client cert expires)."""
-
-
-@dataclass
-class _Shared:
-    """What every client derived with ``with_node`` shares: connection and type cache."""
-
-    transport: Transport
-    definitions: dict[str | None, list[models.ResourceDefinitionSpec]] = field(default_factory=dict)
-    gate: ChangeGate | None = None  # None: every call is sent (see ChangeGate)
 
 
 class AsyncTalosClient:
@@ -209,21 +91,15 @@ class AsyncTalosClient:
             timeout=timeout,
             stream_timeout=stream_timeout,
         )
-        self._setup(_Shared(transport), node, tuple(nodes or ()))
+        self._setup(Shared(transport), node, tuple(nodes or ()))
 
-    def _setup(self, shared: _Shared, node: str | None, nodes: tuple[str, ...]) -> None:
+    def _setup(self, shared: Shared, node: str | None, nodes: tuple[str, ...]) -> None:
         self._shared = shared
         self._transport = shared.transport
         self._node = node
         self._nodes = nodes
-        # The target of single-node calls, worked out once (None: ambiguous, see _target).
-        self._single: Target | None = None
-        if node is not None:
-            self._single = Target(node=node)
-        elif len(nodes) == 1:
-            self._single = Target(node=nodes[0])
-        elif not nodes:
-            self._single = NO_TARGET
+        self._call = Caller(shared, node, nodes)
+        self._cosi = Resources(self._call)
 
     @classmethod
     def from_transport(
@@ -236,7 +112,7 @@ class AsyncTalosClient:
         """A client on a transport built elsewhere, e.g. a
         :class:`~pytest_talos.transport.FakeTransport` in a unit test (no socket)."""
         client = object.__new__(cls)
-        client._setup(_Shared(transport), node, tuple(nodes or ()))
+        client._setup(Shared(transport), node, tuple(nodes or ()))
         return client
 
     @classmethod
@@ -326,130 +202,16 @@ class AsyncTalosClient:
     ) -> None:
         await self.close()
 
-    # ------------------------------------------------------------------ plumbing
-
-    def _target(self, method: str) -> Target:
-        if self._single is not None:
-            return self._single
-        raise InvalidArgument(
-            f"this client targets {len(self._nodes)} nodes ({', '.join(self._nodes)}) and "
-            "this call reaches one node: use client.with_node(<node>), or fanout() for "
-            "calls that support several nodes",
-            method=method,
-        )
-
-    def _fanout_target(self, nodes: Sequence[str] | None) -> Target:
-        chosen = tuple(nodes) if nodes else self._nodes or ((self._node,) if self._node else ())
-        if not chosen:
-            raise InvalidArgument(
-                "fanout needs nodes: pass nodes=[...] or create the client with nodes"
-            )
-        return Target(nodes=chosen)
-
-    def _gate_check(self, rpc: Rpc[Any, Any], request: Message, target: Target) -> None:
-        gate = self._shared.gate
-        if gate is not None:
-            gate.check(rpc.path, request, target.label or self._transport.host)
-
-    def _check(self, message: Any, rpc: Rpc[Any, Any], target: Target) -> None:
-        """Raise the NodeError a reply element carries in its metadata, if any."""
-        if message.HasField("metadata"):
-            info = self._transport.call_info(rpc, target, self._transport.timeout)
-            error = node_error(message.metadata, info, fallback_node=target.node)
-            if error is not None:
-                raise error
-
-    async def _unary(
-        self,
-        rpc: Rpc[Any, Any],
-        request: Message,
-        converter: Converter[T],
-        *,
-        timeout: float | None = None,
-    ) -> T:
-        """One node, one reply element, converted."""
-        target = self._target(rpc.path)
-        self._gate_check(rpc, request, target)
-        reply = await self._transport.unary(rpc, request, target, timeout=timeout)
-        if not reply.messages:
-            info = self._transport.call_info(rpc, target, self._transport.timeout)
-            raise TransportError("the reply holds no message", node=info.node, method=rpc.path)
-        message = reply.messages[0]
-        self._check(message, rpc, target)
-        return converter(message, target.node)
-
-    async def _stream(
-        self,
-        rpc: Rpc[Any, Any],
-        request: Message,
-        *,
-        target: Target | None = None,
-        idle_timeout: float | None = None,
-        total_timeout: float | None = None,
-        enveloped: bool = True,
-    ) -> AsyncGenerator[Any, None]:
-        chosen = target if target is not None else self._target(rpc.path)
-        self._gate_check(rpc, request, chosen)
-        stream = self._transport.stream(
-            rpc,
-            request,
-            chosen,
-            idle_timeout=idle_timeout,
-            total_timeout=total_timeout,
-        )
-        try:
-            async for message in stream:
-                if enveloped:
-                    self._check(message, rpc, chosen)
-                yield message
-        finally:
-            await stream.aclose()
-
-    async def _open(
-        self,
-        rpc: Rpc[Any, Any],
-        request: Message,
-        target: Target,
-        convert_each: Callable[[Any], Iterable[T]],
-        *,
-        total_timeout: float,
-        enveloped: bool = True,
-    ) -> OpenedStream[T]:
-        """Start a server stream and wait, within its deadline, for the server's first message.
-
-        Errors of the set-up (refused, unauthorized, connection failures) are raised here.
-        Only a deadline that passes on a working connection while the server stays silent
-        is left to the first ``anext``: that is how such a stream would have ended anyway.
-        """
-        messages = self._stream(
-            rpc, request, target=target, total_timeout=total_timeout, enveloped=enveloped
-        )
-        stream = OpenedStream(messages, convert_each)
-        try:
-            await stream.receive_first()
-        except DeadlineExceeded as exc:
-            if self._transport.call_info(rpc, target, total_timeout).phase != "ready":
-                raise  # the connection itself was not made in time
-            stream.fail_later(exc)
-        return stream
-
-    async def _data(self, rpc: Rpc[Any, Any], request: Message) -> bytes:
-        """Concatenate a finite common.Data stream (idle gap bounded by the unary timeout)."""
-        chunks = [
-            message.bytes async for message in self._stream(rpc, request, idle_timeout=self.timeout)
-        ]
-        return b"".join(chunks)
-
     # ------------------------------------------------------------------ machine API
 
     async def version(self) -> models.Version:
-        return await self._unary(rpcs.VERSION, rpcs.Empty(), convert.version)
+        return await self._call.unary(rpcs.VERSION, rpcs.Empty(), convert.version)
 
     async def hostname(self) -> str:
-        return await self._unary(rpcs.HOSTNAME, rpcs.Empty(), convert.hostname)
+        return await self._call.unary(rpcs.HOSTNAME, rpcs.Empty(), convert.hostname)
 
     async def services(self) -> builtins.list[models.ServiceInfo]:
-        return await self._unary(rpcs.SERVICE_LIST, rpcs.Empty(), convert.services)
+        return await self._call.unary(rpcs.SERVICE_LIST, rpcs.Empty(), convert.services)
 
     async def service(self, service_id: str) -> models.ServiceInfo:
         """One service from ServiceList; NotFound if the node does not run it."""
@@ -462,15 +224,15 @@ class AsyncTalosClient:
 
     async def service_start(self, service_id: str) -> str:
         request = m.ServiceStartRequest(id=service_id)
-        return await self._unary(rpcs.SERVICE_START, request, lambda msg, _: msg.resp)
+        return await self._call.unary(rpcs.SERVICE_START, request, lambda msg, _: msg.resp)
 
     async def service_stop(self, service_id: str) -> str:
         request = m.ServiceStopRequest(id=service_id)
-        return await self._unary(rpcs.SERVICE_STOP, request, lambda msg, _: msg.resp)
+        return await self._call.unary(rpcs.SERVICE_STOP, request, lambda msg, _: msg.resp)
 
     async def service_restart(self, service_id: str) -> str:
         request = m.ServiceRestartRequest(id=service_id)
-        return await self._unary(rpcs.SERVICE_RESTART, request, lambda msg, _: msg.resp)
+        return await self._call.unary(rpcs.SERVICE_RESTART, request, lambda msg, _: msg.resp)
 
     async def apply_configuration(
         self,
@@ -481,29 +243,14 @@ class AsyncTalosClient:
         try_timeout: float | dt.timedelta | None = None,
     ) -> models.ApplyResult:
         """Apply a machine config; ``try_timeout`` (try mode) defaults to the server's 1m."""
-        request = m.ApplyConfigurationRequest(
-            data=data.encode() if isinstance(data, str) else data,
-            mode=choice("apply mode", mode, convert.APPLY_MODES),  # type: ignore[arg-type]
-            dry_run=dry_run,
-        )
-        if try_timeout is not None:
-            request.try_mode_timeout.CopyFrom(convert.seconds_to_duration(try_timeout))
-        return await self._unary(rpcs.APPLY_CONFIGURATION, request, convert.apply_result)
-
-    def _logs_request(self, service_id: str, tail: int, kubernetes: bool) -> m.LogsRequest:
-        return m.LogsRequest(
-            namespace="k8s.io" if kubernetes else "system",
-            id=service_id,
-            driver=common_pb2.CRI if kubernetes else common_pb2.CONTAINERD,
-            follow=False,
-            tail_lines=tail,
-        )
+        request = apply_request(data, mode, dry_run, try_timeout)
+        return await self._call.unary(rpcs.APPLY_CONFIGURATION, request, convert.apply_result)
 
     async def logs_bytes(
         self, service_id: str, tail: int = -1, *, kubernetes: bool = False
     ) -> bytes:
         """A service's log; ``tail`` = last N lines (negative: all)."""
-        return await self._data(rpcs.LOGS, self._logs_request(service_id, tail, kubernetes))
+        return await self._call.data(rpcs.LOGS, logs_request(service_id, tail, kubernetes))
 
     async def logs(self, service_id: str, tail: int = -1, *, kubernetes: bool = False) -> str:
         """A service's log as text (invalid UTF-8 replaced)."""
@@ -511,7 +258,7 @@ class AsyncTalosClient:
         return raw.decode("utf-8", errors="replace")
 
     async def logs_containers(self) -> builtins.list[str]:
-        return await self._unary(rpcs.LOGS_CONTAINERS, rpcs.Empty(), convert.logs_containers)
+        return await self._call.unary(rpcs.LOGS_CONTAINERS, rpcs.Empty(), convert.logs_containers)
 
     async def _open_events(
         self,
@@ -529,21 +276,10 @@ class AsyncTalosClient:
         missed). The hello and payload types this client does not know are skipped. The
         stream ends with DeadlineExceeded after ``timeout`` seconds.
         """
-        request = m.EventsRequest(
-            tail_events=tail_events,
-            tail_id=tail_id or "",
-            tail_seconds=tail_seconds,
-            with_actor_id=actor_id or "",
-        )
-        target = self._target(rpcs.EVENTS.path)
+        request = events_request(tail_events, tail_id, tail_seconds, actor_id)
+        return await open_events(self._call, request, timeout)
 
-        def events_of(message: m.Event) -> builtins.list[models.Event]:
-            event = convert.event(message, target.node)
-            return [event] if event is not None else []
-
-        return await self._open(rpcs.EVENTS, request, target, events_of, total_timeout=timeout)
-
-    events = _iterated(_open_events)
+    events = iterated(_open_events)
 
     async def list(
         self,
@@ -553,47 +289,42 @@ class AsyncTalosClient:
         types: Sequence[Literal["regular", "directory", "symlink"]] | None = None,
     ) -> builtins.list[models.FileInfo]:
         """Directory entries under ``path`` (``recurse`` with ``depth`` 0: unlimited)."""
-        request = m.ListRequest(
-            root=path,
-            recurse=recurse,
-            recursion_depth=depth,
-            types=[choice("file type", t, LIST_TYPES) for t in types or ()],  # type: ignore[misc]
-        )
-        node = self._target(rpcs.LIST.path).node
+        request = list_request(path, recurse, depth, types)
+        node = self._call.target(rpcs.LIST.path).node
         return [
             convert.file_info(message, node)
-            async for message in self._stream(rpcs.LIST, request, idle_timeout=self.timeout)
+            async for message in self._call.stream(rpcs.LIST, request, idle_timeout=self.timeout)
         ]
 
     async def read(self, path: str) -> bytes:
         """A regular file's content."""
-        return await self._data(rpcs.READ, m.ReadRequest(path=path))
+        return await self._call.data(rpcs.READ, m.ReadRequest(path=path))
 
     async def kubeconfig(self) -> bytes:
         """The admin kubeconfig (control-plane nodes), unpacked from its .tar.gz."""
-        return untar_kubeconfig(await self._data(rpcs.KUBECONFIG, rpcs.Empty()))
+        return untar_kubeconfig(await self._call.data(rpcs.KUBECONFIG, rpcs.Empty()))
 
     async def netstat(self, listening: bool = True) -> builtins.list[models.ConnectRecord]:
         """TCP/UDP sockets (v4 and v6) of the host network namespace, with processes."""
-        return await self._unary(rpcs.NETSTAT, netstat_request(listening), convert.netstat)
+        return await self._call.unary(rpcs.NETSTAT, netstat_request(listening), convert.netstat)
 
     async def processes(self) -> builtins.list[models.ProcessInfo]:
-        return await self._unary(rpcs.PROCESSES, rpcs.Empty(), convert.processes)
+        return await self._call.unary(rpcs.PROCESSES, rpcs.Empty(), convert.processes)
 
     async def memory(self) -> models.MemInfo:
-        return await self._unary(rpcs.MEMORY, rpcs.Empty(), convert.memory)
+        return await self._call.unary(rpcs.MEMORY, rpcs.Empty(), convert.memory)
 
     async def mounts(self) -> builtins.list[models.MountStat]:
-        return await self._unary(rpcs.MOUNTS, rpcs.Empty(), convert.mounts)
+        return await self._call.unary(rpcs.MOUNTS, rpcs.Empty(), convert.mounts)
 
     async def reboot(self, mode: Literal["default", "powercycle", "force"] = "default") -> str:
         """Reboot; returns the actor id the reboot sequence's events carry."""
         request = m.RebootRequest(mode=choice("reboot mode", mode, REBOOT_MODES))  # type: ignore[arg-type]
-        return await self._unary(rpcs.REBOOT, request, lambda msg, _: msg.actor_id)
+        return await self._call.unary(rpcs.REBOOT, request, lambda msg, _: msg.actor_id)
 
     async def shutdown(self, force: bool = False) -> str:
         request = m.ShutdownRequest(force=force)
-        return await self._unary(rpcs.SHUTDOWN, request, lambda msg, _: msg.actor_id)
+        return await self._call.unary(rpcs.SHUTDOWN, request, lambda msg, _: msg.actor_id)
 
     async def reset(
         self,
@@ -605,16 +336,10 @@ class AsyncTalosClient:
         user_disks_to_wipe: Sequence[str] = (),
     ) -> str:
         """Reset (wipe) the node; returns the actor id."""
-        request = m.ResetRequest(
-            graceful=graceful,
-            reboot=reboot,
-            mode=choice("wipe mode", mode, WIPE_MODES),  # type: ignore[arg-type]
-            system_partitions_to_wipe=[
-                m.ResetPartitionSpec(label=label, wipe=True) for label in system_partitions_to_wipe
-            ],
-            user_disks_to_wipe=list(user_disks_to_wipe),
+        request = reset_request(
+            graceful, reboot, mode, system_partitions_to_wipe, user_disks_to_wipe
         )
-        return await self._unary(rpcs.RESET, request, lambda msg, _: msg.actor_id)
+        return await self._call.unary(rpcs.RESET, request, lambda msg, _: msg.actor_id)
 
     async def upgrade(
         self,
@@ -625,21 +350,15 @@ class AsyncTalosClient:
         force: bool = False,
         reboot_mode: Literal["default", "powercycle"] = "default",
     ) -> models.UpgradeResult:
-        request = m.UpgradeRequest(
-            image=image,
-            preserve=preserve,
-            stage=stage,
-            force=force,
-            reboot_mode=choice("reboot mode", reboot_mode, REBOOT_MODES),  # type: ignore[arg-type]
-        )
-        return await self._unary(rpcs.UPGRADE, request, convert.upgrade_result)
+        request = upgrade_request(image, preserve, stage, force, reboot_mode)
+        return await self._call.unary(rpcs.UPGRADE, request, convert.upgrade_result)
 
     async def rollback(self) -> None:
-        await self._unary(rpcs.ROLLBACK, m.RollbackRequest(), lambda msg, _: None)
+        await self._call.unary(rpcs.ROLLBACK, m.RollbackRequest(), lambda msg, _: None)
 
     async def etcd_members(self, *, query_local: bool = False) -> builtins.list[models.EtcdMember]:
         request = m.EtcdMemberListRequest(query_local=query_local)
-        return await self._unary(rpcs.ETCD_MEMBER_LIST, request, convert.etcd_members)
+        return await self._call.unary(rpcs.ETCD_MEMBER_LIST, request, convert.etcd_members)
 
     async def generate_client_configuration(
         self, roles: Sequence[str], ttl: float | dt.timedelta
@@ -647,7 +366,7 @@ class AsyncTalosClient:
         request = m.GenerateClientConfigurationRequest(
             roles=list(roles), crt_ttl=convert.seconds_to_duration(ttl)
         )
-        return await self._unary(
+        return await self._call.unary(
             rpcs.GENERATE_CLIENT_CONFIGURATION, request, convert.client_configuration
         )
 
@@ -667,28 +386,13 @@ class AsyncTalosClient:
         the first progress line is there, so a refusal (e.g. on a worker) is raised by the
         call itself.
         """
-        wait = convert.seconds_to_duration(wait_timeout)
-        request = cluster_pb2.HealthCheckRequest(
-            wait_timeout=wait,
-            cluster_info=cluster_pb2.ClusterInfo(
-                control_plane_nodes=list(control_plane_nodes),
-                worker_nodes=list(worker_nodes),
-                force_endpoint=force_endpoint,
-            ),
+        request = health_check_request(
+            wait_timeout, control_plane_nodes, worker_nodes, force_endpoint
         )
-        limit = timeout or wait.ToTimedelta().total_seconds() + self.timeout
-        target = self._target(rpcs.HEALTH_CHECK.path)
+        limit = timeout or request.wait_timeout.ToTimedelta().total_seconds() + self.timeout
+        return await open_health_check(self._call, request, limit)
 
-        def progress_of(
-            message: cluster_pb2.HealthCheckProgress,
-        ) -> builtins.list[models.HealthProgress]:
-            return [convert.health_progress(message, target.node)]
-
-        return await self._open(
-            rpcs.HEALTH_CHECK, request, target, progress_of, total_timeout=limit
-        )
-
-    health_check = _iterated(_open_health_check)
+    health_check = iterated(_open_health_check)
 
     # ------------------------------------------------------------------ fan-out
 
@@ -700,28 +404,9 @@ class AsyncTalosClient:
         if call not in FANOUT:
             raise ValueError(f"fanout supports {', '.join(FANOUT)}, not {call!r}")
         rpc, make_request, converter = FANOUT[call]
-        target = self._fanout_target(nodes)
+        target = self._call.fanout_target(nodes)
         reply = await self._transport.unary(rpc, make_request(), target)
-        return self._per_node(reply.messages, rpc, target, converter)
-
-    def _per_node(
-        self,
-        messages: Sequence[Any],
-        rpc: Rpc[Any, Any],
-        target: Target,
-        converter: Converter[Any],
-    ) -> dict[str, Any]:
-        info = self._transport.call_info(rpc, target, self._transport.timeout)
-        lone = target.nodes[0] if len(target.nodes) == 1 else self._transport.host
-        results: dict[str, Any] = {}
-        for message in messages:
-            node = message.metadata.hostname or lone
-            error = node_error(message.metadata, info, fallback_node=node)
-            results[node] = error if error is not None else converter(message, node)
-        for node in target.nodes:
-            if node not in results:
-                results[node] = NodeError(node, "no reply from this node", method=rpc.path)
-        return results
+        return self._call.per_node(reply.messages, rpc, target, converter)
 
     async def fanout_version(
         self, nodes: Sequence[str] | None = None
@@ -731,60 +416,25 @@ class AsyncTalosClient:
 
     # ------------------------------------------------------------------ resources (COSI)
 
-    def _cosi_target(self, method: str) -> Target:
-        # COSI is one-to-one only: talosctl loops over nodes with `node` metadata.
-        return self._target(method)
-
-    async def _list_raw(
-        self, resource_type: str, namespace: str, target: Target
-    ) -> builtins.list[models.Resource]:
-        request = state_pb2.ListRequest(namespace=namespace, type=resource_type)
-        stream = self._stream(
-            rpcs.COSI_LIST, request, target=target, idle_timeout=self.timeout, enveloped=False
-        )
-        return [res.resource(message.resource, target.node) async for message in stream]
-
     async def resource_definitions(
         self, *, refresh: bool = False
     ) -> builtins.list[models.ResourceDefinitionSpec]:
         """Every resource type the node serves (cached per node; ``refresh`` to reload)."""
-        target = self._cosi_target(rpcs.COSI_LIST.path)
-        cache = self._shared.definitions
-        if refresh or target.node not in cache:
-            found = await self._list_raw(res.RD_TYPE, res.META_NAMESPACE, target)
-            definitions = [res.definition_of(item) for item in found]
-            cache[target.node] = [d for d in definitions if d is not None]
-        return cache[target.node]
+        return await self._cosi.definitions(refresh=refresh)
 
     async def resolve_type(self, name: str) -> models.ResourceDefinitionSpec:
         """The definition a type name or alias (``mc``, ``members``, ...) refers to."""
-        where = {"node": self._target(rpcs.COSI_GET.path).node, "method": rpcs.COSI_LIST.path}
-        try:
-            return res.resolve(name, await self.resource_definitions(), **where)
-        except NotFound:  # maybe registered since the cache was filled
-            return res.resolve(name, await self.resource_definitions(refresh=True), **where)
+        return await self._cosi.resolve_type(name)
 
     async def get(self, type: str, id: str, namespace: str | None = None) -> models.Resource:
         """One resource, e.g. ``get("mc", "v1alpha1")`` or ``get("members", "n1")``."""
-        definition = await self.resolve_type(type)
-        return await self._get_raw(
-            definition.resource_type, id, namespace or definition.default_namespace
-        )
-
-    async def _get_raw(self, resource_type: str, id: str, namespace: str) -> models.Resource:
-        request = state_pb2.GetRequest(namespace=namespace, type=resource_type, id=id)
-        target = self._cosi_target(rpcs.COSI_GET.path)
-        reply = await self._transport.unary(rpcs.COSI_GET, request, target)
-        return res.resource(reply.resource, target.node)
+        return await self._cosi.get(type, id, namespace)
 
     async def list_resources(
         self, type: str, namespace: str | None = None
     ) -> builtins.list[models.Resource]:
         """All resources of a type (``talosctl get <type>``)."""
-        definition = await self.resolve_type(type)
-        target = self._cosi_target(rpcs.COSI_LIST.path)
-        ns = namespace or definition.default_namespace
-        return await self._list_raw(definition.resource_type, ns, target)
+        return await self._cosi.list_all(type, namespace)
 
     async def _open_watch(
         self,
@@ -803,29 +453,12 @@ class AsyncTalosClient:
         watch with ``bootstrap`` lists the existing resources as ``created`` followed by
         one ``bootstrapped``. Ends with DeadlineExceeded after ``timeout`` seconds.
         """
-        definition = await self.resolve_type(type)
-        request = state_pb2.WatchRequest(
-            namespace=namespace or definition.default_namespace,
-            type=definition.resource_type,
-            options=state_pb2.WatchOptions(bootstrap_contents=bootstrap and id is None),
-            api_version=1,
-        )
-        if id is not None:
-            request.id = id
-        target = self._cosi_target(rpcs.COSI_WATCH.path)
-
-        def changes_of(reply: state_pb2.WatchResponse) -> builtins.list[models.ResourceEvent]:
-            return [res.resource_event(event, target.node) for event in reply.event]
-
-        return await self._open(
-            rpcs.COSI_WATCH, request, target, changes_of, total_timeout=timeout, enveloped=False
+        return await self._cosi.open_watch(
+            type, id, namespace, bootstrap=bootstrap, timeout=timeout
         )
 
-    watch = _iterated(_open_watch)
+    watch = iterated(_open_watch)
 
     async def machine_config(self) -> models.MachineConfig:
         """The active machine config (``MachineConfigs`` ``v1alpha1``; needs os:admin)."""
-        found = await self._get_raw(
-            res.MACHINE_CONFIG_TYPE, res.ACTIVE_MACHINE_CONFIG, res.MACHINE_CONFIG_NAMESPACE
-        )
-        return res.machine_config(found)
+        return await self._cosi.machine_config()

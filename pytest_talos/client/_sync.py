@@ -17,8 +17,9 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from pytest_talos.client._async import AsyncTalosClient, OpenedStream, StreamOpener, present_as
+from pytest_talos.client._async import AsyncTalosClient
 from pytest_talos.client._gate import ChangeGate
+from pytest_talos.client._streams import OpenedStream, StreamOpener, present_as
 from pytest_talos.errors import TransportError
 from pytest_talos.transport import DEFAULT_STREAM_TIMEOUT, DEFAULT_TIMEOUT, Transport
 

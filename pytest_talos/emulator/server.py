@@ -16,19 +16,20 @@ What happens to a call, in order (``internal/app/apid/service.go``,
    (``PermissionDenied`` ``not authorized``), then the servicer.
 
 Every received call is appended to the cluster's :class:`CallLog`.
+
+Layout: this module (the listener, authentication, the call log), :mod:`.routing` (step 3
+and the dialing of other nodes), :mod:`.dispatch` (step 4).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from grpclib.const import Handler, Status
-from grpclib.exceptions import GRPCError
+from grpclib.const import Handler
 from grpclib.server import Stream
 
 from pytest_talos._proto.cluster import cluster_grpc
@@ -42,48 +43,17 @@ from pytest_talos.emulator.apidtls import (
     certificate_identity,
 )
 from pytest_talos.emulator.calllog import CallLog, CallRecord
-from pytest_talos.emulator.errors import ConfigRejected, RPCFailure, ServiceRefused
+from pytest_talos.emulator.dispatch import LocalDispatcher, MethodTable
 from pytest_talos.emulator.faults import Fault
-from pytest_talos.emulator.forwarding import (
-    ONE_TO_MANY_PREFIXES,
-    ChannelPool,
-    combine_unary,
-    forward_metadata,
-    relay_streams,
-)
-from pytest_talos.emulator.grpcerrors import (
-    CONNECTION_LOST,
-    DEADLINE_TEXT,
-    as_grpc_error,
-    failure_reason,
-    is_deadline,
-)
-from pytest_talos.emulator.servicers import (
-    MUTATING_METHODS,
-    Call,
-    NodeContext,
-    allowed_roles,
-)
+from pytest_talos.emulator.grpcerrors import as_grpc_error
+from pytest_talos.emulator.routing import FORWARD_TIMEOUT, Directory, Router
+from pytest_talos.emulator.servicers import MUTATING_METHODS, NodeContext
 from pytest_talos.emulator.servicers.cluster import ClusterServicer
 from pytest_talos.emulator.servicers.cosi import StateServicer
 from pytest_talos.emulator.servicers.machine import MachineServicer
-from pytest_talos.talos_api import (
-    ADMIN,
-    APID_PORT,
-    IMPERSONATOR,
-    READER,
-    change_level,
-    split_host_port,
-)
+from pytest_talos.talos_api import APID_PORT, IMPERSONATOR, change_level
 
 __all__ = ["APID_PORT", "NodeServer", "method_table"]
-
-FORWARD_TIMEOUT = 30.0  # seconds, for forwarded unary calls without a client deadline
-# A forwarded call gets the client's deadline plus this: the client's own deadline (which
-# cancels the forwarded call with it) always ends the call first, never ours.
-DEADLINE_GRACE = 1.0
-
-# ---- routing ------------------------------------------------------------------------------
 
 _SERVICES: tuple[tuple[Any, type[Any]], ...] = (
     (machine_grpc.MachineServiceBase, MachineServicer),
@@ -92,9 +62,9 @@ _SERVICES: tuple[tuple[Any, type[Any]], ...] = (
 )
 
 
-def method_table() -> dict[str, tuple[Handler, Any]]:
+def method_table() -> MethodTable:
     """``{path: (generated handler spec, servicer method)}`` for every served RPC."""
-    table: dict[str, tuple[Handler, Any]] = {}
+    table: MethodTable = {}
     for base, servicer_class in _SERVICES:
         servicer = servicer_class()
         for path, handler in base.__mapping__(servicer).items():
@@ -108,17 +78,6 @@ def _metadata(stream: Stream[Any, Any]) -> dict[str, list[str]]:
         text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
         found.setdefault(key.lower(), []).append(text)
     return found
-
-
-_M = "/machine.MachineService/"
-# Faults that hand os:reader a method its rule (servicers.ROLE_RULES) keeps for os:admin.
-_READER_GRANTS = {
-    Fault.READER_GETS_KUBECONFIG: _M + "Kubeconfig",
-    Fault.READER_MINTS_ADMIN: _M + "GenerateClientConfiguration",
-}
-
-
-Directory = Callable[[str], str | None]  # target as given -> node address (or None)
 
 
 class NodeServer:
@@ -140,14 +99,20 @@ class NodeServer:
         self.address = address
         self.port = port
         self._tls = tls
-        self._forward_tls = forward_tls
         self._call_log = call_log
-        self._directory = directory
         self._server: CheckedServer | None = None
         self._peers = PeerBook(lax_eku=lambda: context.state.fault(Fault.ANY_EKU_ACCEPTED))
-        self._channels = ChannelPool(forward_tls)
         self._table = method_table()
-        self.forward_timeout = forward_timeout  # seconds, unary forwards without a deadline
+        self._local = LocalDispatcher(context, self._table)
+        self._router = Router(
+            self._local,
+            self._table,
+            address=address,
+            port=port,
+            directory=directory,
+            forward_tls=forward_tls,
+            forward_timeout=forward_timeout,
+        )
 
     @property
     def serving(self) -> bool:
@@ -155,7 +120,16 @@ class NodeServer:
 
     @property
     def can_forward(self) -> bool:
-        return self._forward_tls is not None
+        return self._router.can_forward
+
+    @property
+    def forward_timeout(self) -> float:
+        """Seconds a forwarded unary call without a client deadline may take."""
+        return self._router.forward_timeout
+
+    @forward_timeout.setter
+    def forward_timeout(self, seconds: float) -> None:
+        self._router.forward_timeout = seconds
 
     async def start(self) -> None:
         if self._server is not None:
@@ -177,9 +151,13 @@ class NodeServer:
             return
         server.close()
         self._peers.clear()
-        self._channels.close()
+        self._router.close()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(server.wait_closed(), 5.0)
+
+    def forget(self, address: str) -> None:
+        """Drop the cached channels to ``address`` (that node went down)."""
+        self._router.forget(address)
 
     # ---- entry --------------------------------------------------------------------------
 
@@ -207,18 +185,19 @@ class NodeServer:
         md = _metadata(stream)
         identity = self._identify(stream, md)
         request = await stream.recv_message()
-        targets = self._targets(path, md, identity)
+        targets = self._router.targets(path, md, identity)
         self._record(path, identity, request, md)
         if targets is None:
-            async for reply in self._local(path, request, identity.roles, md):
+            async for reply in self._local.serve(path, request, identity.roles, md):
                 await stream.send_message(reply)
             return
         kind, names = targets
         if kind == "one":
-            async for reply in self._one_to_one(path, names[0], request, identity, md, stream):
+            replies = self._router.one_to_one(path, names[0], request, identity, md, stream)
+            async for reply in replies:
                 await stream.send_message(reply)
             return
-        await self._one_to_many(path, names, request, identity, md, stream)
+        await self._router.one_to_many(path, names, request, identity, md, stream)
 
     def _record(
         self, path: str, identity: Identity, request: Any, md: Mapping[str, list[str]]
@@ -236,209 +215,3 @@ class NodeServer:
                 client_serial=identity.serial,
             )
         )
-
-    # ---- routing (internal/app/apid/pkg/director/director.go) --------------------------------
-
-    def _is_self(self, target: str) -> bool:
-        host = _host_of(target)
-        return host in (self.address, self.context.state.hostname)
-
-    def _targets(
-        self, path: str, md: Mapping[str, list[str]], identity: Identity
-    ) -> tuple[str, list[str]] | None:
-        if identity.forwarded:
-            return None  # director.go: a call with proxyfrom is never re-forwarded
-        node, nodes = md.get("node", []), md.get("nodes", [])
-        if node:
-            if len(node) > 1:
-                raise GRPCError(Status.INVALID_ARGUMENT, "node metadata must be single-valued")
-            if self._is_self(node[0]):
-                return None
-            self._require_forwarding()
-            return "one", node
-        if nodes:
-            if not path.startswith(ONE_TO_MANY_PREFIXES):
-                raise GRPCError(
-                    Status.INVALID_ARGUMENT,
-                    f"one-2-many proxying is not supported for method {path}",
-                )
-            if any(not self._is_self(target) for target in nodes):
-                self._require_forwarding()
-            return "many", nodes
-        return None
-
-    def _require_forwarding(self) -> None:
-        if not self.can_forward:  # backend/apid.go: workers have no client certificate
-            raise GRPCError(Status.PERMISSION_DENIED, "no request forwarding")
-
-    # ---- local ------------------------------------------------------------------------------
-
-    async def _local(
-        self, path: str, request: Any, roles: frozenset[str], md: Mapping[str, list[str]]
-    ) -> AsyncIterator[Any]:
-        if not roles & (allowed_roles(path) | self._fault_grants(path, request)):
-            raise GRPCError(Status.PERMISSION_DENIED, "not authorized")  # pkg/grpc/middleware/authz
-        if self._reader_applies(path, request, roles):
-            roles = roles | {ADMIN}
-        spec, method = self._table[path]
-        call = Call(path, roles, self.context, md)
-        try:
-            if spec.cardinality.server_streaming:
-                async for reply in method(request, call):
-                    yield reply
-            else:
-                yield await method(request, call)
-        except (RPCFailure, ConfigRejected, ServiceRefused) as exc:
-            raise as_grpc_error(exc) from None
-
-    def _fault_grants(self, path: str, request: Any) -> frozenset[str]:
-        """Roles a fault adds to a method's rule (healthy: none)."""
-        state = self.context.state
-        for fault, method in _READER_GRANTS.items():
-            if path == method and state.fault(fault):
-                return frozenset({READER})
-        return frozenset()
-
-    def _reader_applies(self, path: str, request: Any, roles: frozenset[str]) -> bool:
-        """Fault reader-applies-for-real: the handler's admin-only rule (v1alpha1_server.go
-        ApplyConfiguration) is kept for dry runs but not for real applies."""
-        state = self.context.state
-        return (
-            path == _M + "ApplyConfiguration"
-            and READER in roles
-            and ADMIN not in roles
-            and not getattr(request, "dry_run", True)
-            and state.fault(Fault.READER_APPLIES_FOR_REAL)
-        )
-
-    # ---- forwarding --------------------------------------------------------------------------
-
-    def forget(self, address: str) -> None:
-        """Drop the cached channels to ``address`` (that node went down)."""
-        self._channels.forget(address)
-
-    async def _remote(
-        self,
-        path: str,
-        target: str,
-        request: Any,
-        identity: Identity,
-        md: Mapping[str, list[str]],
-        timeout: float | None,
-    ) -> AsyncIterator[Any]:
-        address = self._directory(_host_of(target))
-        port = _port_of(target)
-        if address is None or not ipaddress.ip_address(address).is_loopback:
-            raise GRPCError(Status.UNAVAILABLE, _dial_error(target, "no route to host"))
-        spec, _ = self._table[path]
-        channel = self._channels.get(address, port)
-        try:
-            async with channel.request(
-                path,
-                spec.cardinality,
-                spec.request_type,
-                spec.reply_type,
-                timeout=timeout,
-                metadata=forward_metadata(
-                    md, proxyfrom=f"{self.address}:{self.port}", roles=identity.roles
-                ),
-            ) as remote:
-                await remote.send_message(request, end=True)
-                async for reply in remote:
-                    yield reply
-        except (GRPCError, asyncio.CancelledError):
-            raise  # the target's own status (relayed), or the client gave up: cancel with it
-        except Exception as exc:
-            if not is_deadline(exc):  # never reuse a connection to a node that went down
-                self._channels.drop(address, port, channel)
-            raise _forward_error(target, exc) from None
-
-    def _timeout(self, stream: Stream[Any, Any], streaming: bool) -> float | None:
-        if stream.deadline is not None:
-            return max(stream.deadline.time_remaining(), 0.001) + DEADLINE_GRACE
-        return None if streaming else self.forward_timeout
-
-    async def _replies(
-        self,
-        path: str,
-        target: str,
-        request: Any,
-        identity: Identity,
-        md: Mapping[str, list[str]],
-        timeout: float | None,
-    ) -> AsyncIterator[Any]:
-        if self._is_self(target):
-            async for reply in self._local(path, request, identity.roles, md):
-                yield reply
-        else:
-            async for reply in self._remote(path, target, request, identity, md, timeout):
-                yield reply
-
-    async def _one_to_one(
-        self,
-        path: str,
-        target: str,
-        request: Any,
-        identity: Identity,
-        md: Mapping[str, list[str]],
-        stream: Stream[Any, Any],
-    ) -> AsyncIterator[Any]:
-        # siderolabs/grpc-proxy one-to-one mode: the backend's reply is relayed verbatim.
-        spec, _ = self._table[path]
-        timeout = self._timeout(stream, spec.cardinality.server_streaming)
-        async for reply in self._remote(path, target, request, identity, md, timeout):
-            yield reply
-
-    async def _one_to_many(
-        self,
-        path: str,
-        targets: Sequence[str],
-        request: Any,
-        identity: Identity,
-        md: Mapping[str, list[str]],
-        stream: Stream[Any, Any],
-    ) -> None:
-        spec, _ = self._table[path]
-        streaming = spec.cardinality.server_streaming
-        timeout = self._timeout(stream, streaming)
-
-        def replies(target: str) -> AsyncIterator[Any]:
-            return self._replies(path, target, request, identity, md, timeout)
-
-        if streaming:
-            await relay_streams(spec.reply_type, targets, replies, stream.send_message)
-            return
-        await stream.send_message(await combine_unary(spec.reply_type, targets, replies))
-
-
-def _host_of(target: str) -> str:
-    try:
-        return split_host_port(target)[0]
-    except ValueError:  # a malformed bracket: the text as given
-        return target
-
-
-def _port_of(target: str) -> int:
-    with contextlib.suppress(ValueError):
-        port = split_host_port(target)[1]
-        if port is not None:
-            return int(port)
-    return APID_PORT
-
-
-def _forward_error(target: str, exc: Exception) -> GRPCError:
-    """A failed forward as grpc-go reports it: its deadline, or an unreachable node."""
-    if is_deadline(exc):
-        return GRPCError(Status.DEADLINE_EXCEEDED, DEADLINE_TEXT)
-    if isinstance(exc, OSError | CONNECTION_LOST):
-        return GRPCError(Status.UNAVAILABLE, _dial_error(target, failure_reason(exc)))
-    return as_grpc_error(exc)
-
-
-def _dial_error(target: str, reason: str) -> str:
-    # INFERRED: grpc-go's wording for a backend apid cannot reach.
-    host, port = _host_of(target), _port_of(target)
-    return (
-        f'connection error: desc = "transport: Error while dialing: dial tcp {host}:{port}: '
-        f'{reason}"'
-    )

@@ -10,7 +10,8 @@ import yaml
 from pytest_talos.checks import CheckResult, default_expected_ports
 from pytest_talos.cluster import _kube_settings
 from pytest_talos.errors import TalosError, WaitTimeout
-from pytest_talos.node import _as_patch_list, host_of
+from pytest_talos.node import host_of
+from pytest_talos.node._node import as_patch_list
 from pytest_talos.wait import ServiceState, StabilityReport, config_summary, wait_until
 
 
@@ -55,12 +56,12 @@ def test_host_of(address: str, host: str) -> None:
 
 def test_patch_lists_are_told_from_json6902_op_lists() -> None:
     ops = [{"op": "add", "path": "/machine/nodeLabels/a", "value": "b"}]
-    assert _as_patch_list(ops) == [ops]
+    assert as_patch_list(ops) == [ops]
     strategic = {"machine": {"nodeLabels": {"a": "b"}}}
-    assert _as_patch_list(strategic) == [strategic]
-    assert _as_patch_list([strategic, "@patch.yaml"]) == [strategic, "@patch.yaml"]
-    assert _as_patch_list(("a: 1", "b: 2")) == ["a: 1", "b: 2"]
-    assert _as_patch_list("machine: {}") == ["machine: {}"]
+    assert as_patch_list(strategic) == [strategic]
+    assert as_patch_list([strategic, "@patch.yaml"]) == [strategic, "@patch.yaml"]
+    assert as_patch_list(("a: 1", "b: 2")) == ["a: 1", "b: 2"]
+    assert as_patch_list("machine: {}") == ["machine: {}"]
 
 
 def test_config_summary_never_shows_content() -> None:

@@ -53,7 +53,8 @@ def test_split_host_port_refuses_malformed_brackets(text: str, message: str) -> 
 
 def test_every_side_splits_endpoints_alike() -> None:
     from pytest_talos.cluster import _endpoint_host
-    from pytest_talos.emulator.server import _host_of, _port_of
+    from pytest_talos.emulator.routing import host_of as apid_host_of
+    from pytest_talos.emulator.routing import port_of
     from pytest_talos.node import host_of
 
     for endpoint, host, port in [
@@ -61,9 +62,9 @@ def test_every_side_splits_endpoints_alike() -> None:
         ("[fd00::2]:50001", "fd00::2", 50001),
     ]:
         assert split_endpoint(endpoint) == (host, port)
-        assert host_of(endpoint) == _endpoint_host(endpoint) == _host_of(endpoint) == host
-        assert _port_of(endpoint) == port
-    assert _port_of("10.5.0.2") == talos_api.APID_PORT
+        assert host_of(endpoint) == _endpoint_host(endpoint) == apid_host_of(endpoint) == host
+        assert port_of(endpoint) == port
+    assert port_of("10.5.0.2") == talos_api.APID_PORT
 
 
 def test_the_role_table_is_machineds() -> None:

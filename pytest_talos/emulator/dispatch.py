@@ -1,0 +1,77 @@
+"""A call served by this node itself: the role rules, then the servicer.
+
+The rules are those of :data:`~pytest_talos.emulator.servicers.ROLE_RULES`
+(``internal/app/machined/pkg/system/services/machined.go``; a refusal is ``PermissionDenied``
+``not authorized``, ``pkg/grpc/middleware/authz``); some faults widen them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from grpclib.const import Handler, Status
+from grpclib.exceptions import GRPCError
+
+from pytest_talos.emulator.errors import ConfigRejected, RPCFailure, ServiceRefused
+from pytest_talos.emulator.faults import Fault
+from pytest_talos.emulator.grpcerrors import as_grpc_error
+from pytest_talos.emulator.servicers import Call, NodeContext, allowed_roles
+from pytest_talos.talos_api import ADMIN, READER
+
+__all__ = ["LocalDispatcher", "MethodTable"]
+
+MethodTable = dict[str, tuple[Handler, Any]]  # path -> (generated handler spec, servicer method)
+
+_M = "/machine.MachineService/"
+# Faults that hand os:reader a method its rule (servicers.ROLE_RULES) keeps for os:admin.
+_READER_GRANTS = {
+    Fault.READER_GETS_KUBECONFIG: _M + "Kubeconfig",
+    Fault.READER_MINTS_ADMIN: _M + "GenerateClientConfiguration",
+}
+
+
+class LocalDispatcher:
+    """Runs a call on this node's servicers, once the caller's roles allow it."""
+
+    def __init__(self, context: NodeContext, table: MethodTable) -> None:
+        self.context = context
+        self._table = table
+
+    async def serve(
+        self, path: str, request: Any, roles: frozenset[str], md: Mapping[str, list[str]]
+    ) -> AsyncIterator[Any]:
+        if not roles & (allowed_roles(path) | self._fault_grants(path)):
+            raise GRPCError(Status.PERMISSION_DENIED, "not authorized")  # pkg/grpc/middleware/authz
+        if self._reader_applies(path, request, roles):
+            roles = roles | {ADMIN}
+        spec, method = self._table[path]
+        call = Call(path, roles, self.context, md)
+        try:
+            if spec.cardinality.server_streaming:
+                async for reply in method(request, call):
+                    yield reply
+            else:
+                yield await method(request, call)
+        except (RPCFailure, ConfigRejected, ServiceRefused) as exc:
+            raise as_grpc_error(exc) from None
+
+    def _fault_grants(self, path: str) -> frozenset[str]:
+        """Roles a fault adds to a method's rule (healthy: none)."""
+        state = self.context.state
+        for fault, method in _READER_GRANTS.items():
+            if path == method and state.fault(fault):
+                return frozenset({READER})
+        return frozenset()
+
+    def _reader_applies(self, path: str, request: Any, roles: frozenset[str]) -> bool:
+        """Fault reader-applies-for-real: the handler's admin-only rule (v1alpha1_server.go
+        ApplyConfiguration) is kept for dry runs but not for real applies."""
+        state = self.context.state
+        return (
+            path == _M + "ApplyConfiguration"
+            and READER in roles
+            and ADMIN not in roles
+            and not getattr(request, "dry_run", True)
+            and state.fault(Fault.READER_APPLIES_FOR_REAL)
+        )

@@ -1,0 +1,44 @@
+"""TalosNode: one Talos node seen through its API, in the style of testinfra's ``host``.
+
+Every property is a fresh API call (nothing is cached except the hostname and the role,
+which do not change while a node runs), so a test always sees the node as it is now::
+
+    node.version.tag                      # "v1.13.9"
+    node.service("kubelet").healthy       # True
+    node.files.exists("/bin/sh")          # False on Talos
+    node.machine_config.version           # MachineConfigs v1alpha1 resource version
+    node.ports                            # open TCP ports, scanned from outside
+    node.apply_patch({"machine": {"nodeLabels": {"a": "b"}}})   # through a guard
+
+Changes go through a *guard* (:class:`ConfigProtector`): before the first change to a node
+the guard snapshots its machine config so that it can restore it afterwards
+(:class:`pytest_talos.checks.ConfigGuard`), or refuses the change (:class:`ReadOnlyGuard`).
+
+Layout: ``_node`` (:class:`TalosNode`), ``_files`` (:class:`NodeFiles`), ``_guards`` (the
+guard protocol), ``_ports`` (the ports a healthy node opens).
+"""
+
+from pytest_talos.node._files import NodeFiles, is_missing_path
+from pytest_talos.node._guards import ConfigProtector, ReadOnlyGuard
+from pytest_talos.node._node import MACHINE_TYPE, TalosNode, host_of
+from pytest_talos.node._ports import (
+    default_expected_ports,
+    dig,
+    expected_ports_for,
+    v1alpha1_document,
+)
+
+__all__ = [
+    "MACHINE_TYPE",
+    "ConfigProtector",
+    "NodeFiles",
+    "ReadOnlyGuard",
+    "TalosNode",
+    "default_expected_ports",
+    "expected_ports_for",
+    "host_of",
+    "is_missing_path",
+]
+
+# The names pytest_talos.checks imports from here (the config readers of the expected ports).
+_dig, _v1alpha1 = dig, v1alpha1_document

@@ -1,0 +1,104 @@
+"""The TCP ports a healthy Talos node opens on its address, by role and machine config."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pytest_talos import models
+from pytest_talos.errors import PermissionDenied
+from pytest_talos.talos_api import APID_PORT, TRUSTD_PORT
+
+if TYPE_CHECKING:
+    from pytest_talos.node._node import TalosNode
+
+__all__ = ["default_expected_ports", "dig", "expected_ports_for", "v1alpha1_document"]
+
+KUBELET_PORT = 10250
+KUBE_APISERVER_PORT = 6443
+ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
+KUBE_PROXY_HEALTHZ_PORT = 10256
+
+
+def default_expected_ports(
+    role: str | None, config: models.MachineConfig | None = None
+) -> frozenset[int]:
+    """The TCP ports a healthy Talos node of ``role`` opens on its address, given its active
+    machine ``config`` (``None``: assume Talos's defaults).
+
+    Every node: apid 50000 (``controllers/runtime/api_service_config.go``), kubelet 10250
+    (``controllers/k8s/kubelet_spec.go``) and kube-proxy's health check 10256, which the
+    hostNetwork kube-proxy DaemonSet serves on all addresses unless ``cluster.proxy.disabled``
+    (``controllers/k8s/internal/k8stemplates/kube-proxy.go``; Talos passes no
+    ``--healthz-bind-address``, Kubernetes' default is ``0.0.0.0:10256``). Control planes add
+    trustd 50001, etcd 2379/2380 and the API server
+    (``cluster.controlPlane.localAPIServerPort``, 6443). The loopback-only ports (kubelet
+    10248, KubePrism 7445, kube-proxy metrics 10249, controller-manager 10257, scheduler
+    10259, host DNS 53) are not reachable from outside and not listed. A
+    ``healthz-bind-address`` or ``metrics-bind-address`` in ``cluster.proxy.extraArgs`` moves
+    or exposes those ports; other CNIs (Cilium) add theirs through the
+    ``pytest_talos_expected_ports`` hook.
+    """
+    main = v1alpha1_document(config)
+    ports = {APID_PORT, KUBELET_PORT}
+    proxy = dig(main, "cluster", "proxy")
+    if not (isinstance(proxy, dict) and proxy.get("disabled") is True):
+        extra = proxy.get("extraArgs") if isinstance(proxy, dict) else None
+        args = extra if isinstance(extra, dict) else {}
+        ports |= _bound_port(args.get("healthz-bind-address"), KUBE_PROXY_HEALTHZ_PORT)
+        ports |= _bound_port(args.get("metrics-bind-address"), None)
+    if role in ("controlplane", "init"):
+        api = dig(main, "cluster", "controlPlane", "localAPIServerPort")
+        api_port = api if isinstance(api, int) and not isinstance(api, bool) and api > 0 else None
+        ports |= {TRUSTD_PORT, api_port or KUBE_APISERVER_PORT, ETCD_CLIENT_PORT, ETCD_PEER_PORT}
+    return frozenset(ports)
+
+
+def expected_ports_for(node: TalosNode) -> frozenset[int]:
+    """:func:`default_expected_ports` for ``node``'s role and its active machine config.
+
+    Reading the config needs os:admin (it is a sensitive resource); without it Talos's
+    defaults are assumed (kube-proxy enabled), which never fails a healthy node.
+    """
+    try:
+        config: models.MachineConfig | None = node.machine_config
+    except PermissionDenied:
+        config = None
+    return default_expected_ports(node.role, config)
+
+
+def v1alpha1_document(config: models.MachineConfig | None) -> dict[str, Any]:
+    """The ``v1alpha1`` document of a machine config (empty if there is none)."""
+    for document in config.documents if config is not None else ():
+        if isinstance(document, dict) and document.get("version") == "v1alpha1":
+            return document
+    return {}
+
+
+def dig(document: Any, *path: str) -> Any:
+    """``document[path[0]][path[1]]...``, or None where a level is missing or not a mapping."""
+    for key in path:
+        document = document.get(key) if isinstance(document, dict) else None
+    return document
+
+
+def _bound_port(value: Any, default: int | None) -> set[int]:
+    """The port a kube-proxy ``*-bind-address`` flag exposes on the node's addresses.
+
+    Unset: ``default``. Empty or port 0: off. A loopback host: not reachable from outside.
+    A value we cannot parse keeps ``default`` (never fail a healthy node on our parsing).
+    """
+    if isinstance(value, list):  # extraArgs values may be lists; the last one wins
+        value = value[-1] if value else None
+    if value is None:
+        return {default} if default else set()
+    text = str(value).strip()
+    if not text:
+        return set()
+    host, _, port_text = text.rpartition(":")
+    host = host.strip("[]")
+    if not port_text.isdigit():
+        return {default} if default else set()
+    port = int(port_text)
+    if port == 0 or host.startswith("127.") or host in ("::1", "localhost"):
+        return set()
+    return {port}
