@@ -26,7 +26,7 @@ from pytest_talos.checks.listeners import (
 )
 from pytest_talos.checks.result import CheckResult
 from pytest_talos.errors import ConformanceFailure, PermissionDenied
-from pytest_talos.node import TalosNode, _dig, _v1alpha1, expected_ports_for
+from pytest_talos.node import TalosNode, dig, expected_ports_for, v1alpha1_document
 from pytest_talos.talos_api import APID_PORT
 
 __all__ = [
@@ -99,14 +99,14 @@ def expected_udp_ports_for(node: TalosNode) -> frozenset[int]:
         config: models.MachineConfig | None = node.machine_config
     except PermissionDenied:
         config = None
-    main = _v1alpha1(config)
-    cni = _dig(main, "cluster", "network", "cni", "name")
+    main = v1alpha1_document(config)
+    cni = dig(main, "cluster", "network", "cni", "name")
     udp = set(DHCP_CLIENT_PORTS)
     if cni in (None, "", "flannel"):
         udp.add(FLANNEL_VXLAN_PORT)
     else:
         udp |= CUSTOM_CNI_UDP_PORTS
-    if _dig(main, "machine", "network", "kubespan", "enabled") is True:
+    if dig(main, "machine", "network", "kubespan", "enabled") is True:
         udp.add(KUBESPAN_PORT)
     return frozenset(udp)
 

@@ -35,10 +35,9 @@ __all__ = [
     "ReadOnlyGuard",
     "TalosNode",
     "default_expected_ports",
+    "dig",
     "expected_ports_for",
     "host_of",
     "is_missing_path",
+    "v1alpha1_document",
 ]
-
-# The names pytest_talos.checks imports from here (the config readers of the expected ports).
-_dig, _v1alpha1 = dig, v1alpha1_document
