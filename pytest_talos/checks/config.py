@@ -20,7 +20,7 @@ from pytest_talos.errors import (
     TalosError,
     WaitTimeout,
 )
-from pytest_talos.guard import ConfigGuard, _guarding
+from pytest_talos.guard import ConfigGuard, guarding
 from pytest_talos.node import TalosNode
 from pytest_talos.patches import PatchInput
 from pytest_talos.wait import StabilityReport, config_summary, wait_for_config, wait_service_stable
@@ -59,7 +59,7 @@ def assert_config_unchanged_after_rejection(
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     check = check_id
-    with _guarding(node, guard) as chosen:
+    with guarding(node, guard) as chosen:
         before = node.machine_config
         try:
             reply = node.apply_patch(patch, mode=mode, guard=chosen)
@@ -165,7 +165,7 @@ def assert_service_healthy_after_patch(
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     check = check_id
-    with _guarding(node, guard) as chosen:
+    with guarding(node, guard) as chosen:
         reply = node.apply_patch(patch, mode=mode, guard=chosen)
         limit = timeout if timeout is not None else stable_for + 60.0
         try:
@@ -255,7 +255,7 @@ def assert_try_reverts(
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     check = "config.try-mode-reverts"
-    with _guarding(node, guard) as chosen:
+    with guarding(node, guard) as chosen:
         before = node.machine_config
         reply = node.apply_patch(patch, mode="try", guard=chosen, try_timeout=try_timeout)
         tried = node.machine_config

@@ -41,10 +41,10 @@ from pytest_talos.guard.config_guard import (
     JournalOrigin,
 )
 
-# Private to the kit, re-exported for checks (the helpers' guard) and the interruption tests
-# (which wrap the journaling client's apply).
-from pytest_talos.guard.config_guard import _guarding as _guarding
-from pytest_talos.guard.config_guard import _RecordingClient as _RecordingClient
+# Internal to the kit (kept out of __all__), re-exported for checks (the helpers' guard) and
+# the interruption tests (which wrap the journaling client's apply).
+from pytest_talos.guard.config_guard import RecordingClient as RecordingClient
+from pytest_talos.guard.config_guard import guarding as guarding
 from pytest_talos.guard.recovery import Recovery, judge_recovery, recover_record
 from pytest_talos.guard.signals import SignalShield, Terminated, set_announcer
 from pytest_talos.guard.snapshot import node_key_of

@@ -15,13 +15,13 @@ from pytest_talos.client import TalosClient
 from pytest_talos.errors import ConfigRestoreError, TalosError
 from pytest_talos.guard.signals import SignalShield
 from pytest_talos.guard.snapshot import (
-    _CLAIMS,
-    _CLAIMS_LOCK,
-    _Claim,
-    _persistent_config,
-    _restore,
-    _Snapshot,
+    CLAIMS,
+    CLAIMS_LOCK,
+    Claim,
+    Snapshot,
     node_key_of,
+    persistent_config,
+    restore_snapshot,
 )
 from pytest_talos.journal import (
     Change,
@@ -54,10 +54,10 @@ class JournalOrigin:
     context: str | None = None
 
 
-class _RecordingClient:
+class RecordingClient:
     """The node's client, journaling every apply the guard lets through (before and after)."""
 
-    def __init__(self, inner: TalosClient, guard: ConfigGuard, snapshot: _Snapshot) -> None:
+    def __init__(self, inner: TalosClient, guard: ConfigGuard, snapshot: Snapshot) -> None:
         self._inner = inner
         self._guard = guard
         self._snapshot = snapshot
@@ -137,7 +137,7 @@ class ConfigGuard:
         self.lock_timeout = lock_timeout
         self.origin = origin or JournalOrigin()
         self.label = label
-        self._snapshots: dict[str, _Snapshot] = {}
+        self._snapshots: dict[str, Snapshot] = {}
 
     def __repr__(self) -> str:
         return f"ConfigGuard(protecting={self.protected!r})"
@@ -163,16 +163,16 @@ class ConfigGuard:
         """
         snapshot = self._snapshots.get(node.address)
         if snapshot is None:
-            client = _unwrapped(node.client)
+            client = unwrapped(node.client)
             snapshot = self._snapshot(node, client)
             self._snapshots[node.address] = snapshot
-        if not isinstance(node.client, _RecordingClient) or node.client._snapshot is not snapshot:
-            node.client = cast(TalosClient, _RecordingClient(snapshot.client, self, snapshot))
+        if not isinstance(node.client, RecordingClient) or node.client._snapshot is not snapshot:
+            node.client = cast(TalosClient, RecordingClient(snapshot.client, self, snapshot))
 
-    def _snapshot(self, node: TalosNode, client: TalosClient) -> _Snapshot:
+    def _snapshot(self, node: TalosNode, client: TalosClient) -> Snapshot:
         key = node_key_of(client, node.address)
-        with _CLAIMS_LOCK:
-            claim = _CLAIMS.get(key)
+        with CLAIMS_LOCK:
+            claim = CLAIMS.get(key)
             if claim is not None:
                 return self._share(node, client, claim)
         lock = NodeLock(self.state_dir, key, label=self.label)
@@ -183,7 +183,7 @@ class ConfigGuard:
         try:
             _refuse_stale_journal(self.state_dir, key, node)
             config = client.machine_config()
-            persistent = _persistent_config(client)
+            persistent = persistent_config(client)
             record = self._write_record(node, client, key, config, persistent)
         except OSError as exc:
             lock.release()
@@ -191,12 +191,12 @@ class ConfigGuard:
         except BaseException:
             lock.release()
             raise
-        claim = _Claim(key, self.state_dir, lock, record, config.raw)
-        with _CLAIMS_LOCK:
-            _CLAIMS[key] = claim
-        return _Snapshot(node, client, config.raw, config.version, persistent, claim)
+        claim = Claim(key, self.state_dir, lock, record, config.raw)
+        with CLAIMS_LOCK:
+            CLAIMS[key] = claim
+        return Snapshot(node, client, config.raw, config.version, persistent, claim)
 
-    def _share(self, node: TalosNode, client: TalosClient, claim: _Claim) -> _Snapshot:
+    def _share(self, node: TalosNode, client: TalosClient, claim: Claim) -> Snapshot:
         config = client.machine_config()
         if config.raw != claim.original:
             raise GuardConflict(
@@ -208,9 +208,7 @@ class ConfigGuard:
                 node=node.name,
             )
         claim.users += 1
-        return _Snapshot(
-            node, client, config.raw, config.version, _persistent_config(client), claim
-        )
+        return Snapshot(node, client, config.raw, config.version, persistent_config(client), claim)
 
     def _write_record(
         self,
@@ -242,7 +240,7 @@ class ConfigGuard:
         write_journal(self.state_dir, record)
         return record
 
-    def _note(self, snapshot: _Snapshot, change: Change, *, update: bool = False) -> None:
+    def _note(self, snapshot: Snapshot, change: Change, *, update: bool = False) -> None:
         """Journal a change before it is sent (and again once the node accepted it)."""
         claim = snapshot.claim
         if change.mode == "try":
@@ -268,7 +266,7 @@ class ConfigGuard:
         if snapshot is None:
             return False
         with SignalShield(lambda: [snapshot.node.name]):
-            changed = _restore(snapshot)
+            changed = restore_snapshot(snapshot)
             self._release(node.address, snapshot)
         return changed
 
@@ -286,7 +284,7 @@ class ConfigGuard:
         with SignalShield(lambda: self.protected, reraise=reraise_deferred):
             for address, snapshot in list(self._snapshots.items()):
                 try:
-                    if _restore(snapshot):
+                    if restore_snapshot(snapshot):
                         restored.append(snapshot.node.name)
                 except ConfigRestoreError as exc:
                     failures.append(str(exc))
@@ -296,20 +294,20 @@ class ConfigGuard:
             raise ConfigRestoreError("\n".join(failures))
         return restored
 
-    def _release(self, address: str, snapshot: _Snapshot) -> None:
+    def _release(self, address: str, snapshot: Snapshot) -> None:
         """The node has its original config: drop the snapshot, the journal and the lock."""
         del self._snapshots[address]
         node = snapshot.node
-        if isinstance(node.client, _RecordingClient) and node.client._snapshot is snapshot:
+        if isinstance(node.client, RecordingClient) and node.client._snapshot is snapshot:
             node.client = snapshot.client
         claim = snapshot.claim
         if claim is None:
             return
-        with _CLAIMS_LOCK:
+        with CLAIMS_LOCK:
             claim.users -= 1
             if claim.users > 0:
                 return
-            _CLAIMS.pop(claim.key, None)
+            CLAIMS.pop(claim.key, None)
         if claim.record is not None:
             remove_journal(claim.state_dir, claim.key)
         if claim.lock is not None:
@@ -327,8 +325,8 @@ class ConfigGuard:
         self.restore()
 
 
-def _unwrapped(client: TalosClient) -> TalosClient:
-    while isinstance(client, _RecordingClient):
+def unwrapped(client: TalosClient) -> TalosClient:
+    while isinstance(client, RecordingClient):
         client = client._inner
     return client
 
@@ -360,7 +358,7 @@ def _refuse_stale_journal(state_dir: Path, key: str, node: TalosNode) -> None:
 
 
 @contextlib.contextmanager
-def _guarding(node: TalosNode, guard: ConfigGuard | None) -> Iterator[ConfigGuard]:
+def guarding(node: TalosNode, guard: ConfigGuard | None) -> Iterator[ConfigGuard]:
     """The guard a changing helper uses, restoring at the end only if it is private.
 
     The node is locked and snapshotted on entry, before the helper reads its "before"

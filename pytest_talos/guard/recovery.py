@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from pytest_talos.guard.config_guard import _unwrapped
+from pytest_talos.guard.config_guard import unwrapped
 from pytest_talos.guard.signals import SignalShield
-from pytest_talos.guard.snapshot import _persistent_config, _restore, _Snapshot
+from pytest_talos.guard.snapshot import Snapshot, persistent_config, restore_snapshot
 from pytest_talos.journal import (
     JournalRecord,
     sha256,
@@ -60,17 +60,17 @@ def recover_record(node: TalosNode, record: JournalRecord, *, apply: bool = True
     The caller holds the node's lock and removes the journal unless the verdict is
     ``refuse``. Raises ConfigRestoreError if the restore itself fails.
     """
-    client = _unwrapped(node.client)
+    client = unwrapped(node.client)
     active = client.machine_config()
-    persistent = _persistent_config(client)
+    persistent = persistent_config(client)
     verdict = judge_recovery(record, active.raw, active.version, persistent)
     if verdict.verdict != "restore" or not apply:
         return verdict
-    snapshot = _Snapshot(
+    snapshot = Snapshot(
         node, client, record.original_bytes, record.original_version, record.persistent_bytes
     )
     with SignalShield(lambda: [node.name]):
-        _restore(snapshot, force=True)
+        restore_snapshot(snapshot, force=True)
     return replace(
         verdict, restored=True, message=f"{verdict.message}; its original config is back"
     )

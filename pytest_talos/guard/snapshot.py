@@ -29,7 +29,7 @@ _IDENTITY = ("Identities.cluster.talos.dev", "local", "cluster")
 
 
 @dataclass
-class _Claim:
+class Claim:
     """This process's hold on one node: its lock, journal and the original config."""
 
     key: str
@@ -41,22 +41,22 @@ class _Claim:
     tried: bool = False  # a try-mode change went through (timers may still be armed)
 
 
-_CLAIMS: dict[str, _Claim] = {}
-_CLAIMS_LOCK = threading.RLock()
+CLAIMS: dict[str, Claim] = {}
+CLAIMS_LOCK = threading.RLock()
 
 
 @dataclass
-class _Snapshot:
+class Snapshot:
     node: TalosNode
     client: TalosClient  # the node's own client (not the recording wrapper)
     raw: bytes = field(repr=False)  # the active config; holds secrets: never printed
     version: int
     persistent: bytes | None = field(default=None, repr=False)  # None: none kept
-    claim: _Claim | None = None
+    claim: Claim | None = None
     tried: bool = False  # a try-mode change went through: always re-apply on restore
 
 
-def _persistent_config(client: TalosClient) -> bytes | None:
+def persistent_config(client: TalosClient) -> bytes | None:
     """The config staged for the next boot (``persistent``); None where the node keeps none."""
     kind, _, namespace = MACHINE_CONFIG_RESOURCE
     try:
@@ -78,20 +78,20 @@ def node_key_of(client: TalosClient, address: str) -> str:
     return node_key(node_id or client.endpoint, address)
 
 
-def _restore(snapshot: _Snapshot, *, force: bool = False) -> bool:
+def restore_snapshot(snapshot: Snapshot, *, force: bool = False) -> bool:
     """Put back the active config (and the staged one, where kept); True if anything changed."""
     client = snapshot.client
     force = force or snapshot.tried or (snapshot.claim is not None and snapshot.claim.tried)
     try:
         if not force and _matches(client, snapshot):
             return False
-        _apply_original(client, snapshot.raw, "no-reboot")  # sets active and persistent
+        apply_original(client, snapshot.raw, "no-reboot")  # sets active and persistent
         note_guarded_change(client, snapshot, mode="no-reboot", restore=True)
         if snapshot.persistent is not None and snapshot.persistent != snapshot.raw:
-            _apply_original(client, snapshot.persistent, "staged")  # a change staged before us
+            apply_original(client, snapshot.persistent, "staged")  # a change staged before us
         after = client.machine_config()
         staged_back = (
-            snapshot.persistent is None or _persistent_config(client) == snapshot.persistent
+            snapshot.persistent is None or persistent_config(client) == snapshot.persistent
         )
     except TalosError as exc:
         raise _restore_failure(snapshot, f"the restore call failed: {exc}") from exc
@@ -105,13 +105,13 @@ def _restore(snapshot: _Snapshot, *, force: bool = False) -> bool:
     return True
 
 
-def _matches(client: TalosClient, snapshot: _Snapshot) -> bool:
+def _matches(client: TalosClient, snapshot: Snapshot) -> bool:
     if client.machine_config().raw != snapshot.raw:
         return False
-    return snapshot.persistent is None or _persistent_config(client) == snapshot.persistent
+    return snapshot.persistent is None or persistent_config(client) == snapshot.persistent
 
 
-def _apply_original(client: TalosClient, raw: bytes, mode: models.ApplyMode) -> None:
+def apply_original(client: TalosClient, raw: bytes, mode: models.ApplyMode) -> None:
     """Apply ``raw``, retrying while another apply is still in progress."""
     for attempt in range(_RESTORE_ATTEMPTS):
         try:
@@ -123,7 +123,7 @@ def _apply_original(client: TalosClient, raw: bytes, mode: models.ApplyMode) -> 
             time.sleep(0.5 * (attempt + 1))
 
 
-def _restore_failure(snapshot: _Snapshot, why: str) -> ConfigRestoreError:
+def _restore_failure(snapshot: Snapshot, why: str) -> ConfigRestoreError:
     node = snapshot.node
     claim = snapshot.claim
     if claim is not None and claim.record is not None:

@@ -45,8 +45,8 @@ def mark(name):
     (MARKS / name).write_text(str(os.getpid()))
 
 
-_apply = guard._RecordingClient.apply_configuration
-_restore_apply = snapshot._apply_original
+_apply = guard.RecordingClient.apply_configuration
+_restore_apply = snapshot.apply_original
 
 
 def applied(self, *args, **kwargs):
@@ -61,8 +61,8 @@ def restoring(client, raw, mode):
     return _restore_apply(client, raw, mode)
 
 
-guard._RecordingClient.apply_configuration = applied
-snapshot._apply_original = restoring
+guard.RecordingClient.apply_configuration = applied
+snapshot.apply_original = restoring
 """
 
 TESTS = """

@@ -23,18 +23,18 @@ _READ_SIZE = 64 * 1024
 _COMMON_HEADERS = [("Cache-Control", "no-cache, private"), ("Content-Type", "application/json")]
 
 
-class _BadRequest(Exception):
+class BadRequest(Exception):
     pass
 
 
 @dataclass(frozen=True)
-class _Request:
+class Request:
     method: str
     path: str
     query: dict[str, str]
 
 
-def _status(code: int, message: str, reason: str, details: Object | None = None) -> Object:
+def status_object(code: int, message: str, reason: str, details: Object | None = None) -> Object:
     status: Object = {
         "kind": "Status",
         "apiVersion": "v1",
@@ -63,17 +63,17 @@ def server_ssl_context(*, cert_pem: bytes, key_pem: bytes, client_ca_pem: bytes)
     return context
 
 
-class _Connection:
+class Connection:
     """One client connection: requests in, replies out, keep-alive decided by h11."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader, self._writer = reader, writer
         self._h11 = h11.Connection(h11.SERVER)
 
-    async def next_request(self) -> _Request | None:
+    async def next_request(self) -> Request | None:
         """The next request with its body read and dropped; ``None`` once the client is gone.
 
-        A request h11 cannot parse, or one with a body over 1 MiB, raises :class:`_BadRequest`.
+        A request h11 cannot parse, or one with a body over 1 MiB, raises :class:`BadRequest`.
         """
         if self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE:
             self._h11.start_next_cycle()
@@ -81,11 +81,11 @@ class _Connection:
         if isinstance(event, h11.ConnectionClosed):
             return None
         if not isinstance(event, h11.Request):
-            raise _BadRequest(f"expected a request, got {type(event).__name__}")
+            raise BadRequest(f"expected a request, got {type(event).__name__}")
         await self._drop_body()
         split = urlsplit(event.target.decode("latin-1"))
         query = {key: values[-1] for key, values in parse_qs(split.query).items()}
-        return _Request(event.method.decode("ascii").upper(), unquote(split.path), query)
+        return Request(event.method.decode("ascii").upper(), unquote(split.path), query)
 
     @property
     def keep_alive(self) -> bool:
@@ -133,11 +133,11 @@ class _Connection:
             try:
                 event = self._h11.next_event()
             except h11.RemoteProtocolError as exc:
-                raise _BadRequest(f"malformed request: {exc}") from None
+                raise BadRequest(f"malformed request: {exc}") from None
             if event is h11.NEED_DATA:
                 self._h11.receive_data(await self._reader.read(_READ_SIZE))
             elif event is h11.PAUSED:  # not reached: a cycle ends before the next request
-                raise _BadRequest("request received before the previous reply ended")
+                raise BadRequest("request received before the previous reply ended")
             else:
                 assert isinstance(event, h11.Event)
                 return event
@@ -149,8 +149,8 @@ class _Connection:
             if isinstance(event, h11.EndOfMessage):
                 return
             if isinstance(event, h11.ConnectionClosed):
-                raise _BadRequest("connection closed inside a request body")
+                raise BadRequest("connection closed inside a request body")
             if isinstance(event, h11.Data):
                 received += len(event.data)
                 if received > _MAX_BODY:
-                    raise _BadRequest("request body too large")
+                    raise BadRequest("request body too large")

@@ -11,23 +11,23 @@ from typing import Protocol
 
 import h11
 
-from pytest_talos.emulator.kubeapi.http import _BadRequest, _Connection, _Request, _status
+from pytest_talos.emulator.kubeapi.http import BadRequest, Connection, Request, status_object
 from pytest_talos.emulator.kubeapi.objects import Object
 from pytest_talos.emulator.kubeapi.routes import (
-    _NO_ROUTE,
+    NO_ROUTE,
     Matcher,
-    _api_resources,
-    _frames,
-    _gone,
-    _not_found,
-    _resource_version,
-    _Route,
-    _route,
-    _selector,
-    _truthy,
-    _watch_seconds,
+    Route,
+    api_resources,
+    gone_event,
+    not_found,
+    parse_resource_version,
+    parse_route,
+    parse_selector,
+    parse_watch_seconds,
+    truthy,
+    watch_frames,
 )
-from pytest_talos.emulator.kubeapi.tracking import _Clock, _Collection, _Event, _key
+from pytest_talos.emulator.kubeapi.tracking import Clock, Collection, WatchEvent, object_key
 
 LIMITS: tuple[str, ...] = (
     "Read-only: every method but GET is answered 405 `the emulated API server is read-only` "
@@ -77,10 +77,10 @@ class KubeAPIServer:
     ) -> None:
         self.host, self._requested_port = host, port
         self._ssl, self._provider = server_ssl, provider
-        clock = _Clock()
+        clock = Clock()
         self._collections = {
-            "nodes": _Collection(provider.nodes, clock),
-            "pods": _Collection(lambda: provider.pods(None), clock),
+            "nodes": Collection(provider.nodes, clock),
+            "pods": Collection(lambda: provider.pods(None), clock),
         }
         self._clock = clock
         self._server: asyncio.Server | None = None
@@ -152,7 +152,7 @@ class KubeAPIServer:
         if task is not None:
             self._handlers.add(task)
         try:
-            await self._serve_connection(_Connection(reader, writer))
+            await self._serve_connection(Connection(reader, writer))
         except (TimeoutError, OSError, ValueError, h11.ProtocolError):
             pass  # a broken or idle client: just drop the connection
         except asyncio.CancelledError:
@@ -166,13 +166,13 @@ class KubeAPIServer:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(writer.wait_closed(), 2.0)
 
-    async def _serve_connection(self, connection: _Connection) -> None:
+    async def _serve_connection(self, connection: Connection) -> None:
         while True:
             try:
                 request = await asyncio.wait_for(connection.next_request(), _IDLE_SECONDS)
-            except _BadRequest as exc:
+            except BadRequest as exc:
                 if connection.can_reply:
-                    await connection.send_json(400, _status(400, str(exc), "BadRequest"))
+                    await connection.send_json(400, status_object(400, str(exc), "BadRequest"))
                 return
             if request is None:
                 return
@@ -180,39 +180,41 @@ class KubeAPIServer:
             if not connection.keep_alive:
                 return
 
-    async def _respond(self, request: _Request, connection: _Connection) -> None:
+    async def _respond(self, request: Request, connection: Connection) -> None:
         if request.method != "GET":
-            await connection.send_json(405, _status(405, READ_ONLY_MESSAGE, "MethodNotAllowed"))
+            await connection.send_json(
+                405, status_object(405, READ_ONLY_MESSAGE, "MethodNotAllowed")
+            )
             return
         self._sync()
-        route = _route(request.path)
-        if route is not None and route.name is None and _truthy(request.query.get("watch")):
+        route = parse_route(request.path)
+        if route is not None and route.name is None and truthy(request.query.get("watch")):
             try:
                 matcher = self._matcher(request, route)
-                _resource_version(request.query.get("resourceVersion"))
-            except _BadRequest as exc:
-                await connection.send_json(400, _status(400, str(exc), "BadRequest"))
+                parse_resource_version(request.query.get("resourceVersion"))
+            except BadRequest as exc:
+                await connection.send_json(400, status_object(400, str(exc), "BadRequest"))
                 return
             await self._watch(connection, route, matcher, request)
             return
         try:
             code, body = self._get(request, route)
-        except _BadRequest as exc:
-            code, body = 400, _status(400, str(exc), "BadRequest")
+        except BadRequest as exc:
+            code, body = 400, status_object(400, str(exc), "BadRequest")
         await connection.send_json(code, body)
 
-    def _get(self, request: _Request, route: _Route | None) -> tuple[int, Object]:
+    def _get(self, request: Request, route: Route | None) -> tuple[int, Object]:
         path = request.path.rstrip("/") or "/"
         static = {
             "/version": lambda: self._provider.version(),
             "/api": self._api_versions,
             "/apis": lambda: {"kind": "APIGroupList", "apiVersion": "v1", "groups": []},
-            "/api/v1": _api_resources,
+            "/api/v1": api_resources,
         }.get(path)
         if static is not None:
             return 200, static()
         if route is None:
-            return _NO_ROUTE
+            return NO_ROUTE
         if route.name is not None:
             return self._get_one(route)
         return 200, self._list(route, self._matcher(request, route))
@@ -226,23 +228,23 @@ class KubeAPIServer:
             ],
         }
 
-    def _get_one(self, route: _Route) -> tuple[int, Object]:
+    def _get_one(self, route: Route) -> tuple[int, Object]:
         assert route.name is not None
         obj = self._collections[route.collection].get((route.namespace or "", route.name))
         if obj is None:
-            return _not_found(route.collection, route.name)
+            return not_found(route.collection, route.name)
         return 200, obj
 
-    def _matcher(self, request: _Request, route: _Route) -> Matcher:
-        base = _selector(
+    def _matcher(self, request: Request, route: Route) -> Matcher:
+        base = parse_selector(
             request.query.get("labelSelector", ""), request.query.get("fieldSelector", "")
         )
         if route.namespace is None:
             return base
         namespace = route.namespace
-        return lambda obj: _key(obj)[0] == namespace and base(obj)
+        return lambda obj: object_key(obj)[0] == namespace and base(obj)
 
-    def _list(self, route: _Route, matcher: Matcher) -> Object:
+    def _list(self, route: Route, matcher: Matcher) -> Object:
         kind = "NodeList" if route.collection == "nodes" else "PodList"
         items = [
             {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
@@ -259,24 +261,24 @@ class KubeAPIServer:
     # ----------------------------------------------------------------- watch
 
     async def _watch(
-        self, connection: _Connection, route: _Route, matcher: Matcher, request: _Request
+        self, connection: Connection, route: Route, matcher: Matcher, request: Request
     ) -> None:
         collection = self._collections[route.collection]
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + _watch_seconds(request.query.get("timeoutSeconds"))
-        since = _resource_version(request.query.get("resourceVersion"))
+        deadline = loop.time() + parse_watch_seconds(request.query.get("timeoutSeconds"))
+        since = parse_resource_version(request.query.get("resourceVersion"))
         connection.start_stream(200)
         if since is None:
-            backlog: list[_Event] | None = [
-                _Event(self._clock.value, "ADDED", obj) for obj in collection.objects()
+            backlog: list[WatchEvent] | None = [
+                WatchEvent(self._clock.value, "ADDED", obj) for obj in collection.objects()
             ]
         else:
             backlog = collection.events_after(since)
         cursor = self._clock.value
         if backlog is None:
-            await self._send_events(connection, [_gone(since or 0)])
+            await self._send_events(connection, [gone_event(since or 0)])
         else:
-            await self._send_events(connection, _frames(backlog, matcher))
+            await self._send_events(connection, watch_frames(backlog, matcher))
             while (remaining := deadline - loop.time()) > 0:
                 changed = self._changed
                 with contextlib.suppress(TimeoutError):
@@ -285,12 +287,12 @@ class KubeAPIServer:
                 fresh = collection.events_after(cursor)
                 cursor = self._clock.value
                 if fresh is None:
-                    await self._send_events(connection, [_gone(cursor)])
+                    await self._send_events(connection, [gone_event(cursor)])
                     break
-                await self._send_events(connection, _frames(fresh, matcher))
+                await self._send_events(connection, watch_frames(fresh, matcher))
         await connection.end_stream()
 
     @staticmethod
-    async def _send_events(connection: _Connection, frames: Sequence[Object]) -> None:
+    async def _send_events(connection: Connection, frames: Sequence[Object]) -> None:
         chunks = [json.dumps(frame).encode("utf-8") + b"\n" for frame in frames]
         await connection.send_chunks(chunks)

@@ -13,7 +13,7 @@ from pytest_talos.emulator.kubeapi.objects import Object
 _HISTORY = 1000  # watch events remembered per collection
 
 
-class _Clock:
+class Clock:
     """The server-wide resourceVersion counter (etcd's revision, in a real cluster)."""
 
     def __init__(self) -> None:
@@ -24,7 +24,7 @@ class _Clock:
         return self.value
 
 
-def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+def object_key(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
@@ -41,24 +41,24 @@ def _stamped(obj: Mapping[str, Any], version: int) -> Object:
 
 
 @dataclass(frozen=True)
-class _Event:
+class WatchEvent:
     version: int
     kind: str  # ADDED / MODIFIED / DELETED
     obj: Object
 
 
-class _Collection:
+class Collection:
     """One resource (nodes, pods): the current objects and the recent change history."""
 
-    def __init__(self, fetch: Callable[[], list[Object]], clock: _Clock) -> None:
+    def __init__(self, fetch: Callable[[], list[Object]], clock: Clock) -> None:
         self._fetch, self._clock = fetch, clock
         self._current: dict[tuple[str, str], tuple[str, Object]] = {}
-        self.history: deque[_Event] = deque(maxlen=_HISTORY)
+        self.history: deque[WatchEvent] = deque(maxlen=_HISTORY)
         self.oldest = 0  # events at or below this version may have been forgotten
 
     def sync(self) -> bool:
         """Read the provider and record what changed; True if anything did."""
-        fresh = {_key(obj): obj for obj in self._fetch()}
+        fresh = {object_key(obj): obj for obj in self._fetch()}
         changed = False
         for key, obj in fresh.items():
             fingerprint = _fingerprint(obj)
@@ -68,28 +68,30 @@ class _Collection:
                 changed = True
         for key in [key for key in self._current if key not in fresh]:
             _, last = self._current.pop(key)
-            self._append(_Event(self._clock.tick(), "DELETED", _stamped(last, self._clock.value)))
+            self._append(
+                WatchEvent(self._clock.tick(), "DELETED", _stamped(last, self._clock.value))
+            )
             changed = True
         return changed
 
     def _record(self, kind: str, key: tuple[str, str], fingerprint: str, obj: Object) -> None:
         stamped = _stamped(obj, self._clock.tick())
         self._current[key] = (fingerprint, stamped)
-        self._append(_Event(self._clock.value, kind, stamped))
+        self._append(WatchEvent(self._clock.value, kind, stamped))
 
-    def _append(self, event: _Event) -> None:
+    def _append(self, event: WatchEvent) -> None:
         if len(self.history) == self.history.maxlen:
             self.oldest = self.history[0].version
         self.history.append(event)
 
     def objects(self) -> list[Object]:
-        return [obj for _, obj in sorted(self._current.values(), key=lambda v: _key(v[1]))]
+        return [obj for _, obj in sorted(self._current.values(), key=lambda v: object_key(v[1]))]
 
     def get(self, key: tuple[str, str]) -> Object | None:
         known = self._current.get(key)
         return known[1] if known else None
 
-    def events_after(self, version: int) -> list[_Event] | None:
+    def events_after(self, version: int) -> list[WatchEvent] | None:
         """Changes newer than ``version``; ``None`` when that history is already gone."""
         if version < self.oldest:
             return None

@@ -32,8 +32,8 @@ from pytest_talos.plugin.conformance.catalogue import AREAS, SUITES, CheckSpec
 from pytest_talos.plugin.conformance.collection import collect_checks, shard_line
 from pytest_talos.plugin.conformance.collector import ResultCollector
 from pytest_talos.plugin.conformance.fixtures import (
-    _conformance_item,
-    _conformance_targets,
+    conformance_item,
+    conformance_targets,
     talos_evidence,
     talos_suite,
 )
@@ -72,7 +72,7 @@ __all__ = [
     "talos_suite",
 ]
 
-_FIXTURES = (_conformance_item, _conformance_targets, talos_evidence, talos_suite)
+_FIXTURES = (conformance_item, conformance_targets, talos_evidence, talos_suite)
 _MARKERS = (
     "talos_check(id, severity, claim): a conformance check: its id (area.claim), severity "
     "(critical, high, medium, low) and the claim it proves",

@@ -42,8 +42,10 @@ def _target_info(cluster: TalosCluster) -> list[TargetInfo]:
     return targets
 
 
-@pytest.fixture(scope="session")
-def _conformance_targets(
+# The two plugin-internal fixtures keep private names (hidden from ``pytest --fixtures``); their
+# functions are public so that the plugin can register them.
+@pytest.fixture(scope="session", name="_conformance_targets")
+def conformance_targets(
     talos_cluster: TalosCluster, record_testsuite_property: Any
 ) -> list[TargetInfo]:
     targets = _target_info(talos_cluster)
@@ -54,8 +56,8 @@ def _conformance_targets(
     return targets
 
 
-@pytest.fixture(autouse=True)
-def _conformance_item(request: pytest.FixtureRequest) -> None:
+@pytest.fixture(autouse=True, name="_conformance_item")
+def conformance_item(request: pytest.FixtureRequest) -> None:
     """Send the run's targets along with the first check of this process (for reports)."""
     config = request.config
     if check_spec(request.node) is None or config.stash.get(TARGETS_SENT, False):
