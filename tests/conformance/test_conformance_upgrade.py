@@ -89,6 +89,7 @@ def test_snapshot_holds_digests_and_labels_but_no_secrets(
     assert "PRIVATE KEY" not in json.dumps(data)
 
 
+@pytest.mark.slow
 def test_upgrade_through_the_api_then_compare_passes_with_the_new_version(
     cluster: EmulatedCluster, client: TalosClient, tmp_path: Path
 ) -> None:
@@ -142,6 +143,7 @@ def test_the_suite_learns_the_emulated_clock_rate_from_the_talosconfig(
     ], result.describe()
 
 
+@pytest.mark.slow
 def test_config_and_label_changes_after_the_snapshot_fail_their_checks(
     cluster: EmulatedCluster, client: TalosClient, tmp_path: Path
 ) -> None:
@@ -169,6 +171,7 @@ def test_config_and_label_changes_after_the_snapshot_fail_their_checks(
     assert "ca:" not in json.dumps(changed)
 
 
+@pytest.mark.slow
 def test_extension_missing_since_the_snapshot_fails(
     shared_cluster: EmulatedCluster, tmp_path: Path
 ) -> None:
