@@ -3,7 +3,9 @@ exactly the checks ``fault_matrix.FAULT_MATRIX`` names — so a check that canno
 that fails for the wrong reason, is caught.
 
 All runs start at once in a module fixture (one subprocess each, two per CPU: a run mostly
-waits on the emulator's timers); the tests below only compare.
+waits on the emulator's timers); the tests below only compare. Under pytest-xdist the module
+stays on one worker (the project runs with ``--dist loadfile``), so the fixture runs the
+matrix once, not once per worker.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from tests.conformance.fault_matrix import (
     FaultCase,
 )
 from tests.conformance.suite_runner import MATRIX_ARGS, SuiteRun, run_suite
+
+# The first test to use matrix_runs waits for every run (minutes on 2 loaded cores).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 HEALTHY = "healthy"
 ALLOWED_SKIPS = (

@@ -34,6 +34,7 @@ def outcomes(result: SuiteRun, check: str) -> dict[str, str]:
     return {c["node"]: c["outcome"] for c in result.checks if c["id"] == check}
 
 
+@pytest.mark.slow
 def test_readme_command_passes_and_names_the_flag_that_enables_skipped_checks(
     tmp_path: Path
 ) -> None:
@@ -47,6 +48,7 @@ def test_readme_command_passes_and_names_the_flag_that_enables_skipped_checks(
     assert "--talos-profile" in skipped["vendor.platform"]
 
 
+@pytest.mark.slow
 def test_active_waiver_turns_the_failure_into_a_waived_one(tmp_path: Path) -> None:
     path = waivers(tmp_path, {"check": PORTS_CHECK, "reason": "agent on 8080 (OPS-7)",
                               "expires": FAR_FUTURE})
@@ -61,6 +63,7 @@ def test_active_waiver_turns_the_failure_into_a_waived_one(tmp_path: Path) -> No
     assert "Waived until" in (tmp_path / "report" / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_node_waiver_covers_only_its_node(tmp_path: Path) -> None:
     path = waivers(tmp_path, {"check": PORTS_CHECK, "node": "talos-default-worker-1",
                               "reason": "r", "expires": FAR_FUTURE})
@@ -71,6 +74,7 @@ def test_node_waiver_covers_only_its_node(tmp_path: Path) -> None:
         "talos-default-controlplane-1": "failed", "talos-default-worker-1": "waived"}
 
 
+@pytest.mark.slow
 def test_expired_waiver_fails_and_says_so(tmp_path: Path) -> None:
     path = waivers(tmp_path, {"check": PORTS_CHECK, "reason": "vendor fix pending",
                               "expires": YESTERDAY})

@@ -163,6 +163,7 @@ CHROMIUM = next(
     CHROMIUM is None,
     reason="no Chromium on PATH (apt-get install chromium) to render the report in a real browser",
 )
+@pytest.mark.slow
 def test_the_screenshot_script_renders_the_report_in_chromium(tmp_path: Path) -> None:
     out = tmp_path / "report.png"
     done = subprocess.run(

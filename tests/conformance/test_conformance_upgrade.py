@@ -4,7 +4,8 @@ the API, compare after — and each comparison check failing when its fact chang
 The emulated cluster runs in this process (metal platform, so it can upgrade); the suite
 runs in a subprocess against it like against a real cluster, through its talosconfig — which
 advertises the emulated clock's 20x rate, so the suite's watch windows last 1/20 of their
-node time.
+node time. The tests that only read the cluster share one (``shared_cluster``); those that
+upgrade it or change its config get their own (``cluster``).
 """
 
 from __future__ import annotations
@@ -26,9 +27,19 @@ NEW_VERSION = "v1.13.10"
 LABEL = "conformance.pytest-talos.dev/snapshot-probe"
 
 
+TIME_SCALE = 20
+
+
 @pytest.fixture
 def cluster() -> Iterator[EmulatedCluster]:
-    with EmulatedCluster(1, 1, platform="metal", time_scale=20) as emulated:
+    with EmulatedCluster(1, 1, platform="metal", time_scale=TIME_SCALE) as emulated:
+        yield emulated
+
+
+@pytest.fixture(scope="module")
+def shared_cluster() -> Iterator[EmulatedCluster]:
+    """For tests that change nothing on the nodes (they read, or edit only files)."""
+    with EmulatedCluster(1, 1, platform="metal", time_scale=TIME_SCALE) as emulated:
         yield emulated
 
 
@@ -50,8 +61,7 @@ def save(cluster: EmulatedCluster, tmp_path: Path) -> Path:
 
 
 def compare(cluster: EmulatedCluster, tmp_path: Path, snapshot: Path, *args: str) -> SuiteRun:
-    return suite(cluster, tmp_path, "compare", "--talos-snapshot", "compare", str(snapshot),
-                 *args)
+    return suite(cluster, tmp_path, "compare", "--talos-snapshot", "compare", str(snapshot), *args)
 
 
 def patch_label(client: TalosClient, node: str, value: str | None) -> None:
@@ -68,9 +78,9 @@ def talos_tag(target: TalosClient) -> str:
 
 
 def test_snapshot_holds_digests_and_labels_but_no_secrets(
-    cluster: EmulatedCluster, tmp_path: Path
+    shared_cluster: EmulatedCluster, tmp_path: Path
 ) -> None:
-    data = json.loads(save(cluster, tmp_path).read_text())
+    data = json.loads(save(shared_cluster, tmp_path).read_text())
     assert data["format"] == "pytest-talos-snapshot/1"
     worker = data["nodes"]["talos-default-worker-1"]
     assert worker["talos_version"] == "v1.13.9"
@@ -79,6 +89,7 @@ def test_snapshot_holds_digests_and_labels_but_no_secrets(
     assert "PRIVATE KEY" not in json.dumps(data)
 
 
+@pytest.mark.slow
 def test_upgrade_through_the_api_then_compare_passes_with_the_new_version(
     cluster: EmulatedCluster, client: TalosClient, tmp_path: Path
 ) -> None:
@@ -87,11 +98,21 @@ def test_upgrade_through_the_api_then_compare_passes_with_the_new_version(
     for node in reversed(cluster.nodes):
         client.with_node(node.address).upgrade(f"ghcr.io/siderolabs/installer:{NEW_VERSION}")
     for node in cluster.nodes:
-        wait_until(functools.partial(talos_tag, client.with_node(node.address)),
-                   lambda tag: tag == NEW_VERSION, timeout=30,
-                   description=f"{node.hostname} to run {NEW_VERSION}")
-    result = compare(cluster, tmp_path, snapshot, "--talos-expect-version", "v1.13.x",
-                     "--talos-expect-kubernetes-version", "v1.36.0")
+        wait_until(
+            functools.partial(talos_tag, client.with_node(node.address)),
+            lambda tag: tag == NEW_VERSION,
+            timeout=30,
+            description=f"{node.hostname} to run {NEW_VERSION}",
+        )
+    result = compare(
+        cluster,
+        tmp_path,
+        snapshot,
+        "--talos-expect-version",
+        "v1.13.x",
+        "--talos-expect-kubernetes-version",
+        "v1.36.0",
+    )
     assert result.returncode == 0, result.describe()
     outcomes = result.outcomes()
     assert outcomes.pop("upgrade.snapshot-recorded") == {"skipped"}  # compare mode
@@ -100,26 +121,29 @@ def test_upgrade_through_the_api_then_compare_passes_with_the_new_version(
     assert stale.broken() == {"upgrade.talos-version": "failed"}, stale.describe()
 
 
-def test_wrong_expected_kubernetes_version_fails(cluster: EmulatedCluster, tmp_path: Path
-                                                 ) -> None:
-    result = suite(cluster, tmp_path, "k8s", "--talos-expect-kubernetes-version", "v1.35")
+def test_wrong_expected_kubernetes_version_fails(
+    shared_cluster: EmulatedCluster, tmp_path: Path
+) -> None:
+    result = suite(shared_cluster, tmp_path, "k8s", "--talos-expect-kubernetes-version", "v1.35")
     assert result.broken() == {"upgrade.kubernetes-version": "failed"}, result.describe()
     assert "v1.36.0" in result.output
 
 
 def test_the_suite_learns_the_emulated_clock_rate_from_the_talosconfig(
-    cluster: EmulatedCluster, tmp_path: Path
+    shared_cluster: EmulatedCluster, tmp_path: Path
 ) -> None:
-    result = suite(cluster, tmp_path, "rate")
+    result = suite(shared_cluster, tmp_path, "rate")
     assert result.outcomes()["upgrade.nodes-running"] == {"passed"}, result.describe()
     # One line for the run's one window, both nodes in it, at the rate the file advertises.
     lines = [line for line in result.output.splitlines() if "watching" in line]
     assert lines == [
         "conformance: watching 2 nodes at once for 36s (machine running and ready 36s once "
         "booted); the node clock runs 20x (advertised by the talosconfig "
-        f"{cluster.talosconfig_path}), so 1.8s real"], result.describe()
+        f"{shared_cluster.talosconfig_path}), so 1.8s real"
+    ], result.describe()
 
 
+@pytest.mark.slow
 def test_config_and_label_changes_after_the_snapshot_fail_their_checks(
     cluster: EmulatedCluster, client: TalosClient, tmp_path: Path
 ) -> None:
@@ -128,11 +152,15 @@ def test_config_and_label_changes_after_the_snapshot_fail_their_checks(
     snapshot = save(cluster, tmp_path)
     patch_label(client, worker.address, None)
     result = compare(cluster, tmp_path, snapshot)
-    assert result.broken() == {"upgrade.config-unchanged": "failed",
-                               "upgrade.node-labels-unchanged": "failed"}, result.describe()
+    assert result.broken() == {
+        "upgrade.config-unchanged": "failed",
+        "upgrade.node-labels-unchanged": "failed",
+    }, result.describe()
     failing = {(c["id"], c["node"]) for c in result.checks if c["outcome"] == "failed"}
-    assert failing == {("upgrade.config-unchanged", worker.hostname),
-                       ("upgrade.node-labels-unchanged", worker.hostname)}
+    assert failing == {
+        ("upgrade.config-unchanged", worker.hostname),
+        ("upgrade.node-labels-unchanged", worker.hostname),
+    }
     assert f"{LABEL} missing" in result.output
     # It says which section changed and the versions, by digests only (no config content).
     changed = next(c for c in result.checks if c["id"] == "upgrade.config-unchanged")
@@ -143,32 +171,36 @@ def test_config_and_label_changes_after_the_snapshot_fail_their_checks(
     assert "ca:" not in json.dumps(changed)
 
 
-def test_extension_missing_since_the_snapshot_fails(cluster: EmulatedCluster, tmp_path: Path
-                                                    ) -> None:
-    snapshot = save(cluster, tmp_path)
+@pytest.mark.slow
+def test_extension_missing_since_the_snapshot_fails(
+    shared_cluster: EmulatedCluster, tmp_path: Path
+) -> None:
+    snapshot = save(shared_cluster, tmp_path)
     data = json.loads(snapshot.read_text())
     data["nodes"]["talos-default-worker-1"]["extensions"] = {"iscsi-tools": "v0.2.0"}
     snapshot.write_text(json.dumps(data))
-    result = compare(cluster, tmp_path, snapshot)
+    result = compare(shared_cluster, tmp_path, snapshot)
     assert result.broken() == {"upgrade.extensions-unchanged": "failed"}, result.describe()
     assert "missing: iscsi-tools" in result.output
 
 
-def test_unwritable_snapshot_path_fails_the_recording(cluster: EmulatedCluster, tmp_path: Path
-                                                      ) -> None:
+def test_unwritable_snapshot_path_fails_the_recording(
+    shared_cluster: EmulatedCluster, tmp_path: Path
+) -> None:
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
-    result = suite(cluster, tmp_path, "save", "--talos-snapshot", "save",
-                   str(blocker / "snap.json"))
+    result = suite(
+        shared_cluster, tmp_path, "save", "--talos-snapshot", "save", str(blocker / "snap.json")
+    )
     assert result.broken() == {"upgrade.snapshot-recorded": "failed"}, result.describe()
     assert "cannot write the snapshot" in result.output
 
 
 def test_compare_with_a_missing_snapshot_file_is_an_error_naming_the_fix(
-    cluster: EmulatedCluster, tmp_path: Path
+    shared_cluster: EmulatedCluster, tmp_path: Path
 ) -> None:
     # Found at start, before any check runs: a usage error (exit 4) naming the fix.
-    result = compare(cluster, tmp_path, tmp_path / "nowhere.json")
+    result = compare(shared_cluster, tmp_path, tmp_path / "nowhere.json")
     assert result.returncode == 4, result.describe()
     assert "nowhere.json: no such file" in result.output
     assert "Take the snapshot before the upgrade with --talos-snapshot save PATH" in result.output

@@ -94,6 +94,7 @@ def write_profile(tmp_path: Path, data: dict[str, Any]) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_example_profile_passes_against_the_emulator(tmp_path: Path) -> None:
     result = run_suite(["--talos-emulator", "--talos-profile", str(EXAMPLE)],
                        tmp_path / "report", paths=[VENDOR])
@@ -105,6 +106,7 @@ def test_example_profile_passes_against_the_emulator(tmp_path: Path) -> None:
     assert "matches no ImageVerificationConfig rule" in result.output
 
 
+@pytest.mark.slow
 def test_every_vendor_check_fails_against_a_mismatching_profile(tmp_path: Path) -> None:
     profile = write_profile(tmp_path, {
         "talos": {"version": "v1.12"},

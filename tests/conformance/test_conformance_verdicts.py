@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pytest_talos.emulator.cluster import EmulatedCluster
 from tests.conformance.suite_runner import SuiteRun, run_suite, target_args
 
@@ -28,6 +30,7 @@ def test_a_healthy_run_passes(tmp_path: Path) -> None:
     assert verdict_line(result) == "conformance: verdict PASSED (exit 0)"
 
 
+@pytest.mark.slow
 def test_a_failed_check_fails(tmp_path: Path) -> None:
     result = run(tmp_path, "--talos-emulator-fault", "extra-port", "-k", "only_expected_ports")
     assert result.returncode == 1, result.describe()
@@ -53,6 +56,7 @@ def test_a_skipped_critical_check_is_incomplete(tmp_path: Path) -> None:
     assert "not run on any node: immutability.rootfs-read-only" in verdict_line(result)
 
 
+@pytest.mark.slow
 def test_vendor_image_needs_a_profile_or_says_it_leaves_it_out(tmp_path: Path) -> None:
     refused = run(tmp_path, "--talos-suite", "vendor-image")
     assert refused.returncode == 4, refused.describe()
@@ -91,6 +95,7 @@ def test_post_upgrade_needs_its_inputs(tmp_path: Path) -> None:
     assert f"--talos-snapshot compare {tmp_path / 'absent.json'}: no such file" in missing.output
 
 
+@pytest.mark.slow
 def test_post_upgrade_with_its_inputs_passes(tmp_path: Path) -> None:
     snapshot = tmp_path / "snapshot.json"
     with EmulatedCluster(1, 1, time_scale=20) as cluster:

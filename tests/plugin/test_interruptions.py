@@ -197,6 +197,7 @@ def test_recover_with_nothing_to_do(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("workers", [2, 4])
+@pytest.mark.slow
 def test_xdist_workers_never_overlap_on_a_node(emu: Emulator, workers: int) -> None:
     started = time.monotonic()
     outcome = scenarios.xdist(emu, workers)
