@@ -11,6 +11,27 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
+# A test that hangs (a socket nobody answers, an emulator that never stops) fails after this
+# long: several times the slowest test's time (44 s) on a loaded 2-core machine. A test or
+# module with its own timeout mark (the fault matrix) keeps it.
+TEST_TIMEOUT = 300.0
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # Under xdist, the tests of one file share a worker (--dist loadfile), so a module
+    # fixture such as the fault matrix's dozens of suite runs runs once, not once per worker.
+    # (loadgroup would do it per group, but pytest-xdist 3.8 sets Item._nodeid, which
+    # pytest 9 no longer reads: the groups are lost.) An explicit --dist is kept.
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadfile"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(TEST_TIMEOUT, method="signal"))
+
 # The kit keeps node locks, journals and its change log in a state directory (default under
 # $XDG_STATE_HOME): the kit's own tests, and the suite runs they start, get a private one, so
 # they neither read a developer's nor leave anything in the home directory.
