@@ -152,9 +152,9 @@ def test_a_test_without_a_node_in_every_shard_is_kept_once_with_its_worst_outcom
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     dirs = [
-        shard_dir(tmp_path, 1, 2, (None, "passed")),  # type: ignore[arg-type]
+        shard_dir(tmp_path, 1, 2, (None, "passed")),
         shard_dir(tmp_path, 2, 2, (None, "error")),
-    ]  # type: ignore[arg-type]
+    ]
     code, output = merge(tmp_path, *dirs, capsys=capsys)
     assert code == 1, output
     merged = json.loads((tmp_path / "merged" / "results.json").read_text())
@@ -192,7 +192,7 @@ def shard_dir(
     tmp_path: Path,
     index: int,
     count: int,
-    *outcomes: tuple[str, Outcome],
+    *outcomes: tuple[str | None, Outcome],
     unreachable: frozenset[str] = frozenset(),
     **run: Any,
 ) -> Path:

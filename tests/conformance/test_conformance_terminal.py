@@ -142,7 +142,7 @@ def test_every_report_says_the_target_was_emulated_with_its_faults(tmp_path: Pat
         text = (report / name).read_text()
         for shown in ("EMULATED TARGET", "ssh-open", "--talos-allow none", "v1.13.9"):
             assert shown in text, (name, shown)
-    props = {p.get("name"): p.get("value") for p in ET.parse(junit).iter("property")}
+    props = {p.get("name"): p.get("value", "") for p in ET.parse(junit).iter("property")}
     assert props["talos_target"].startswith("EMULATED"), props
     assert props["talos_emulated_faults"] == "ssh-open"
     assert props["talos_allowed_changes"] == "--talos-allow none"

@@ -67,6 +67,7 @@ def test_vendor_image_needs_a_profile_or_says_it_leaves_it_out(tmp_path: Path) -
         tmp_path, "--talos-suite", "vendor-image", "--talos-leave-out", "vendor", "-k", "pid1"
     )
     assert result.returncode == 0, result.describe()
+    assert result.results is not None
     assert "left out: vendor (needs --talos-profile FILE)" in result.results["run"]["notes"]
 
 

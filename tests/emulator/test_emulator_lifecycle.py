@@ -109,7 +109,7 @@ def test_machine_status_follows_a_crash_looping_kubelet(
     apply.data = apply_patches(apply.data, [UNFLAG_PATCH])  # B5: kubelet heals
     client.call(address, M + "ApplyConfiguration", apply)
     wait_for(lambda: _resource_status(client, address), lambda got: got[1], what="ready again")
-    healed = ("RUNNING", True, [])
+    healed: tuple[str, bool, list[tuple[str, str]]] = ("RUNNING", True, [])
 
     def healed_after_failing(got: list[m.Event]) -> bool:
         statuses = _statuses(got)
@@ -180,9 +180,7 @@ def test_lifecycle_stage_is_announced_before_the_node_goes_down(
     )
     statuses = _statuses(events)
     assert statuses, "no MachineStatus event before the node went down"
-    assert {event.actor_id for event in events if event.data.type_url == MACHINE_STATUS} == {
-        actor
-    }
+    assert {event.actor_id for event in events if event.data.type_url == MACHINE_STATUS} == {actor}
     assert {status[0] for status in statuses} == {stage}
     _, ready, unmet = statuses[0]
     assert not ready
@@ -226,9 +224,11 @@ def test_files_and_directories_carry_the_image_build_time(
     assert len(stamps) == 1  # one image, built once: files and directories alike
     built = stamps.pop()
     assert any(info.is_dir for info in listed)
-    assert dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp() < built < dt.datetime.now(
-        dt.UTC
-    ).timestamp()
+    assert (
+        dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp()
+        < built
+        < dt.datetime.now(dt.UTC).timestamp()
+    )
     copied = admin.call(cp, M + "Copy", m.CopyRequest(root_path="/etc"))
     archive = b"".join(frame.bytes for frame in copied)
     with tarfile.open(fileobj=io.BytesIO(gzip.decompress(archive))) as tar:

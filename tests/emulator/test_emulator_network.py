@@ -20,7 +20,7 @@ from pytest_talos._proto.resource.definitions.enums import enums_pb2
 from pytest_talos._proto.resource.definitions.network import network_pb2
 from pytest_talos._proto.v1alpha1 import state_pb2 as s
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.network import cni_links, host_links, node_addresses
+from pytest_talos.emulator.network import Address, Link, cni_links, host_links, node_addresses
 from pytest_talos.emulator.resources import T
 from pytest_talos.emulator.state import NodeState
 from tests.emulator.conftest import RawClient
@@ -37,12 +37,12 @@ def test_container_eth0_is_a_veth_and_metal_eth0_a_nic() -> None:
     container = {
         i.name: i
         for i in host_links(address="10.5.0.2", prefix_length=24, platform="container")
-        if hasattr(i, "name")
+        if isinstance(i, Link)
     }
     metal = {
         i.name: i
         for i in host_links(address="10.5.0.2", prefix_length=24, platform="metal")
-        if hasattr(i, "name")
+        if isinstance(i, Link)
     }
     assert container["eth0"].spec()["kind"] == "veth"  # Docker: the container end of a pair
     assert container["eth0"].spec()["hardwareAddr"] == "02:42:0a:05:00:02"
@@ -87,7 +87,7 @@ def test_loopback_link_local_and_host_scope_are_never_node_addresses() -> None:
 
 def test_address_ids_and_specs() -> None:
     items = host_links(address="10.5.0.2", prefix_length=24, platform="container")
-    by_id = {i.id: i.spec() for i in items if hasattr(i, "prefix")}
+    by_id = {i.id: i.spec() for i in items if isinstance(i, Address)}
     assert by_id["eth0/10.5.0.2/24"] == {
         "address": "10.5.0.2/24",
         "local": "10.5.0.2",
@@ -105,15 +105,17 @@ def test_address_ids_and_specs() -> None:
 
 def test_cni_links_flannel_bridge_and_pod_veths() -> None:
     items = cni_links(pod_block="10.244.3.0/24", pods=2, seed="x", first_index=3)
-    links = {i.name: i for i in items if hasattr(i, "name")}
-    addresses = {i.id for i in items if hasattr(i, "prefix")}
+    links = {i.name: i for i in items if isinstance(i, Link)}
+    addresses = {i.id for i in items if isinstance(i, Address)}
     assert links["flannel.1"].kind == "vxlan"
     assert links["cni0"].kind == "bridge"
     veths = [link for link in links.values() if link.kind == "veth"]
     assert len(veths) == 2
     assert all(v.master_index == links["cni0"].index and v.slave_kind == "bridge" for v in veths)
     assert {"flannel.1/10.244.3.0/32", "cni0/10.244.3.1/24"} <= addresses
-    assert cni_links(pod_block="10.244.3.0/24", pods=0, seed="x")[0].name == "flannel.1"
+    first = cni_links(pod_block="10.244.3.0/24", pods=0, seed="x")[0]
+    assert isinstance(first, Link)
+    assert first.name == "flannel.1"
     assert not any(
         getattr(i, "name", "") == "cni0"
         for i in cni_links(pod_block="10.244.3.0/24", pods=0, seed="x")

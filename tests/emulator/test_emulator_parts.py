@@ -15,7 +15,7 @@ import yaml
 from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.clock import Cancellable, Clock
 from pytest_talos.emulator.events import EventBuffer, RuntimeEvent, SequencePayload, new_xid
-from pytest_talos.emulator.faults import FAULTS, FaultSet
+from pytest_talos.emulator.faults import FAULTS, Fault, FaultSet
 from pytest_talos.emulator.identity import NodeIdentity
 from pytest_talos.emulator.nodeapply import ApplyRequest, go_duration
 from pytest_talos.emulator.resources import DEFINITIONS, T
@@ -136,10 +136,10 @@ def test_machine_config_yaml_spec_is_a_string_scalar() -> None:
 
 def test_fault_scopes() -> None:
     faults = FaultSet((FAULTS["wrong-version"], FAULTS["ssh-open"]), last_node="w2")
-    assert faults.on("ssh-open", "cp1")
-    assert faults.on("wrong-version", "w2")
-    assert not faults.on("wrong-version", "cp1")
-    assert not faults.on("no-mtls", "cp1")
+    assert faults.on(Fault.SSH_OPEN, "cp1")
+    assert faults.on(Fault.WRONG_VERSION, "w2")
+    assert not faults.on(Fault.WRONG_VERSION, "cp1")
+    assert not faults.on(Fault.NO_MTLS, "cp1")
 
 
 def test_services_per_role_and_mode() -> None:
@@ -162,12 +162,36 @@ def test_services_per_role_and_mode() -> None:
 def test_health_checks_and_runners_follow_the_services() -> None:
     checked = {
         sid
-        for sid in ("apid", "containerd", "cri", "etcd", "kubelet", "trustd", "machined",
-                    "udevd", "auditd", "syslogd", "registryd", "dashboard", "ext-x")
+        for sid in (
+            "apid",
+            "containerd",
+            "cri",
+            "etcd",
+            "kubelet",
+            "trustd",
+            "machined",
+            "udevd",
+            "auditd",
+            "syslogd",
+            "registryd",
+            "dashboard",
+            "ext-x",
+        )
         if definition_of(sid, container=False).health is not None
     }
-    assert checked == {"apid", "containerd", "cri", "etcd", "kubelet", "trustd", "machined",
-                       "udevd", "auditd", "syslogd", "registryd"}
+    assert checked == {
+        "apid",
+        "containerd",
+        "cri",
+        "etcd",
+        "kubelet",
+        "trustd",
+        "machined",
+        "udevd",
+        "auditd",
+        "syslogd",
+        "registryd",
+    }
     assert definition_of("kubelet").runner_name() == "Containerd(kubelet)"
     assert definition_of("udevd").runner_name() == (
         'Process(["/sbin/systemd-udevd" "--resolve-names=never"])'

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from pytest_talos.emulator import machineconfig as mc
+from pytest_talos.emulator.identity import Role
 
 MASKED = "*"
 # Leaves holding generated secrets or certificates (they differ from run to run in Talos).
@@ -166,7 +167,7 @@ def _lines(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("role", ["controlplane", "worker"])
-def test_generated_config_has_the_v1_13_golden_structure(role: str) -> None:
+def test_generated_config_has_the_v1_13_golden_structure(role: Role) -> None:
     generated = mc.generate_config(
         cluster_name="base", role=role, endpoint="https://base:6443", kubernetes_version="1.28.0"
     )
@@ -175,7 +176,7 @@ def test_generated_config_has_the_v1_13_golden_structure(role: str) -> None:
 
 
 @pytest.mark.parametrize("role", ["controlplane", "worker"])
-def test_generated_config_leaves_out_what_v1_13_hides(role: str) -> None:
+def test_generated_config_leaves_out_what_v1_13_hides(role: Role) -> None:
     text = mc.generate_config(
         cluster_name="base", role=role, endpoint="https://base:6443", kubernetes_version="1.28.0"
     ).decode()

@@ -104,7 +104,9 @@ class _TlsServer:
     def _serve_one(self) -> None:
         conn, _ = self.listener.accept()
         with self.context.wrap_socket(conn, server_side=True) as tls:
-            self.client_subjects.append(tls.getpeercert()["subject"])
+            peer = tls.getpeercert()
+            assert peer is not None  # CERT_REQUIRED: a handshake without one fails first
+            self.client_subjects.append(peer["subject"])
             tls.recv(1)
 
     def close(self) -> None:
@@ -127,7 +129,9 @@ def test_the_tls_context_verifies_and_presents_other_key_types(key_type: KeyType
             context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
         ):
             assert tls.selected_alpn_protocol() == "h2"
-            assert tls.getpeercert()["subject"] == ((("commonName", "node-1"),),)
+            peer = tls.getpeercert()
+            assert peer is not None
+            assert peer["subject"] == ((("commonName", "node-1"),),)
             tls.sendall(b"x")
     finally:
         server.close()

@@ -179,7 +179,7 @@ def test_connection_errors_carry_node_and_method(talosconfig: Path, endpoint: st
         with TalosClient.from_talosconfig(
             talosconfig, endpoint=target, node="10.5.0.3", timeout=1
         ) as client:
-            calls = [client.version]
+            calls: list[Callable[[], object]] = [client.version]
             if endpoint != "silent":  # a stream's connect waits for its own, longer limit
                 calls.append(lambda: list(client.list("/")))
             for call in calls:

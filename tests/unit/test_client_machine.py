@@ -14,7 +14,7 @@ import tarfile
 from collections.abc import Iterable, Iterator
 
 import pytest
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, timestamp_pb2
 from google.protobuf.message import Message
 
 from pytest_talos._proto.cluster import cluster_pb2
@@ -47,9 +47,7 @@ def client(fake: dict[str, Handler]) -> Iterator[TalosClient]:
         yield talos
 
 
-def _ts(moment: dt.datetime) -> object:
-    from google.protobuf import timestamp_pb2
-
+def _ts(moment: dt.datetime) -> timestamp_pb2.Timestamp:
     stamp = timestamp_pb2.Timestamp()
     stamp.FromDatetime(moment)
     return stamp
@@ -125,7 +123,7 @@ def test_service_actions(client: TalosClient, fake: dict[str, Handler]) -> None:
                 raise FakeStatus(
                     "UNKNOWN", f'service "{service}" doesn\'t support {verb} operation via API'
                 )
-            return reply(messages=[item(resp=f'Service "{service}" {verb}')])  # type: ignore[call-arg]
+            return reply(messages=[item(resp=f'Service "{service}" {verb}')])
 
         return answer
 

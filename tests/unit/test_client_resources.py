@@ -192,7 +192,7 @@ class FakeCosi:
     def routes(self) -> dict[str, Any]:
         return {
             "/cosi.resource.State/Get": self.get,
-            "/cosi.resource.State/List": self.list,
+            "/cosi.resource.State/List": self.list_resources,
             "/cosi.resource.State/Watch": self.watch,
             "ApplyConfiguration": self.apply,
         }
@@ -219,7 +219,7 @@ class FakeCosi:
             r for (ns, t, _), r in sorted(self.resources.items()) if (ns, t) == (namespace, type_)
         ]
 
-    def list(self, request: FakeRequest) -> list[state_pb2.ListResponse]:
+    def list_resources(self, request: FakeRequest) -> list[state_pb2.ListResponse]:
         sent: Any = request.message
         self._check(sent.type)
         return [

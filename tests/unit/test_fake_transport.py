@@ -25,6 +25,7 @@ from pytest_talos.errors import (
     Unavailable,
     Unimplemented,
 )
+from pytest_talos.models import Version
 from pytest_talos.transport import FakeRequest, FakeStatus, FakeTransport
 
 VERSION = "/machine.MachineService/Version"
@@ -109,8 +110,11 @@ def test_fanout_sends_one_nodes_value_per_node_and_keeps_a_failing_node() -> Non
     assert [value for key, value in transport.requests[-1].metadata if key == "nodes"] == list(
         NODES
     )
-    assert results[NODES[0]].tag == f"tag-of-{NODES[0]}"  # type: ignore[union-attr]
-    assert results[NODES[1]].node == NODES[1]  # type: ignore[union-attr]
+    first, second = results[NODES[0]], results[NODES[1]]
+    assert isinstance(first, Version)
+    assert isinstance(second, Version)
+    assert first.tag == f"tag-of-{NODES[0]}"
+    assert second.node == NODES[1]
     failed = results[NODES[2]]
     assert isinstance(failed, NodeError)
     assert isinstance(failed.cause, Unavailable)

@@ -18,7 +18,7 @@ CONTROL_PLANE = {50000, 50001, 2379, 2380, 6443, 10250}
 
 
 def _config(cluster: dict[str, Any]) -> models.MachineConfig:
-    documents = [
+    documents: list[dict[str, Any]] = [
         {"version": "v1alpha1", "machine": {"type": "worker"}, "cluster": cluster},
         {"apiVersion": "v1alpha1", "kind": "HostnameConfig", "auto": "stable"},
     ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import TransportError
@@ -56,7 +56,7 @@ def test_the_cluster_leaves_unreachable_nodes_out_of_its_roles() -> None:
     assert cluster.controlplanes == [up]
 
 
-def _is_node_class_test(call: ast.AST) -> bool:
+def _is_node_class_test(call: ast.AST) -> TypeGuard[ast.Call]:
     return (
         isinstance(call, ast.Call)
         and isinstance(call.func, ast.Name)

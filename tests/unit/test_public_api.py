@@ -23,7 +23,7 @@ def test_all_is_sorted_and_dir_matches() -> None:
 
 def test_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        _ = pytest_talos.nope  # type: ignore[attr-defined]
+        _ = pytest_talos.nope
 
 
 def test_importing_the_package_loads_neither_grpc_nor_the_emulator() -> None:
