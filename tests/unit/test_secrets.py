@@ -36,7 +36,7 @@ def _config(
     return path
 
 
-FAKE_KEY = b"-----" b"BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEI\n"  # split: no key literal
+FAKE_KEY = b"-----" + b"BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEI\n"  # split: no key literal
 
 
 def test_secret_bytes_never_show_their_content() -> None:

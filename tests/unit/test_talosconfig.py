@@ -402,7 +402,7 @@ ERROR_CASES: list[tuple[str, Mutation, str]] = [
     (
         "key-not-pem",
         lambda d, c, a: _ctx(d).update(key=_b64(b"hello")),
-        "contexts[prod].key: not PEM: expected base64 of a -----" "BEGIN PRIVATE KEY----- block",
+        "contexts[prod].key: not PEM: expected base64 of a -----" + "BEGIN PRIVATE KEY----- block",
     ),
     (
         "key-in-crt",
