@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from pytest_talos.emulator import system
-from pytest_talos.emulator.faults import Fault
+from pytest_talos.emulator.faults import Fault, effects_of
 from pytest_talos.emulator.identity import NodeIdentity
 from pytest_talos.emulator.machineconfig.accessors import cni_name, proxy_disabled
 
@@ -35,11 +35,10 @@ class NodeHost:
             hostname=identity.hostname,
             version=talos_version,
             controlplane=identity.controlplane,
-            shell=fault(Fault.SHELL_PRESENT),
-            sshd=fault(Fault.SSH_OPEN),
-            package_manager=fault(Fault.PACKAGE_MANAGER_PRESENT),
             extensions=identity.extensions,
-            extra_files=system.fault_files(fault),
+            extra_executables=[
+                path for profile in effects_of(node_faults()) for path in profile.rootfs_executables
+            ],
         )
 
     def booted_version(self, version: str) -> None:
@@ -82,14 +81,18 @@ class NodeHost:
     def listeners(self, *, config: bytes, pod_network_pods: int) -> list[system.Listener]:
         """The host's sockets (kube-proxy's only while the config enables it), then those in
         pod network namespaces (``Listener.netns`` set: CoreDNS where it runs)."""
+        profiles = effects_of(self._node_faults())
         return [
             *system.listeners_for(
                 controlplane=self._identity.controlplane,
                 proxy=not proxy_disabled(config),
                 flannel=cni_name(config) == "flannel",
-                sshd=self._fault(Fault.SSH_OPEN),
-                extra_port=self._fault(Fault.EXTRA_PORT),
-                faults=self._node_faults(),
+                added=[
+                    system.Listener(a.port, a.process, a.bind, udp=a.udp, rejected=a.rejected)
+                    for profile in profiles
+                    for a in profile.listeners
+                ],
+                hidden_ports={port for profile in profiles for port in profile.hidden_ports},
             ),
             *system.pod_listeners(coredns=pod_network_pods > 0, node_id=self._identity.node_id),
         ]

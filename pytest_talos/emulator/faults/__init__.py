@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pytest_talos.emulator.faults.catalogue import FAULTS, PROFILES, FaultProfile
+from pytest_talos.emulator.faults.catalogue import FAULTS, PROFILES, AddedListener, FaultProfile
 from pytest_talos.emulator.faults.names import SEAM_WHERE, Fault, Scope, Seam
 from pytest_talos.errors import ConfigError
 
@@ -17,12 +17,14 @@ __all__ = [
     "FAULTS",
     "PROFILES",
     "SEAM_WHERE",
+    "AddedListener",
     "Fault",
     "FaultProfile",
     "FaultSet",
     "Scope",
     "Seam",
     "describe_faults",
+    "effects_of",
     "fault_names",
     "resolve_faults",
 ]
@@ -42,6 +44,12 @@ def describe_faults() -> str:
         scope = "" if profile.scope == "all" else f"{profile.scope}; "
         lines.append(f"{name:<{width}}  {profile.description} [{scope}{where}]")
     return "\n".join(lines)
+
+
+def effects_of(faults: Iterable[Fault]) -> tuple[FaultProfile, ...]:
+    """The profiles of ``faults`` in catalogue order: what a seam applies generically."""
+    wanted = frozenset(faults)
+    return tuple(profile for profile in PROFILES if profile.fault in wanted)
 
 
 def resolve_faults(names: Iterable[str | FaultProfile]) -> tuple[FaultProfile, ...]:

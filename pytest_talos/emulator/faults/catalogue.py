@@ -14,7 +14,18 @@ from dataclasses import dataclass
 
 from pytest_talos.emulator.faults.names import Fault, Scope, Seam
 
-__all__ = ["FAULTS", "PROFILES", "FaultProfile"]
+__all__ = ["FAULTS", "PROFILES", "AddedListener", "FaultProfile"]
+
+
+@dataclass(frozen=True)
+class AddedListener:
+    """A host socket a fault adds (the fields of :class:`..sockets.Listener`)."""
+
+    port: int
+    process: str
+    bind: str
+    udp: bool = False
+    rejected: bool = False  # in Netstat, refused to every connection (as behind a firewall)
 
 
 @dataclass(frozen=True)
@@ -25,6 +36,10 @@ class FaultProfile:
     description: str
     changes: tuple[Seam, ...]
     scope: Scope = "all"
+    # Data the seams add for the fault (applied generically; the seam never names a fault).
+    rootfs_executables: tuple[str, ...] = ()  # Seam.ROOTFS: executables dropped on the root
+    listeners: tuple[AddedListener, ...] = ()  # Seam.LISTENERS: host sockets added
+    hidden_ports: tuple[int, ...] = ()  # Seam.LISTENERS: open, but left out of Netstat
 
     @property
     def name(self) -> str:
@@ -40,11 +55,15 @@ PROFILES: tuple[FaultProfile, ...] = (
             Seam.PROCESSES,
             Seam.LISTENERS,
         ),
+        rootfs_executables=("/usr/bin/sshd",),
+        listeners=(AddedListener(22, "sshd", "0.0.0.0"),),
     ),
     FaultProfile(
         Fault.SHELL_PRESENT,
         "/usr/bin/sh, bash and busybox exist in every node's root (/bin/sh: /bin is usr/bin)",
         changes=(Seam.ROOTFS,),
+        # the usr-merged root puts /bin/sh in /usr/bin
+        rootfs_executables=("/usr/bin/sh", "/usr/bin/bash", "/usr/bin/busybox"),
     ),
     FaultProfile(
         Fault.HOST_SHELL_PROCESS,
@@ -55,11 +74,13 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.PACKAGE_MANAGER_PRESENT,
         "/usr/bin/apk (also seen as /sbin/apk) exists in every node's root filesystem",
         changes=(Seam.ROOTFS,),
+        rootfs_executables=("/usr/bin/apk",),
     ),
     FaultProfile(
         Fault.EXTRA_PORT,
         "every node also listens on TCP port 8080, which Talos never opens",
         changes=(Seam.LISTENERS,),
+        listeners=(AddedListener(8080, "python3", "0.0.0.0"),),
     ),
     FaultProfile(
         Fault.LENIENT_VALIDATION,
@@ -151,16 +172,19 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.SHELL_IN_LIBEXEC,
         "a dash shell sits in every node's /usr/libexec",
         changes=(Seam.ROOTFS,),
+        rootfs_executables=("/usr/libexec/dash",),
     ),
     FaultProfile(
         Fault.SHELL_ALIAS,
         "busybox under its static-build name, /usr/bin/busybox.static, on every node",
         changes=(Seam.ROOTFS,),
+        rootfs_executables=("/usr/bin/busybox.static",),
     ),
     FaultProfile(
         Fault.PACKAGE_MANAGER_IN_OPT,
         "dpkg in /opt/foo/bin (an add-on tree under /opt) on every node",
         changes=(Seam.ROOTFS,),
+        rootfs_executables=("/opt/foo/bin/dpkg",),
     ),
     FaultProfile(
         Fault.WEB_TERMINAL_RUNNING,
@@ -360,17 +384,22 @@ PROFILES: tuple[FaultProfile, ...] = (
         "every node's Netstat leaves out the socket on TCP 10250, which still answers on the "
         "node address (a listener hidden from the node's own account)",
         changes=(Seam.LISTENERS,),
+        hidden_ports=(10250,),
     ),
     FaultProfile(
         Fault.UDP_LISTENER,
         "every node runs a TFTP server bound to UDP 0.0.0.0:69, which Talos never opens",
         changes=(Seam.LISTENERS,),
+        # a TFTP server on every address: Talos runs none
+        listeners=(AddedListener(69, "in.tftpd", "0.0.0.0", udp=True),),
     ),
     FaultProfile(
         Fault.NETSTAT_GHOST,
         "every node's Netstat shows node_exporter listening on TCP :::9100, a port Talos "
         "never opens; connections to it are refused (a firewall hides it from the scan)",
         changes=(Seam.LISTENERS,),
+        # node_exporter's usual port, listening on every address behind a rejecting firewall
+        listeners=(AddedListener(9100, "node_exporter", "::", rejected=True),),
     ),
     FaultProfile(
         Fault.HEALTH_FLAP_RUNNING,
