@@ -49,12 +49,9 @@ class NodeHost:
     def processes(
         self, *, running_services: Sequence[str], config: bytes, pod_network_pods: int
     ) -> list[system.ProcessEntry]:
-        fault, ident = self._fault, self._identity
-        pid1 = "machined"
-        if fault(Fault.PID1_NOT_MACHINED):
-            pid1 = "systemd"
-        elif fault(Fault.PID1_SYSTEMD_AS_INIT):
-            pid1 = "systemd-as-init"
+        ident = self._identity
+        profiles = effects_of(self._node_faults())
+        pid1 = next((p.pid1 for p in profiles if p.pid1 is not None), None)
         return system.processes_for(
             hostname=ident.hostname,
             address=ident.address,
@@ -65,9 +62,7 @@ class NodeHost:
             coredns=pod_network_pods > 0,
             pod_shell=self._pod_shell,
             pid1=pid1,
-            sshd=fault(Fault.SSH_OPEN),
-            host_shell=fault(Fault.HOST_SHELL_PROCESS),
-            web_terminal=fault(Fault.WEB_TERMINAL_RUNNING),
+            host_processes=[process for p in profiles for process in p.host_processes],
         )
 
     def mounts(self) -> list[system.MountEntry]:

@@ -9,7 +9,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pytest_talos.emulator.faults.catalogue import FAULTS, PROFILES, AddedListener, FaultProfile
+from pytest_talos.emulator.faults.catalogue import (
+    FAULTS,
+    PROFILES,
+    AddedListener,
+    FaultProfile,
+    HostProcess,
+)
 from pytest_talos.emulator.faults.names import SEAM_WHERE, Fault, Scope, Seam
 from pytest_talos.errors import ConfigError
 
@@ -21,6 +27,7 @@ __all__ = [
     "Fault",
     "FaultProfile",
     "FaultSet",
+    "HostProcess",
     "Scope",
     "Seam",
     "describe_faults",

@@ -14,7 +14,18 @@ from dataclasses import dataclass
 
 from pytest_talos.emulator.faults.names import Fault, Scope, Seam
 
-__all__ = ["FAULTS", "PROFILES", "AddedListener", "FaultProfile"]
+__all__ = ["FAULTS", "PROFILES", "AddedListener", "FaultProfile", "HostProcess"]
+
+
+@dataclass(frozen=True)
+class HostProcess:
+    """A process a fault runs on the host: a child of PID 1, or the PID 1 itself."""
+
+    argv0: str  # the exec path, the command line's first word
+    executable: str  # what /proc/<pid>/exe resolves to
+    args: tuple[str, ...] = ()
+    threads: int = 1
+    comm: str = ""  # set when the program renames itself (else argv0's file name)
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,8 @@ class FaultProfile:
     rootfs_executables: tuple[str, ...] = ()  # Seam.ROOTFS: executables dropped on the root
     listeners: tuple[AddedListener, ...] = ()  # Seam.LISTENERS: host sockets added
     hidden_ports: tuple[int, ...] = ()  # Seam.LISTENERS: open, but left out of Netstat
+    host_processes: tuple[HostProcess, ...] = ()  # Seam.PROCESSES: children of PID 1 added
+    pid1: HostProcess | None = None  # Seam.PROCESSES: what runs as PID 1 instead of machined
 
     @property
     def name(self) -> str:
@@ -57,6 +70,8 @@ PROFILES: tuple[FaultProfile, ...] = (
         ),
         rootfs_executables=("/usr/bin/sshd",),
         listeners=(AddedListener(22, "sshd", "0.0.0.0"),),
+        # /usr/sbin/sshd is /usr/bin/sshd in the usr-merged root
+        host_processes=(HostProcess("/usr/sbin/sshd", "/usr/bin/sshd", ("-D",)),),
     ),
     FaultProfile(
         Fault.SHELL_PRESENT,
@@ -69,6 +84,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.HOST_SHELL_PROCESS,
         "a sh process runs on every node's host (a child of PID 1, not under a pod's shim)",
         changes=(Seam.PROCESSES,),
+        host_processes=(HostProcess("sh", "/tmp/busybox"),),  # from a dropped binary
     ),
     FaultProfile(
         Fault.PACKAGE_MANAGER_PRESENT,
@@ -190,6 +206,13 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.WEB_TERMINAL_RUNNING,
         "a ttyd web terminal runs on every node's host (dropped on /var, on a unix socket)",
         changes=(Seam.PROCESSES,),
+        host_processes=(
+            HostProcess(
+                "/var/lib/ttyd/ttyd",
+                "/var/lib/ttyd/ttyd",
+                ("--interface", "/run/ttyd.sock", "--writable", "/var/lib/ttyd/login"),
+            ),
+        ),
     ),
     FaultProfile(
         Fault.USR_WRITABLE,
@@ -218,11 +241,15 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.PID1_NOT_MACHINED,
         "PID 1 is systemd installed as /sbin/init (executable /usr/lib/systemd/systemd)",
         changes=(Seam.PROCESSES,),
+        # /sbin/init -> ../lib/systemd/systemd
+        pid1=HostProcess("/sbin/init", "/usr/lib/systemd/systemd", comm="systemd"),
     ),
     FaultProfile(
         Fault.PID1_SYSTEMD_AS_INIT,
         "PID 1 is systemd copied to /sbin/init (executable /sbin/init, command systemd)",
         changes=(Seam.PROCESSES,),
+        # systemd copied to /sbin/init
+        pid1=HostProcess("/sbin/init", "/sbin/init", comm="systemd"),
     ),
     FaultProfile(
         Fault.SERVICE_DOWN,
