@@ -31,7 +31,7 @@ from pytest_talos.emulator.events import (
     RuntimeEvent,
     new_xid,
 )
-from pytest_talos.emulator.faults import Fault, FaultSet
+from pytest_talos.emulator.faults import Fault, FaultSet, Quirk
 from pytest_talos.emulator.hostview import NodeHost
 from pytest_talos.emulator.identity import (
     KubeNodeInfo,
@@ -107,7 +107,7 @@ class NodeState:
             clock=clock,
             store=self.store,
             container=self.container,
-            fault=self.fault,
+            quirk=self.quirk,
             on_active_changed=self._on_active_changed,
             reboot=lambda actor, sequence: self.lifecycle.reboot_sequence(actor, sequence),
         )
@@ -171,6 +171,10 @@ class NodeState:
     def fault(self, fault: Fault) -> bool:
         """Whether the fault profile ``fault`` affects this node."""
         return self.faults.on(fault, self.hostname, controlplane=self.controlplane)
+
+    def quirk(self, quirk: Quirk) -> bool:
+        """Whether a fault profile that affects this node turns the behaviour ``quirk`` on."""
+        return self.faults.quirk(quirk, self.hostname, controlplane=self.controlplane)
 
     def variant(self, variant: Variant) -> bool:
         """Whether the cluster runs as the healthy variant ``variant``."""

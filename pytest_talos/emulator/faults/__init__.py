@@ -16,7 +16,7 @@ from pytest_talos.emulator.faults.catalogue import (
     FaultProfile,
     HostProcess,
 )
-from pytest_talos.emulator.faults.names import SEAM_WHERE, Fault, Scope, Seam
+from pytest_talos.emulator.faults.names import SEAM_WHERE, Fault, Quirk, Scope, Seam
 from pytest_talos.errors import ConfigError
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "FaultProfile",
     "FaultSet",
     "HostProcess",
+    "Quirk",
     "Scope",
     "Seam",
     "describe_faults",
@@ -99,6 +100,11 @@ class FaultSet:
         if profile.scope == "controlplanes":
             return controlplane
         return True
+
+    def quirk(self, quirk: Quirk, hostname: str, *, controlplane: bool = False) -> bool:
+        """Whether a profile that affects the node ``hostname`` turns ``quirk`` on."""
+        on_node = self.on_node(hostname, controlplane=controlplane)
+        return any(quirk in profile.quirks for profile in effects_of(on_node))
 
     def on_node(self, hostname: str, *, controlplane: bool = False) -> frozenset[Fault]:
         """The faults that affect the node ``hostname``."""

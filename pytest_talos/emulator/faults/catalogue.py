@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pytest_talos.emulator.faults.names import Fault, Scope, Seam
+from pytest_talos.emulator.faults.names import Fault, Quirk, Scope, Seam
 
 __all__ = ["FAULTS", "PROFILES", "AddedListener", "FaultProfile", "HostProcess"]
 
@@ -53,6 +53,8 @@ class FaultProfile:
     hidden_ports: tuple[int, ...] = ()  # Seam.LISTENERS: open, but left out of Netstat
     host_processes: tuple[HostProcess, ...] = ()  # Seam.PROCESSES: children of PID 1 added
     pid1: HostProcess | None = None  # Seam.PROCESSES: what runs as PID 1 instead of machined
+    # Behaviour switches the seams' pipelines ask about (node.quirk(Quirk.X)).
+    quirks: tuple[Quirk, ...] = ()
 
     @property
     def name(self) -> str:
@@ -102,11 +104,13 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.LENIENT_VALIDATION,
         "ApplyConfiguration skips validation: bad label names, unknown keys, bad types pass",
         changes=(Seam.APPLY,),
+        quirks=(Quirk.VALIDATION_ACCEPTS_PARSEABLE,),
     ),
     FaultProfile(
         Fault.VERSION_BUMP_ON_REJECT,
         "a rejected ApplyConfiguration still bumps the MachineConfig resource version",
         changes=(Seam.APPLY,),
+        quirks=(Quirk.REJECT_BUMPS_VERSION,),
     ),
     FaultProfile(
         Fault.KUBELET_CRASHLOOP,
@@ -124,16 +128,19 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.TRY_NO_REVERT,
         "try-mode changes are never reverted when the timer fires",
         changes=(Seam.APPLY,),
+        quirks=(Quirk.TRY_TIMER_SKIPS_REVERT,),
     ),
     FaultProfile(
         Fault.TRY_NOT_CANCELLED,
         "a non-try ApplyConfiguration leaves a pending try revert armed",
         changes=(Seam.APPLY,),
+        quirks=(Quirk.APPLY_KEEPS_PENDING_TRY,),
     ),
     FaultProfile(
         Fault.DRY_RUN_APPLIES,
         "a dry-run ApplyConfiguration applies the config as well",
         changes=(Seam.APPLY,),
+        quirks=(Quirk.DRY_RUN_EXECUTES,),
     ),
     FaultProfile(
         Fault.NO_KUBECONFIG,
@@ -324,6 +331,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.READER_CAN_APPLY,
         "ApplyConfiguration accepts os:reader clients",
         changes=(Seam.APPLY,),
+        quirks=(Quirk.APPLY_SKIPS_ROLE_CHECK,),
     ),
     FaultProfile(
         Fault.READER_READS_SECRETS,
@@ -385,11 +393,13 @@ PROFILES: tuple[FaultProfile, ...] = (
         "ApplyConfiguration refuses a config that fails validation, then applies it "
         "(no-reboot) 2 s later anyway",
         changes=(Seam.APPLY,),
+        quirks=(Quirk.REJECTED_APPLY_LANDS_LATE,),
     ),
     FaultProfile(
         Fault.DRY_RUN_APPLIES_LATE,
         "a dry-run ApplyConfiguration changes nothing at once, but applies the config 2 s later",
         changes=(Seam.APPLY,),
+        quirks=(Quirk.DRY_RUN_EXECUTES_LATE,),
     ),
     FaultProfile(
         Fault.TRY_REVERT_KEEPS_LABEL,
@@ -399,12 +409,14 @@ PROFILES: tuple[FaultProfile, ...] = (
             Seam.APPLY,
             Seam.KUBERNETES,
         ),
+        quirks=(Quirk.TRY_REVERT_KEEPS_NODE_LABELS,),
     ),
     FaultProfile(
         Fault.NO_REBOOT_ACCEPTS_REBOOT_FIELDS,
         "no-reboot and try applies accept machine.env and machine.files changes, which need a"
         " reboot",
         changes=(Seam.APPLY,),
+        quirks=(Quirk.IMMEDIATE_ALLOWS_ENV_AND_FILES,),
     ),
     FaultProfile(
         Fault.HIDDEN_LISTENER,
