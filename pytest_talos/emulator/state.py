@@ -31,7 +31,7 @@ from pytest_talos.emulator.events import (
     RuntimeEvent,
     new_xid,
 )
-from pytest_talos.emulator.faults import Fault, FaultSet, Quirk
+from pytest_talos.emulator.faults import Fault, FaultProfile, FaultSet, Quirk, effects_of
 from pytest_talos.emulator.hostview import NodeHost
 from pytest_talos.emulator.identity import (
     KubeNodeInfo,
@@ -171,6 +171,10 @@ class NodeState:
     def fault(self, fault: Fault) -> bool:
         """Whether the fault profile ``fault`` affects this node."""
         return self.faults.on(fault, self.hostname, controlplane=self.controlplane)
+
+    def fault_profiles(self) -> tuple[FaultProfile, ...]:
+        """The profiles of the faults that affect this node, in catalogue order."""
+        return effects_of(self.faults.on_node(self.hostname, controlplane=self.controlplane))
 
     def quirk(self, quirk: Quirk) -> bool:
         """Whether a fault profile that affects this node turns the behaviour ``quirk`` on."""
@@ -355,7 +359,7 @@ class NodeState:
             config=self.active_config,
             powered=self.powered,
             monitor=self.monitor,
-            fault=self.fault,
+            quirk=self.quirk,
             booted_at=self.booted_at,
             now=self.clock.time(),
             talos_version=self.talos_version,

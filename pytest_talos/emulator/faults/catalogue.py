@@ -55,6 +55,8 @@ class FaultProfile:
     pid1: HostProcess | None = None  # Seam.PROCESSES: what runs as PID 1 instead of machined
     # Behaviour switches the seams' pipelines ask about (node.quirk(Quirk.X)).
     quirks: tuple[Quirk, ...] = ()
+    # Seam.AUTHORIZATION: machine API methods (gRPC paths) os:reader may call as well
+    reader_grants: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -152,6 +154,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "the last node's Kubernetes Node object reports Ready=False",
         changes=(Seam.KUBERNETES,),
         scope="last-node",
+        quirks=(Quirk.KUBE_READY_FALSE,),
     ),
     FaultProfile(
         Fault.WRONG_VERSION,
@@ -163,6 +166,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.LABELS_NOT_SYNCED,
         "machine.nodeLabels never reach the Kubernetes Node objects",
         changes=(Seam.KUBERNETES,),
+        quirks=(Quirk.KUBE_LABELS_NEVER_SYNC,),
     ),
     FaultProfile(
         Fault.MEMBER_HIDDEN,
@@ -231,18 +235,21 @@ PROFILES: tuple[FaultProfile, ...] = (
         "the last node's kubelet reports MemoryPressure=True (Ready stays True)",
         changes=(Seam.KUBERNETES,),
         scope="last-node",
+        quirks=(Quirk.KUBE_MEMORY_PRESSURE,),  # kubelet reports MemoryPressure=True
     ),
     FaultProfile(
         Fault.NODE_CORDONED,
         "the last node is cordoned: spec.unschedulable, Ready stays True",
         changes=(Seam.KUBERNETES,),
         scope="last-node",
+        quirks=(Quirk.KUBE_UNSCHEDULABLE,),
     ),
     FaultProfile(
         Fault.READY_FLAPPING,
         "the last node's Ready turns False for 2 s of every 8 s (node time)",
         changes=(Seam.KUBERNETES,),
         scope="last-node",
+        quirks=(Quirk.KUBE_READY_FLAPS,),
     ),
     FaultProfile(
         Fault.PID1_NOT_MACHINED,
@@ -357,16 +364,19 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.READER_GETS_KUBECONFIG,
         "the Kubeconfig RPC answers os:reader clients",
         changes=(Seam.AUTHORIZATION,),
+        reader_grants=("/machine.MachineService/Kubeconfig",),
     ),
     FaultProfile(
         Fault.READER_MINTS_ADMIN,
         "GenerateClientConfiguration answers os:reader clients with the roles they ask for",
         changes=(Seam.AUTHORIZATION,),
+        reader_grants=("/machine.MachineService/GenerateClientConfiguration",),
     ),
     FaultProfile(
         Fault.READER_APPLIES_FOR_REAL,
         "ApplyConfiguration refuses an os:reader dry run but carries out its real apply",
         changes=(Seam.AUTHORIZATION,),
+        quirks=(Quirk.READER_REAL_APPLY_RUNS_AS_ADMIN,),
     ),
     FaultProfile(
         Fault.EXPIRED_CERTS_ACCEPTED,

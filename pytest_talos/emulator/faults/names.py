@@ -104,6 +104,14 @@ class Quirk(StrEnum):
     IMMEDIATE_ALLOWS_ENV_AND_FILES = "immediate-allows-env-and-files"
     TRY_TIMER_SKIPS_REVERT = "try-timer-skips-revert"
     TRY_REVERT_KEEPS_NODE_LABELS = "try-revert-keeps-node-labels"
+    # Seam.KUBERNETES (kubenode.kube_node_info)
+    KUBE_LABELS_NEVER_SYNC = "kube-labels-never-sync"
+    KUBE_READY_FLAPS = "kube-ready-flaps"
+    KUBE_READY_FALSE = "kube-ready-false"
+    KUBE_MEMORY_PRESSURE = "kube-memory-pressure"
+    KUBE_UNSCHEDULABLE = "kube-unschedulable"
+    # Seam.AUTHORIZATION (dispatch.LocalDispatcher)
+    READER_REAL_APPLY_RUNS_AS_ADMIN = "reader-real-apply-runs-as-admin"
 
 
 class Seam(StrEnum):
