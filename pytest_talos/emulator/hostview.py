@@ -23,12 +23,10 @@ class NodeHost:
         identity: NodeIdentity,
         *,
         talos_version: str,
-        fault: Callable[[Fault], bool],
         node_faults: Callable[[], frozenset[Fault]],
         pod_shell: bool,
     ) -> None:
         self._identity = identity
-        self._fault = fault
         self._node_faults = node_faults
         self._pod_shell = pod_shell
         self.rootfs = system.build_rootfs(
@@ -66,11 +64,13 @@ class NodeHost:
         )
 
     def mounts(self) -> list[system.MountEntry]:
+        profiles = effects_of(self._node_faults())
+        writable = {path for profile in profiles for path in profile.writable_mounts}
         return system.mounts_for(
             platform=self._identity.platform,
             extensions=len(self._identity.extensions),
-            rw_root=self._fault(Fault.RW_ROOTFS),
-            rw_usr=self._fault(Fault.USR_WRITABLE),
+            rw_root="/" in writable,
+            rw_usr="/usr" in writable,
         )
 
     def listeners(self, *, config: bytes, pod_network_pods: int) -> list[system.Listener]:

@@ -129,7 +129,6 @@ class NodeState:
         self.host = NodeHost(
             identity,
             talos_version=talos_version,
-            fault=self.fault,
             node_faults=lambda: faults.on_node(identity.hostname, controlplane=self.controlplane),
             pod_shell=self.variant(Variant.POD_SHELL),
         )

@@ -2,9 +2,12 @@
 
 Each profile is a defect a conformance check must catch. Profiles are independent of each
 other, so any combination can be active at once:
-``EmulatedCluster(faults=[Fault.SSH_OPEN, "kubelet-crashloop"])``. The behaviour is applied
-where the seam named in ``changes`` models the healthy behaviour, guarded by
-``node.fault(Fault.<NAME>)`` (grep for the member name).
+``EmulatedCluster(faults=[Fault.SSH_OPEN, "kubelet-crashloop"])``. A profile declares what
+it changes: data a seam adds (``rootfs_executables``, ``listeners``, ``hidden_ports``,
+``writable_mounts``, ``host_processes``, ``pid1``, ``reader_grants``), which the seam applies
+for all the node's active profiles without naming one, and behaviour switches (``quirks``,
+:class:`Quirk`) a seam's pipeline asks about with ``node.quirk(Quirk.<NAME>)``. Profiles not
+converted yet are still guarded at their seam by ``node.fault(Fault.<NAME>)``.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class FaultProfile:
     rootfs_executables: tuple[str, ...] = ()  # Seam.ROOTFS: executables dropped on the root
     listeners: tuple[AddedListener, ...] = ()  # Seam.LISTENERS: host sockets added
     hidden_ports: tuple[int, ...] = ()  # Seam.LISTENERS: open, but left out of Netstat
+    writable_mounts: tuple[str, ...] = ()  # Seam.MOUNTS: "/" read-write, "/usr" overlaid rw
     host_processes: tuple[HostProcess, ...] = ()  # Seam.PROCESSES: children of PID 1 added
     pid1: HostProcess | None = None  # Seam.PROCESSES: what runs as PID 1 instead of machined
     # Behaviour switches the seams' pipelines ask about (node.quirk(Quirk.X)).
@@ -194,6 +198,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.RW_ROOTFS,
         "the root filesystem is mounted read-write (/proc/mounts)",
         changes=(Seam.MOUNTS,),
+        writable_mounts=("/",),
     ),
     FaultProfile(
         Fault.SHELL_IN_LIBEXEC,
@@ -229,6 +234,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.USR_WRITABLE,
         "a writable overlay is mounted over /usr (upper dir on /var) on every node",
         changes=(Seam.MOUNTS,),
+        writable_mounts=("/usr",),
     ),
     FaultProfile(
         Fault.NODE_MEMORY_PRESSURE,
