@@ -2,7 +2,8 @@
 
 The rules are those of :data:`~pytest_talos.emulator.servicers.ROLE_RULES`
 (``internal/app/machined/pkg/system/services/machined.go``; a refusal is ``PermissionDenied``
-``not authorized``, ``pkg/grpc/middleware/authz``); some faults widen them.
+``not authorized``, ``pkg/grpc/middleware/authz``); some faults widen them
+(``FaultProfile.reader_grants``, ``Quirk.READER_REAL_APPLY_RUNS_AS_ADMIN``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from grpclib.const import Handler, Status
 from grpclib.exceptions import GRPCError
 
 from pytest_talos.emulator.errors import ConfigRejected, RPCFailure, ServiceRefused
-from pytest_talos.emulator.faults import Fault
+from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.grpcerrors import as_grpc_error
 from pytest_talos.emulator.servicers import Call, NodeContext, allowed_roles
 from pytest_talos.talos_api import ADMIN, READER
@@ -24,11 +25,6 @@ __all__ = ["LocalDispatcher", "MethodTable"]
 MethodTable = dict[str, tuple[Handler, Any]]  # path -> (generated handler spec, servicer method)
 
 _M = "/machine.MachineService/"
-# Faults that hand os:reader a method its rule (servicers.ROLE_RULES) keeps for os:admin.
-_READER_GRANTS = {
-    Fault.READER_GETS_KUBECONFIG: _M + "Kubeconfig",
-    Fault.READER_MINTS_ADMIN: _M + "GenerateClientConfiguration",
-}
 
 
 class LocalDispatcher:
@@ -57,15 +53,15 @@ class LocalDispatcher:
             raise as_grpc_error(exc) from None
 
     def _fault_grants(self, path: str) -> frozenset[str]:
-        """Roles a fault adds to a method's rule (healthy: none)."""
-        state = self.context.state
-        for fault, method in _READER_GRANTS.items():
-            if path == method and state.fault(fault):
-                return frozenset({READER})
+        """Roles a fault adds to a method's rule (healthy: none): os:reader, for the methods
+        its rule (servicers.ROLE_RULES) keeps for os:admin that a profile grants it."""
+        profiles = self.context.state.fault_profiles()
+        if any(path in profile.reader_grants for profile in profiles):
+            return frozenset({READER})
         return frozenset()
 
     def _reader_applies(self, path: str, request: Any, roles: frozenset[str]) -> bool:
-        """Fault reader-applies-for-real: the handler's admin-only rule (v1alpha1_server.go
+        """Quirk READER_REAL_APPLY_RUNS_AS_ADMIN: the handler's admin-only rule (v1alpha1_server.go
         ApplyConfiguration) is kept for dry runs but not for real applies."""
         state = self.context.state
         return (
@@ -73,5 +69,5 @@ class LocalDispatcher:
             and READER in roles
             and ADMIN not in roles
             and not getattr(request, "dry_run", True)
-            and state.fault(Fault.READER_APPLIES_FOR_REAL)
+            and state.quirk(Quirk.READER_REAL_APPLY_RUNS_AS_ADMIN)
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from pytest_talos.emulator import system
-from pytest_talos.emulator.faults import Fault
+from pytest_talos.emulator.faults import Fault, effects_of
 from pytest_talos.emulator.identity import NodeIdentity
 from pytest_talos.emulator.machineconfig.accessors import cni_name, proxy_disabled
 
@@ -23,23 +23,20 @@ class NodeHost:
         identity: NodeIdentity,
         *,
         talos_version: str,
-        fault: Callable[[Fault], bool],
         node_faults: Callable[[], frozenset[Fault]],
         pod_shell: bool,
     ) -> None:
         self._identity = identity
-        self._fault = fault
         self._node_faults = node_faults
         self._pod_shell = pod_shell
         self.rootfs = system.build_rootfs(
             hostname=identity.hostname,
             version=talos_version,
             controlplane=identity.controlplane,
-            shell=fault(Fault.SHELL_PRESENT),
-            sshd=fault(Fault.SSH_OPEN),
-            package_manager=fault(Fault.PACKAGE_MANAGER_PRESENT),
             extensions=identity.extensions,
-            extra_files=system.fault_files(fault),
+            extra_executables=[
+                path for profile in effects_of(node_faults()) for path in profile.rootfs_executables
+            ],
         )
 
     def booted_version(self, version: str) -> None:
@@ -50,12 +47,9 @@ class NodeHost:
     def processes(
         self, *, running_services: Sequence[str], config: bytes, pod_network_pods: int
     ) -> list[system.ProcessEntry]:
-        fault, ident = self._fault, self._identity
-        pid1 = "machined"
-        if fault(Fault.PID1_NOT_MACHINED):
-            pid1 = "systemd"
-        elif fault(Fault.PID1_SYSTEMD_AS_INIT):
-            pid1 = "systemd-as-init"
+        ident = self._identity
+        profiles = effects_of(self._node_faults())
+        pid1 = next((p.pid1 for p in profiles if p.pid1 is not None), None)
         return system.processes_for(
             hostname=ident.hostname,
             address=ident.address,
@@ -66,30 +60,34 @@ class NodeHost:
             coredns=pod_network_pods > 0,
             pod_shell=self._pod_shell,
             pid1=pid1,
-            sshd=fault(Fault.SSH_OPEN),
-            host_shell=fault(Fault.HOST_SHELL_PROCESS),
-            web_terminal=fault(Fault.WEB_TERMINAL_RUNNING),
+            host_processes=[process for p in profiles for process in p.host_processes],
         )
 
     def mounts(self) -> list[system.MountEntry]:
+        profiles = effects_of(self._node_faults())
+        writable = {path for profile in profiles for path in profile.writable_mounts}
         return system.mounts_for(
             platform=self._identity.platform,
             extensions=len(self._identity.extensions),
-            rw_root=self._fault(Fault.RW_ROOTFS),
-            rw_usr=self._fault(Fault.USR_WRITABLE),
+            rw_root="/" in writable,
+            rw_usr="/usr" in writable,
         )
 
     def listeners(self, *, config: bytes, pod_network_pods: int) -> list[system.Listener]:
         """The host's sockets (kube-proxy's only while the config enables it), then those in
         pod network namespaces (``Listener.netns`` set: CoreDNS where it runs)."""
+        profiles = effects_of(self._node_faults())
         return [
             *system.listeners_for(
                 controlplane=self._identity.controlplane,
                 proxy=not proxy_disabled(config),
                 flannel=cni_name(config) == "flannel",
-                sshd=self._fault(Fault.SSH_OPEN),
-                extra_port=self._fault(Fault.EXTRA_PORT),
-                faults=self._node_faults(),
+                added=[
+                    system.Listener(a.port, a.process, a.bind, udp=a.udp, rejected=a.rejected)
+                    for profile in profiles
+                    for a in profile.listeners
+                ],
+                hidden_ports={port for profile in profiles for port in profile.hidden_ports},
             ),
             *system.pod_listeners(coredns=pod_network_pods > 0, node_id=self._identity.node_id),
         ]

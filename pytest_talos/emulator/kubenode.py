@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 
 from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.clock import Cancellable, Clock
-from pytest_talos.emulator.faults import Fault
+from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.identity import KubeNodeInfo, NodeIdentity, node_pod_cidr
 from pytest_talos.emulator.services import Service
 
@@ -21,7 +21,7 @@ __all__ = ["NODE_MONITOR_GRACE", "NodeMonitor", "kube_node_info", "ready_flap"]
 # Kubernetes (not Talos): kube-controller-manager's --node-monitor-grace-period default. A
 # Node whose kubelet has not posted status for this long turns Unknown (INFERRED, emulated s).
 NODE_MONITOR_GRACE = 40.0
-# fault ready-flapping: Ready turns False for the last READY_FLAP_DOWN s of every
+# Quirk KUBE_READY_FLAPS: Ready turns False for the last READY_FLAP_DOWN s of every
 # READY_FLAP_PERIOD s of node time after boot
 READY_FLAP_PERIOD = 8.0
 READY_FLAP_DOWN = 2.0
@@ -75,7 +75,7 @@ class NodeMonitor:
 
 
 def ready_flap(booted_at: float, now: float) -> tuple[bool, float | None]:
-    """Fault ready-flapping: whether Ready holds at ``now``, and when it last changed."""
+    """Quirk KUBE_READY_FLAPS: whether Ready holds at ``now``, and when it last changed."""
     period, down = READY_FLAP_PERIOD, READY_FLAP_DOWN
     elapsed = max(now - booted_at, 0.0)
     start = booted_at + elapsed // period * period
@@ -90,7 +90,7 @@ def kube_node_info(
     config: bytes,
     powered: bool,
     monitor: NodeMonitor,
-    fault: Callable[[Fault], bool],
+    quirk: Callable[[Quirk], bool],
     booted_at: float,
     now: float,
     talos_version: str,
@@ -107,19 +107,19 @@ def kube_node_info(
     }
     if identity.controlplane:
         labels["node-role.kubernetes.io/control-plane"] = ""
-    if not fault(Fault.LABELS_NOT_SYNCED):  # fault labels-not-synced
+    if not quirk(Quirk.KUBE_LABELS_NEVER_SYNC):
         labels.update(mc.node_labels(config))  # issue #3: labels from the config
-        labels.update(labels_kept_after_revert)  # fault try-revert-keeps-label
+        labels.update(labels_kept_after_revert)  # Quirk.TRY_REVERT_KEEPS_NODE_LABELS
     pods = mc.pod_subnets(config)
     unknown = powered and monitor.unknown_since is not None
     flap_ready, flap_since = (
-        ready_flap(booted_at, now) if fault(Fault.READY_FLAPPING) else (True, None)
+        ready_flap(booted_at, now) if quirk(Quirk.KUBE_READY_FLAPS) else (True, None)
     )
     return KubeNodeInfo(
         name=hostname,
         address=identity.address,
         labels=labels,
-        ready=powered and not unknown and not fault(Fault.NODE_NOT_READY) and flap_ready,
+        ready=powered and not unknown and not quirk(Quirk.KUBE_READY_FALSE) and flap_ready,
         controlplane=identity.controlplane,
         kubelet_version=f"v{identity.kubernetes_version}",
         os_image=f"Talos ({talos_version})",
@@ -129,7 +129,6 @@ def kube_node_info(
         last_heartbeat=monitor.silent_since if unknown else None,
         unknown_since=monitor.unknown_since if unknown else None,
         ready_since=flap_since,
-        # fault node-memory-pressure: kubelet reports MemoryPressure=True
-        pressure=("MemoryPressure",) if fault(Fault.NODE_MEMORY_PRESSURE) else (),
-        unschedulable=fault(Fault.NODE_CORDONED),  # fault node-cordoned
+        pressure=("MemoryPressure",) if quirk(Quirk.KUBE_MEMORY_PRESSURE) else (),
+        unschedulable=quirk(Quirk.KUBE_UNSCHEDULABLE),
     )

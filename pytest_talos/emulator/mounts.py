@@ -1,7 +1,8 @@
 """The mount table of an emulated node (``/proc/mounts`` and the Mounts RPC): the read-only
 root (Docker's overlay in container mode, the squashfs image or an overlay of extension
 layers on metal), pseudo filesystems and tmpfs, the EPHEMERAL and STATE partitions, and the
-writable ``constants.Overlays``. Faults rw-rootfs and usr-writable bend exactly these."""
+writable ``constants.Overlays``. Faults bend exactly these
+(``FaultProfile.writable_mounts``)."""
 
 from __future__ import annotations
 
@@ -29,14 +30,14 @@ def mounts_for(
 ) -> list[MountEntry]:
     """/proc/mounts of the node, with the sizes statfs reports (Mounts API)."""
     mounts = [_root_mount(platform, extensions, rw_root), *_other_mounts(platform)]
-    if rw_usr:  # fault usr-writable: a writable overlay over the image's /usr, upper on /var
+    if rw_usr:  # a writable overlay over the image's /usr, upper on /var
         options = "rw,relatime,lowerdir=/usr,upperdir=/var/lib/usr-upper,workdir=/var/lib/usr-work"
         mounts.append(MountEntry("overlay", "/usr", "overlay", options, 20 * _GIB, 17 * _GIB))
     return mounts
 
 
 def _root_mount(platform: str, extensions: int, rw_root: bool) -> MountEntry:
-    ro = "rw" if rw_root else "ro"  # fault rw-rootfs flips it
+    ro = "rw" if rw_root else "ro"  # a fault can flip it
     if platform == "container":
         # pkg/provision/providers/docker/node.go: ReadonlyRootfs, so Docker mounts its overlay
         # read-only; statfs reports the host disk under it (sizes INFERRED)

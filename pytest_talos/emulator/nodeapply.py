@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.clock import Cancellable, Clock
 from pytest_talos.emulator.errors import NodeFailure
-from pytest_talos.emulator.faults import Fault
+from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.resources import T
 from pytest_talos.emulator.store import ResourceStore
 from pytest_talos.patches import PatchError, load_documents
@@ -97,7 +97,7 @@ class MachineConfigState:
         clock: Clock,
         store: ResourceStore,
         container: bool,
-        fault: Callable[[Fault], bool],
+        quirk: Callable[[Quirk], bool],
         on_active_changed: Callable[[bytes, bytes], None],
         reboot: Callable[[str, str], None],
     ) -> None:
@@ -110,7 +110,7 @@ class MachineConfigState:
         self._clock = clock
         self._store = store
         self._container = container
-        self._fault = fault
+        self._quirk = quirk
         self._on_active_changed = on_active_changed
         self._reboot = reboot
         self._applying = False
@@ -137,8 +137,8 @@ class MachineConfigState:
                 "configuration was already applied and node is rebooting, cannot apply more "
                 "configuration changes until next reboot",
             )
-        # os:admin only, outside maintenance (fault reader-can-apply skips it)
-        if not request.admin and not self._fault(Fault.READER_CAN_APPLY):
+        # os:admin only, outside maintenance
+        if not request.admin and not self._quirk(Quirk.APPLY_SKIPS_ROLE_CHECK):
             raise NodeFailure("PERMISSION_DENIED", "not authorized")
         self._applying = True
         try:
@@ -148,15 +148,15 @@ class MachineConfigState:
 
     def _apply(self, request: ApplyRequest) -> ApplyResult:
         # Any non-TRY request cancels a pending rollback first, even a dry run or one that
-        # fails later (fault try-not-cancelled skips it).
-        if request.mode != "TRY" and not self._fault(Fault.TRY_NOT_CANCELLED):
+        # fails later.
+        if request.mode != "TRY" and not self._quirk(Quirk.APPLY_KEEPS_PENDING_TRY):
             self.cancel_try()
         old, new = self.active_config, request.data
         try:
             warnings = self._validate(request.data)
         except NodeFailure:
-            if self._fault(Fault.LATE_APPLY_ON_REJECT) and _parses_with_v1alpha1(new):
-                # fault late-apply-on-reject: refused in the reply, applied 2 s later anyway
+            if self._quirk(Quirk.REJECTED_APPLY_LANDS_LATE) and _parses_with_v1alpha1(new):
+                # refused in the reply, applied 2 s later anyway
                 self._clock.call_later(LATE_APPLY_DELAY, lambda: self._execute("NO_REBOOT", new, 0))
             raise
         mode, reason = self._resolve_mode(request.mode, old, new)
@@ -165,9 +165,9 @@ class MachineConfigState:
         timeout = DEFAULT_TRY_TIMEOUT if request.try_timeout is None else request.try_timeout
         if request.dry_run:
             # No warnings and no AUTO `: <reason>` in a dry run; nothing changes.
-            if self._fault(Fault.DRY_RUN_APPLIES):  # fault dry-run-applies
+            if self._quirk(Quirk.DRY_RUN_EXECUTES):
                 self._execute(mode, new, timeout)
-            elif self._fault(Fault.DRY_RUN_APPLIES_LATE):  # fault dry-run-applies-late
+            elif self._quirk(Quirk.DRY_RUN_EXECUTES_LATE):
                 self._clock.call_later(LATE_APPLY_DELAY, lambda: self._execute(mode, new, timeout))
             return ApplyResult(mode, mc.dry_run_details(mode, old, new))
         self._execute(mode, new, timeout)
@@ -177,13 +177,13 @@ class MachineConfigState:
 
     def _validate(self, data: bytes) -> list[str]:
         """configloader, Validate and RuntimeValidate (InvalidArgument with their text);
-        fault lenient-validation accepts anything that parses."""
+        a quirk accepts anything that parses."""
         try:
             return list(mc.validate(data, container_mode=self._container).warnings)
         except mc.ConfigRejected as exc:
-            if self._fault(Fault.LENIENT_VALIDATION) and _parses_with_v1alpha1(data):
+            if self._quirk(Quirk.VALIDATION_ACCEPTS_PARSEABLE) and _parses_with_v1alpha1(data):
                 return []
-            if self._fault(Fault.VERSION_BUMP_ON_REJECT):
+            if self._quirk(Quirk.REJECT_BUMPS_VERSION):
                 self._store.bump("config", T.MACHINE_CONFIGS, "v1alpha1")
             raise NodeFailure(exc.code, exc.message) from None
 
@@ -191,8 +191,8 @@ class MachineConfigState:
         """TRY/NO_REBOOT must pass CanApplyImmediate; AUTO picks NO_REBOOT or REBOOT."""
         if mode in ("TRY", "NO_REBOOT", "AUTO"):
             blockers = mc.immediate_apply_blockers(old, new)
-            if self._fault(Fault.NO_REBOOT_ACCEPTS_REBOOT_FIELDS):
-                # fault no-reboot-accepts-reboot-fields: env and files pass as immediate
+            if self._quirk(Quirk.IMMEDIATE_ALLOWS_ENV_AND_FILES):
+                # env and files pass as immediate
                 blockers = [b for b in blockers if b not in ("machine.env", "machine.files")]
             if not blockers:
                 return ("NO_REBOOT" if mode == "AUTO" else mode), ""
@@ -278,10 +278,10 @@ class MachineConfigState:
 
     def _try_expired(self) -> None:
         target, self._try_target, self._try_timer = self._try_target, None, None
-        if target is None or self._fault(Fault.TRY_NO_REVERT):
+        if target is None or self._quirk(Quirk.TRY_TIMER_SKIPS_REVERT):
             return
-        if self._fault(Fault.TRY_REVERT_KEEPS_LABEL):
-            # fault try-revert-keeps-label: the Node keeps the labels the tried config added
+        if self._quirk(Quirk.TRY_REVERT_KEEPS_NODE_LABELS):
+            # the Node keeps the labels the tried config added
             tried = mc.node_labels(self.active_config)
             kept = {k: v for k, v in tried.items() if k not in mc.node_labels(target)}
             self.labels_kept_after_revert = {**self.labels_kept_after_revert, **kept}

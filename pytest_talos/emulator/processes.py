@@ -20,10 +20,9 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["PID1_SHAPES", "ProcessEntry", "processes_for"]
+from pytest_talos.emulator.faults import HostProcess
 
-# What PID 1 may be: machined (healthy), or the two shapes of systemd as init.
-PID1_SHAPES = ("machined", "systemd", "systemd-as-init")
+__all__ = ["ProcessEntry", "processes_for"]
 
 _SYSTEM_CONTAINERD = "/system/run/containerd/containerd.sock"  # constants.SystemContainerdAddress
 _CRI_CONTAINERD = "/run/containerd/containerd.sock"  # constants.CRIContainerdAddress
@@ -69,11 +68,10 @@ def _flags(**values: str) -> tuple[str, ...]:
     return tuple(f"--{key.replace('_', '-')}={values[key]}" for key in sorted(values))
 
 
-def _pid1(shape: str) -> ProcessEntry:
-    if shape == "systemd":  # fault pid1-not-machined: /sbin/init -> ../lib/systemd/systemd
-        return ProcessEntry(1, 0, "systemd", "/usr/lib/systemd/systemd", "/sbin/init", 1)
-    if shape == "systemd-as-init":  # fault pid1-systemd-as-init: systemd copied to /sbin/init
-        return ProcessEntry(1, 0, "systemd", "/sbin/init", "/sbin/init", 1)
+def _pid1(replacement: HostProcess | None) -> ProcessEntry:
+    if replacement is not None:  # a fault's PID 1 in machined's place
+        spec = _host_spec(replacement)
+        return ProcessEntry(1, 0, spec.command, spec.executable, spec.cmdline, spec.threads)
     # Dockerfile (rootfs stage): machined is /usr/bin/init; the kernel (or Docker's
     # entrypoint) runs it as /sbin/init, which resolves through /sbin -> usr/bin.
     return ProcessEntry(1, 0, "init", "/usr/bin/init", "/sbin/init", threads=24, rss=180 << 20)
@@ -258,12 +256,12 @@ def processes_for(
     coredns: bool = False,
     pod_shell: bool = False,
     api_server_port: int = 6443,
-    pid1: str = "machined",
-    sshd: bool = False,
-    host_shell: bool = False,
-    web_terminal: bool = False,
+    pid1: HostProcess | None = None,
+    host_processes: Iterable[HostProcess] = (),
 ) -> list[ProcessEntry]:
-    """The node's processes: PID 1, machined's children, system containers, then pods."""
+    """The node's processes: PID 1 (machined unless ``pid1`` replaces it), machined's
+    children, system containers, pods, then ``host_processes`` (the children of PID 1 the
+    node's faults run: ``FaultProfile.host_processes``)."""
     table = _Table(_pid1(pid1))
     running = set(running_services)
     for service in ("containerd", "cri", "udevd", "dashboard"):
@@ -287,14 +285,13 @@ def processes_for(
                 pid = table.add(container, shim)
                 if container.child is not None:
                     table.add(container.child, pid)
-    if sshd:  # fault ssh-open: /usr/sbin/sshd is /usr/bin/sshd in the usr-merged root
-        table.add(_Spec("/usr/sbin/sshd", "/usr/bin/sshd", ("-D",), 1), 1)
-    if host_shell:  # fault host-shell-process: a shell on the host, from a dropped binary
-        table.add(_Spec("sh", "/tmp/busybox", threads=1), 1)
-    if web_terminal:  # fault web-terminal-running: ttyd, dropped on /var, on a unix socket
-        args = ("--interface", "/run/ttyd.sock", "--writable", "/var/lib/ttyd/login")
-        table.add(_Spec("/var/lib/ttyd/ttyd", "/var/lib/ttyd/ttyd", args, 1), 1)
+    for process in host_processes:
+        table.add(_host_spec(process), 1)
     return table.entries
+
+
+def _host_spec(process: HostProcess) -> _Spec:
+    return _Spec(process.argv0, process.executable, process.args, process.threads, process.comm)
 
 
 def _extension_spec(service: str) -> _Spec | None:

@@ -4,7 +4,7 @@ Plain data: :mod:`.listeners` opens the reachable ones on the node's loopback ad
 Netstat servicer renders all of them. A socket is *reachable* when it is bound to a wildcard
 address (a scan of the node address finds it); sockets bound to 127.0.0.1, 127.0.0.53 or the
 host-scope 169.254.116.108, and every UDP socket, are Netstat-only, so a TCP scan of the node
-address stays honest. Two faults break the agreement between the two accounts: a
+address stays honest. Faults can break the agreement between the two accounts: a
 ``hidden`` socket is opened but left out of Netstat, a ``rejected`` one is in Netstat but
 not opened (as behind a firewall rule that rejects every connection).
 
@@ -15,20 +15,17 @@ kube-proxy's healthz server appear (the address family shown is INFERRED from th
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-
-from pytest_talos.emulator.faults.names import Fault
 
 __all__ = [
     "CRI_STREAM_PORT",
     "EXTRA_PORT",
-    "GHOST_PORT",
     "HOST_DNS_ADDRESS",
     "KERNEL",
     "SSH_PORT",
-    "TFTP_PORT",
     "Listener",
     "listeners_for",
     "pod_listeners",
@@ -36,8 +33,6 @@ __all__ = [
 
 SSH_PORT = 22
 EXTRA_PORT = 8080
-TFTP_PORT = 69  # fault udp-listener
-GHOST_PORT = 9100  # fault netstat-ghost (node_exporter's usual port)
 # internal/app/machined/pkg/controllers/network/hostdns_config.go (constants.HostDNSAddress):
 # host DNS also answers here, on lo with scope host, so pods can reach it.
 HOST_DNS_ADDRESS = "169.254.116.108"
@@ -56,8 +51,8 @@ class Listener:
     bind: str  # "::", "0.0.0.0", "127.0.0.1", ... or "node" (the node address)
     udp: bool = False
     netns: str = ""  # "" = the host network namespace, else a pod's namespace name
-    hidden: bool = False  # fault hidden-listener: open, but left out of the node's Netstat
-    rejected: bool = False  # fault netstat-ghost: in Netstat, refused to every connection
+    hidden: bool = False  # (a fault's) open, but left out of the node's Netstat
+    rejected: bool = False  # (a fault's) in Netstat, refused to every connection
 
     @property
     def l4proto(self) -> str:
@@ -81,20 +76,20 @@ def listeners_for(
     proxy: bool,
     flannel: bool = True,
     api_server_port: int = 6443,
-    sshd: bool = False,
-    extra_port: bool = False,
-    faults: Collection[Fault] = (),
+    added: Iterable[Listener] = (),
+    hidden_ports: Collection[int] = (),
 ) -> list[Listener]:
     """The host network namespace's sockets of a healthy node, plus what faults add.
 
-    ``faults`` are the active port fault names of this node (``hidden-listener``,
-    ``udp-listener``, ``netstat-ghost``).
+    ``added`` are the sockets the node's faults open (``FaultProfile.listeners``);
+    ``hidden_ports`` those of the healthy sockets they leave out of Netstat
+    (``FaultProfile.hidden_ports``).
     """
     sockets = [
         # internal/app/machined/pkg/controllers/runtime/api_service_config.go: ":50000"
         Listener(50000, "apid", "::"),
         # internal/app/machined/pkg/controllers/k8s/kubelet_spec.go: address 0.0.0.0
-        Listener(10250, "kubelet", "::", hidden=Fault.HIDDEN_LISTENER in faults),
+        Listener(10250, "kubelet", "::"),
         # internal/app/machined/pkg/system/services/kubelet.go: healthz on 127.0.0.1:10248
         Listener(10248, "kubelet", "127.0.0.1"),
         # internal/app/machined/pkg/controllers/k8s/kubeprism_config.go: 127.0.0.1:7445,
@@ -127,15 +122,11 @@ def listeners_for(
             Listener(10257, "kube-controller", "127.0.0.1"),  # comm is cut at 15 chars
             Listener(10259, "kube-scheduler", "127.0.0.1"),
         ]
-    if sshd:  # fault ssh-open
-        sockets.append(Listener(SSH_PORT, "sshd", "0.0.0.0"))
-    if extra_port:  # fault extra-port
-        sockets.append(Listener(EXTRA_PORT, "python3", "0.0.0.0"))
-    if Fault.UDP_LISTENER in faults:  # a TFTP server on every address: Talos runs none
-        sockets.append(Listener(TFTP_PORT, "in.tftpd", "0.0.0.0", udp=True))
-    if Fault.NETSTAT_GHOST in faults:  # listening on every address, but a firewall rejects it
-        sockets.append(Listener(GHOST_PORT, "node_exporter", "::", rejected=True))
-    return sockets
+    sockets = [
+        dataclasses.replace(socket, hidden=True) if socket.port in hidden_ports else socket
+        for socket in sockets
+    ]
+    return [*sockets, *added]
 
 
 def _dns(address: str) -> tuple[Listener, Listener]:

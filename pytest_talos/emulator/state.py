@@ -31,7 +31,7 @@ from pytest_talos.emulator.events import (
     RuntimeEvent,
     new_xid,
 )
-from pytest_talos.emulator.faults import Fault, FaultSet
+from pytest_talos.emulator.faults import Fault, FaultProfile, FaultSet, Quirk, effects_of
 from pytest_talos.emulator.hostview import NodeHost
 from pytest_talos.emulator.identity import (
     KubeNodeInfo,
@@ -107,7 +107,7 @@ class NodeState:
             clock=clock,
             store=self.store,
             container=self.container,
-            fault=self.fault,
+            quirk=self.quirk,
             on_active_changed=self._on_active_changed,
             reboot=lambda actor, sequence: self.lifecycle.reboot_sequence(actor, sequence),
         )
@@ -129,7 +129,6 @@ class NodeState:
         self.host = NodeHost(
             identity,
             talos_version=talos_version,
-            fault=self.fault,
             node_faults=lambda: faults.on_node(identity.hostname, controlplane=self.controlplane),
             pod_shell=self.variant(Variant.POD_SHELL),
         )
@@ -171,6 +170,14 @@ class NodeState:
     def fault(self, fault: Fault) -> bool:
         """Whether the fault profile ``fault`` affects this node."""
         return self.faults.on(fault, self.hostname, controlplane=self.controlplane)
+
+    def fault_profiles(self) -> tuple[FaultProfile, ...]:
+        """The profiles of the faults that affect this node, in catalogue order."""
+        return effects_of(self.faults.on_node(self.hostname, controlplane=self.controlplane))
+
+    def quirk(self, quirk: Quirk) -> bool:
+        """Whether a fault profile that affects this node turns the behaviour ``quirk`` on."""
+        return self.faults.quirk(quirk, self.hostname, controlplane=self.controlplane)
 
     def variant(self, variant: Variant) -> bool:
         """Whether the cluster runs as the healthy variant ``variant``."""
@@ -351,7 +358,7 @@ class NodeState:
             config=self.active_config,
             powered=self.powered,
             monitor=self.monitor,
-            fault=self.fault,
+            quirk=self.quirk,
             booted_at=self.booted_at,
             now=self.clock.time(),
             talos_version=self.talos_version,

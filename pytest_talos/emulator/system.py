@@ -6,8 +6,8 @@ The root is the Talos image: usr-merged (siderolabs/pkgs ``fhs/pkg.yaml``: ``/bi
 ``/usr/bin/init`` with ``poweroff``, ``shutdown``, ``reboot`` and ``dashboard`` linked to it
 (``Dockerfile``, the rootfs stage), no shell, SSH, GNU utilities, busybox or package manager,
 and no ``/usr/local/bin``, ``/usr/local/sbin`` or ``/opt/bin``. Fault profiles bend exactly
-these (``shell-present``, ``ssh-open``, ``package-manager-present``, ``rw-rootfs``,
-``shell-in-libexec``, ``shell-alias``, ``package-manager-in-opt``, ``usr-writable``).
+these, through the executables they declare (``FaultProfile.rootfs_executables``) and the
+mount table.
 Plain Python data; the servicers render it.
 """
 
@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import datetime as dt
 import posixpath
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from pytest_talos.emulator.faults.names import Fault
 from pytest_talos.emulator.mounts import MountEntry, mounts_for, proc_mounts
 from pytest_talos.emulator.processes import ProcessEntry, processes_for
 from pytest_talos.emulator.sockets import (
@@ -38,7 +37,6 @@ __all__ = [
     "MountEntry",
     "ProcessEntry",
     "build_rootfs",
-    "fault_files",
     "listeners_for",
     "meminfo",
     "mounts_for",
@@ -191,13 +189,11 @@ def build_rootfs(
     hostname: str,
     version: str,
     controlplane: bool,
-    shell: bool,
-    sshd: bool,
-    package_manager: bool = False,
     extensions: Iterable[str] = (),
-    extra_files: Mapping[str, bytes] | None = None,
+    extra_executables: Iterable[str] = (),
 ) -> dict[str, FileEntry]:
-    """The node's root filesystem as ``{path: entry}``: the image plus what boot creates."""
+    """The node's root filesystem as ``{path: entry}``: the image plus what boot creates,
+    plus ``extra_executables`` (what its faults drop: ``FaultProfile.rootfs_executables``)."""
     dirs = {**_FHS_DIRS, **dict.fromkeys(_IMAGE_DIRS, 0o755), **_runtime_dirs(controlplane)}
     files: dict[str, bytes] = {
         **dict.fromkeys(_IMAGE_FILES, b""),
@@ -210,15 +206,9 @@ def build_rootfs(
         **_runtime_files(hostname, controlplane),
     }
     links = {**_FHS_LINKS, **_IMAGE_LINKS}
-    if shell:  # fault shell-present (the usr-merged root puts /bin/sh in /usr/bin)
-        files.update(dict.fromkeys(("/usr/bin/sh", "/usr/bin/bash", "/usr/bin/busybox"), _ELF_STUB))
-    if sshd:  # fault ssh-open
-        files["/usr/bin/sshd"] = _ELF_STUB
-    if package_manager:  # fault package-manager-present
-        files["/usr/bin/apk"] = _ELF_STUB
     for name in extensions:
         files.update(_extension_files(name))
-    files.update(extra_files or {})
+    files.update(dict.fromkeys(extra_executables, _ELF_STUB))
     entries = {path: FileEntry(path, "dir", perm) for path, perm in dirs.items()}
     for path, content in files.items():
         _add_parents(entries, path)
@@ -227,22 +217,6 @@ def build_rootfs(
     for path, target in links.items():
         entries[path] = FileEntry(path, "symlink", link=target)
     return entries
-
-
-# Files the faults drop onto the node's executable paths (each a defect of the image).
-_FAULT_FILES: Mapping[Fault, tuple[str, ...]] = {
-    Fault.SHELL_IN_LIBEXEC: ("/usr/libexec/dash",),
-    Fault.SHELL_ALIAS: ("/usr/bin/busybox.static",),
-    Fault.PACKAGE_MANAGER_IN_OPT: ("/opt/foo/bin/dpkg",),
-}
-
-
-def fault_files(active: Callable[[Fault], bool]) -> dict[str, bytes]:
-    """The files of the active faults among :data:`_FAULT_FILES` (``build_rootfs``'s
-    ``extra_files``): fault shell-in-libexec, shell-alias, package-manager-in-opt."""
-    return {
-        path: _ELF_STUB for fault, paths in _FAULT_FILES.items() if active(fault) for path in paths
-    }
 
 
 def _runtime_dirs(controlplane: bool) -> dict[str, int]:

@@ -91,3 +91,43 @@ def test_emulator_errors_have_their_own_root() -> None:
     assert not issubclass(EmulatorError, TalosError)
     assert FromMachineconfig is ConfigRejected
     assert issubclass(ListenerError, OSError)
+
+
+# Seams that apply the active profiles' declared effects (data or Quirk switches) and so
+# name no fault themselves: a fault's definition is its profile in catalogue.py.
+_FAULT_FREE_SEAMS = (
+    "system.py",
+    "sockets.py",
+    "processes.py",
+    "hostview.py",
+    "nodeapply.py",
+    "kubenode.py",
+    "dispatch.py",
+)
+
+
+def test_converted_seams_name_no_fault() -> None:
+    emulator = ROOT / "pytest_talos" / "emulator"
+    names = [f"Fault.{member.name}" for member in Fault] + [
+        f"fault {member.value}" for member in Fault
+    ]
+    for module in _FAULT_FREE_SEAMS:
+        text = (emulator / module).read_text()
+        assert [name for name in names if name in text] == [], module
+
+
+def test_a_quirk_is_on_where_its_profile_is() -> None:
+    from pytest_talos.emulator.faults import Quirk
+
+    faults = FaultSet(resolve_faults(["node-not-ready"]), last_node="b")
+    assert faults.quirk(Quirk.KUBE_READY_FALSE, "b")
+    assert not faults.quirk(Quirk.KUBE_READY_FALSE, "a")
+    assert not faults.quirk(Quirk.KUBE_UNSCHEDULABLE, "b")
+
+
+def test_data_effects_are_declared_on_their_profiles() -> None:
+    ssh = FAULTS[Fault.SSH_OPEN]
+    assert ssh.rootfs_executables == ("/usr/bin/sshd",)
+    assert [listener.port for listener in ssh.listeners] == [22]
+    assert [process.executable for process in ssh.host_processes] == ["/usr/bin/sshd"]
+    assert FAULTS[Fault.HIDDEN_LISTENER].hidden_ports == (10250,)

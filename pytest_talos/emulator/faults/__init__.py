@@ -9,20 +9,30 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pytest_talos.emulator.faults.catalogue import FAULTS, PROFILES, FaultProfile
-from pytest_talos.emulator.faults.names import SEAM_WHERE, Fault, Scope, Seam
+from pytest_talos.emulator.faults.catalogue import (
+    FAULTS,
+    PROFILES,
+    AddedListener,
+    FaultProfile,
+    HostProcess,
+)
+from pytest_talos.emulator.faults.names import SEAM_WHERE, Fault, Quirk, Scope, Seam
 from pytest_talos.errors import ConfigError
 
 __all__ = [
     "FAULTS",
     "PROFILES",
     "SEAM_WHERE",
+    "AddedListener",
     "Fault",
     "FaultProfile",
     "FaultSet",
+    "HostProcess",
+    "Quirk",
     "Scope",
     "Seam",
     "describe_faults",
+    "effects_of",
     "fault_names",
     "resolve_faults",
 ]
@@ -42,6 +52,12 @@ def describe_faults() -> str:
         scope = "" if profile.scope == "all" else f"{profile.scope}; "
         lines.append(f"{name:<{width}}  {profile.description} [{scope}{where}]")
     return "\n".join(lines)
+
+
+def effects_of(faults: Iterable[Fault]) -> tuple[FaultProfile, ...]:
+    """The profiles of ``faults`` in catalogue order: what a seam applies generically."""
+    wanted = frozenset(faults)
+    return tuple(profile for profile in PROFILES if profile.fault in wanted)
 
 
 def resolve_faults(names: Iterable[str | FaultProfile]) -> tuple[FaultProfile, ...]:
@@ -84,6 +100,11 @@ class FaultSet:
         if profile.scope == "controlplanes":
             return controlplane
         return True
+
+    def quirk(self, quirk: Quirk, hostname: str, *, controlplane: bool = False) -> bool:
+        """Whether a profile that affects the node ``hostname`` turns ``quirk`` on."""
+        on_node = self.on_node(hostname, controlplane=controlplane)
+        return any(quirk in profile.quirks for profile in effects_of(on_node))
 
     def on_node(self, hostname: str, *, controlplane: bool = False) -> frozenset[Fault]:
         """The faults that affect the node ``hostname``."""

@@ -2,9 +2,12 @@
 
 Each profile is a defect a conformance check must catch. Profiles are independent of each
 other, so any combination can be active at once:
-``EmulatedCluster(faults=[Fault.SSH_OPEN, "kubelet-crashloop"])``. The behaviour is applied
-where the seam named in ``changes`` models the healthy behaviour, guarded by
-``node.fault(Fault.<NAME>)`` (grep for the member name).
+``EmulatedCluster(faults=[Fault.SSH_OPEN, "kubelet-crashloop"])``. A profile declares what
+it changes: data a seam adds (``rootfs_executables``, ``listeners``, ``hidden_ports``,
+``writable_mounts``, ``host_processes``, ``pid1``, ``reader_grants``), which the seam applies
+for all the node's active profiles without naming one, and behaviour switches (``quirks``,
+:class:`Quirk`) a seam's pipeline asks about with ``node.quirk(Quirk.<NAME>)``. Profiles not
+converted yet are still guarded at their seam by ``node.fault(Fault.<NAME>)``.
 """
 
 from __future__ import annotations
@@ -12,9 +15,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pytest_talos.emulator.faults.names import Fault, Scope, Seam
+from pytest_talos.emulator.faults.names import Fault, Quirk, Scope, Seam
 
-__all__ = ["FAULTS", "PROFILES", "FaultProfile"]
+__all__ = ["FAULTS", "PROFILES", "AddedListener", "FaultProfile", "HostProcess"]
+
+
+@dataclass(frozen=True)
+class HostProcess:
+    """A process a fault runs on the host: a child of PID 1, or the PID 1 itself."""
+
+    argv0: str  # the exec path, the command line's first word
+    executable: str  # what /proc/<pid>/exe resolves to
+    args: tuple[str, ...] = ()
+    threads: int = 1
+    comm: str = ""  # set when the program renames itself (else argv0's file name)
+
+
+@dataclass(frozen=True)
+class AddedListener:
+    """A host socket a fault adds (the fields of :class:`..sockets.Listener`)."""
+
+    port: int
+    process: str
+    bind: str
+    udp: bool = False
+    rejected: bool = False  # in Netstat, refused to every connection (as behind a firewall)
 
 
 @dataclass(frozen=True)
@@ -25,6 +50,17 @@ class FaultProfile:
     description: str
     changes: tuple[Seam, ...]
     scope: Scope = "all"
+    # Data the seams add for the fault (applied generically; the seam never names a fault).
+    rootfs_executables: tuple[str, ...] = ()  # Seam.ROOTFS: executables dropped on the root
+    listeners: tuple[AddedListener, ...] = ()  # Seam.LISTENERS: host sockets added
+    hidden_ports: tuple[int, ...] = ()  # Seam.LISTENERS: open, but left out of Netstat
+    writable_mounts: tuple[str, ...] = ()  # Seam.MOUNTS: "/" read-write, "/usr" overlaid rw
+    host_processes: tuple[HostProcess, ...] = ()  # Seam.PROCESSES: children of PID 1 added
+    pid1: HostProcess | None = None  # Seam.PROCESSES: what runs as PID 1 instead of machined
+    # Behaviour switches the seams' pipelines ask about (node.quirk(Quirk.X)).
+    quirks: tuple[Quirk, ...] = ()
+    # Seam.AUTHORIZATION: machine API methods (gRPC paths) os:reader may call as well
+    reader_grants: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -40,36 +76,47 @@ PROFILES: tuple[FaultProfile, ...] = (
             Seam.PROCESSES,
             Seam.LISTENERS,
         ),
+        rootfs_executables=("/usr/bin/sshd",),
+        listeners=(AddedListener(22, "sshd", "0.0.0.0"),),
+        # /usr/sbin/sshd is /usr/bin/sshd in the usr-merged root
+        host_processes=(HostProcess("/usr/sbin/sshd", "/usr/bin/sshd", ("-D",)),),
     ),
     FaultProfile(
         Fault.SHELL_PRESENT,
         "/usr/bin/sh, bash and busybox exist in every node's root (/bin/sh: /bin is usr/bin)",
         changes=(Seam.ROOTFS,),
+        # the usr-merged root puts /bin/sh in /usr/bin
+        rootfs_executables=("/usr/bin/sh", "/usr/bin/bash", "/usr/bin/busybox"),
     ),
     FaultProfile(
         Fault.HOST_SHELL_PROCESS,
         "a sh process runs on every node's host (a child of PID 1, not under a pod's shim)",
         changes=(Seam.PROCESSES,),
+        host_processes=(HostProcess("sh", "/tmp/busybox"),),  # from a dropped binary
     ),
     FaultProfile(
         Fault.PACKAGE_MANAGER_PRESENT,
         "/usr/bin/apk (also seen as /sbin/apk) exists in every node's root filesystem",
         changes=(Seam.ROOTFS,),
+        rootfs_executables=("/usr/bin/apk",),
     ),
     FaultProfile(
         Fault.EXTRA_PORT,
         "every node also listens on TCP port 8080, which Talos never opens",
         changes=(Seam.LISTENERS,),
+        listeners=(AddedListener(8080, "python3", "0.0.0.0"),),
     ),
     FaultProfile(
         Fault.LENIENT_VALIDATION,
         "ApplyConfiguration skips validation: bad label names, unknown keys, bad types pass",
         changes=(Seam.APPLY,),
+        quirks=(Quirk.VALIDATION_ACCEPTS_PARSEABLE,),
     ),
     FaultProfile(
         Fault.VERSION_BUMP_ON_REJECT,
         "a rejected ApplyConfiguration still bumps the MachineConfig resource version",
         changes=(Seam.APPLY,),
+        quirks=(Quirk.REJECT_BUMPS_VERSION,),
     ),
     FaultProfile(
         Fault.KUBELET_CRASHLOOP,
@@ -87,16 +134,19 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.TRY_NO_REVERT,
         "try-mode changes are never reverted when the timer fires",
         changes=(Seam.APPLY,),
+        quirks=(Quirk.TRY_TIMER_SKIPS_REVERT,),
     ),
     FaultProfile(
         Fault.TRY_NOT_CANCELLED,
         "a non-try ApplyConfiguration leaves a pending try revert armed",
         changes=(Seam.APPLY,),
+        quirks=(Quirk.APPLY_KEEPS_PENDING_TRY,),
     ),
     FaultProfile(
         Fault.DRY_RUN_APPLIES,
         "a dry-run ApplyConfiguration applies the config as well",
         changes=(Seam.APPLY,),
+        quirks=(Quirk.DRY_RUN_EXECUTES,),
     ),
     FaultProfile(
         Fault.NO_KUBECONFIG,
@@ -108,6 +158,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "the last node's Kubernetes Node object reports Ready=False",
         changes=(Seam.KUBERNETES,),
         scope="last-node",
+        quirks=(Quirk.KUBE_READY_FALSE,),
     ),
     FaultProfile(
         Fault.WRONG_VERSION,
@@ -119,6 +170,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.LABELS_NOT_SYNCED,
         "machine.nodeLabels never reach the Kubernetes Node objects",
         changes=(Seam.KUBERNETES,),
+        quirks=(Quirk.KUBE_LABELS_NEVER_SYNC,),
     ),
     FaultProfile(
         Fault.MEMBER_HIDDEN,
@@ -146,59 +198,78 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.RW_ROOTFS,
         "the root filesystem is mounted read-write (/proc/mounts)",
         changes=(Seam.MOUNTS,),
+        writable_mounts=("/",),
     ),
     FaultProfile(
         Fault.SHELL_IN_LIBEXEC,
         "a dash shell sits in every node's /usr/libexec",
         changes=(Seam.ROOTFS,),
+        rootfs_executables=("/usr/libexec/dash",),
     ),
     FaultProfile(
         Fault.SHELL_ALIAS,
         "busybox under its static-build name, /usr/bin/busybox.static, on every node",
         changes=(Seam.ROOTFS,),
+        rootfs_executables=("/usr/bin/busybox.static",),
     ),
     FaultProfile(
         Fault.PACKAGE_MANAGER_IN_OPT,
         "dpkg in /opt/foo/bin (an add-on tree under /opt) on every node",
         changes=(Seam.ROOTFS,),
+        rootfs_executables=("/opt/foo/bin/dpkg",),
     ),
     FaultProfile(
         Fault.WEB_TERMINAL_RUNNING,
         "a ttyd web terminal runs on every node's host (dropped on /var, on a unix socket)",
         changes=(Seam.PROCESSES,),
+        host_processes=(
+            HostProcess(
+                "/var/lib/ttyd/ttyd",
+                "/var/lib/ttyd/ttyd",
+                ("--interface", "/run/ttyd.sock", "--writable", "/var/lib/ttyd/login"),
+            ),
+        ),
     ),
     FaultProfile(
         Fault.USR_WRITABLE,
         "a writable overlay is mounted over /usr (upper dir on /var) on every node",
         changes=(Seam.MOUNTS,),
+        writable_mounts=("/usr",),
     ),
     FaultProfile(
         Fault.NODE_MEMORY_PRESSURE,
         "the last node's kubelet reports MemoryPressure=True (Ready stays True)",
         changes=(Seam.KUBERNETES,),
         scope="last-node",
+        quirks=(Quirk.KUBE_MEMORY_PRESSURE,),  # kubelet reports MemoryPressure=True
     ),
     FaultProfile(
         Fault.NODE_CORDONED,
         "the last node is cordoned: spec.unschedulable, Ready stays True",
         changes=(Seam.KUBERNETES,),
         scope="last-node",
+        quirks=(Quirk.KUBE_UNSCHEDULABLE,),
     ),
     FaultProfile(
         Fault.READY_FLAPPING,
         "the last node's Ready turns False for 2 s of every 8 s (node time)",
         changes=(Seam.KUBERNETES,),
         scope="last-node",
+        quirks=(Quirk.KUBE_READY_FLAPS,),
     ),
     FaultProfile(
         Fault.PID1_NOT_MACHINED,
         "PID 1 is systemd installed as /sbin/init (executable /usr/lib/systemd/systemd)",
         changes=(Seam.PROCESSES,),
+        # /sbin/init -> ../lib/systemd/systemd
+        pid1=HostProcess("/sbin/init", "/usr/lib/systemd/systemd", comm="systemd"),
     ),
     FaultProfile(
         Fault.PID1_SYSTEMD_AS_INIT,
         "PID 1 is systemd copied to /sbin/init (executable /sbin/init, command systemd)",
         changes=(Seam.PROCESSES,),
+        # systemd copied to /sbin/init
+        pid1=HostProcess("/sbin/init", "/sbin/init", comm="systemd"),
     ),
     FaultProfile(
         Fault.SERVICE_DOWN,
@@ -273,6 +344,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.READER_CAN_APPLY,
         "ApplyConfiguration accepts os:reader clients",
         changes=(Seam.APPLY,),
+        quirks=(Quirk.APPLY_SKIPS_ROLE_CHECK,),
     ),
     FaultProfile(
         Fault.READER_READS_SECRETS,
@@ -298,16 +370,19 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.READER_GETS_KUBECONFIG,
         "the Kubeconfig RPC answers os:reader clients",
         changes=(Seam.AUTHORIZATION,),
+        reader_grants=("/machine.MachineService/Kubeconfig",),
     ),
     FaultProfile(
         Fault.READER_MINTS_ADMIN,
         "GenerateClientConfiguration answers os:reader clients with the roles they ask for",
         changes=(Seam.AUTHORIZATION,),
+        reader_grants=("/machine.MachineService/GenerateClientConfiguration",),
     ),
     FaultProfile(
         Fault.READER_APPLIES_FOR_REAL,
         "ApplyConfiguration refuses an os:reader dry run but carries out its real apply",
         changes=(Seam.AUTHORIZATION,),
+        quirks=(Quirk.READER_REAL_APPLY_RUNS_AS_ADMIN,),
     ),
     FaultProfile(
         Fault.EXPIRED_CERTS_ACCEPTED,
@@ -334,11 +409,13 @@ PROFILES: tuple[FaultProfile, ...] = (
         "ApplyConfiguration refuses a config that fails validation, then applies it "
         "(no-reboot) 2 s later anyway",
         changes=(Seam.APPLY,),
+        quirks=(Quirk.REJECTED_APPLY_LANDS_LATE,),
     ),
     FaultProfile(
         Fault.DRY_RUN_APPLIES_LATE,
         "a dry-run ApplyConfiguration changes nothing at once, but applies the config 2 s later",
         changes=(Seam.APPLY,),
+        quirks=(Quirk.DRY_RUN_EXECUTES_LATE,),
     ),
     FaultProfile(
         Fault.TRY_REVERT_KEEPS_LABEL,
@@ -348,29 +425,36 @@ PROFILES: tuple[FaultProfile, ...] = (
             Seam.APPLY,
             Seam.KUBERNETES,
         ),
+        quirks=(Quirk.TRY_REVERT_KEEPS_NODE_LABELS,),
     ),
     FaultProfile(
         Fault.NO_REBOOT_ACCEPTS_REBOOT_FIELDS,
         "no-reboot and try applies accept machine.env and machine.files changes, which need a"
         " reboot",
         changes=(Seam.APPLY,),
+        quirks=(Quirk.IMMEDIATE_ALLOWS_ENV_AND_FILES,),
     ),
     FaultProfile(
         Fault.HIDDEN_LISTENER,
         "every node's Netstat leaves out the socket on TCP 10250, which still answers on the "
         "node address (a listener hidden from the node's own account)",
         changes=(Seam.LISTENERS,),
+        hidden_ports=(10250,),
     ),
     FaultProfile(
         Fault.UDP_LISTENER,
         "every node runs a TFTP server bound to UDP 0.0.0.0:69, which Talos never opens",
         changes=(Seam.LISTENERS,),
+        # a TFTP server on every address: Talos runs none
+        listeners=(AddedListener(69, "in.tftpd", "0.0.0.0", udp=True),),
     ),
     FaultProfile(
         Fault.NETSTAT_GHOST,
         "every node's Netstat shows node_exporter listening on TCP :::9100, a port Talos "
         "never opens; connections to it are refused (a firewall hides it from the scan)",
         changes=(Seam.LISTENERS,),
+        # node_exporter's usual port, listening on every address behind a rejecting firewall
+        listeners=(AddedListener(9100, "node_exporter", "::", rejected=True),),
     ),
     FaultProfile(
         Fault.HEALTH_FLAP_RUNNING,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-__all__ = ["SEAM_WHERE", "Fault", "Scope", "Seam"]
+__all__ = ["SEAM_WHERE", "Fault", "Quirk", "Scope", "Seam"]
 
 # Which nodes a profile affects: every node, only the last node of the cluster (so that a
 # check comparing nodes with each other has something to compare against), or the control
@@ -87,6 +87,31 @@ class Fault(StrEnum):
     EMPTY_LOGS = "empty-logs"
     EVENTS_IGNORE_TAIL_SECONDS = "events-ignore-tail-seconds"
     SERVICE_STUCK_PREPARING = "service-stuck-preparing"
+
+
+class Quirk(StrEnum):
+    """A behaviour switch inside a seam's pipeline: the seam asks ``node.quirk(Quirk.X)``,
+    a fault profile lists the quirks it turns on (``FaultProfile.quirks``)."""
+
+    # Seam.APPLY (nodeapply.MachineConfigState)
+    APPLY_SKIPS_ROLE_CHECK = "apply-skips-role-check"
+    APPLY_KEEPS_PENDING_TRY = "apply-keeps-pending-try"
+    REJECTED_APPLY_LANDS_LATE = "rejected-apply-lands-late"
+    DRY_RUN_EXECUTES = "dry-run-executes"
+    DRY_RUN_EXECUTES_LATE = "dry-run-executes-late"
+    VALIDATION_ACCEPTS_PARSEABLE = "validation-accepts-parseable"
+    REJECT_BUMPS_VERSION = "reject-bumps-version"
+    IMMEDIATE_ALLOWS_ENV_AND_FILES = "immediate-allows-env-and-files"
+    TRY_TIMER_SKIPS_REVERT = "try-timer-skips-revert"
+    TRY_REVERT_KEEPS_NODE_LABELS = "try-revert-keeps-node-labels"
+    # Seam.KUBERNETES (kubenode.kube_node_info)
+    KUBE_LABELS_NEVER_SYNC = "kube-labels-never-sync"
+    KUBE_READY_FLAPS = "kube-ready-flaps"
+    KUBE_READY_FALSE = "kube-ready-false"
+    KUBE_MEMORY_PRESSURE = "kube-memory-pressure"
+    KUBE_UNSCHEDULABLE = "kube-unschedulable"
+    # Seam.AUTHORIZATION (dispatch.LocalDispatcher)
+    READER_REAL_APPLY_RUNS_AS_ADMIN = "reader-real-apply-runs-as-admin"
 
 
 class Seam(StrEnum):
