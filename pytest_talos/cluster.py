@@ -66,8 +66,9 @@ class TalosCluster:
         """
         config = load_talosconfig(talosconfig, context=context, env=env)
         scan_baseline = scan_baseline or config.context.scan_baseline
-        client = _first_reachable(config, list(endpoints) or list(config.context.endpoints),
-                                  timeout)
+        client = _first_reachable(
+            config, list(endpoints) or list(config.context.endpoints), timeout
+        )
         try:
             addresses = list(nodes) or list(config.context.nodes) or _discover(client)
             found = [_describe_node(client, address, scan_baseline) for address in addresses]
@@ -185,8 +186,13 @@ def _first_reachable(config: TalosConfig, endpoints: Sequence[str], timeout: flo
     failures: list[TransportError] = []
     for endpoint in endpoints:
         client = TalosClient(
-            endpoint, ctx.ca_pem, ctx.crt_pem, ctx.key_pem,
-            timeout=timeout, cluster=ctx.cluster, roles=config.roles,
+            endpoint,
+            ctx.ca_pem,
+            ctx.crt_pem,
+            ctx.key_pem,
+            timeout=timeout,
+            cluster=ctx.cluster,
+            roles=config.roles,
         )
         try:
             client.version()
@@ -240,9 +246,7 @@ def _describe_node(client: TalosClient, address: str, scan_baseline: str | None)
         hostname, role = node.hostname, node.role
     except TalosError as exc:
         return TalosNode(client, address, role="unknown", unreachable=exc)
-    return TalosNode(
-        client, address, hostname=hostname, role=role, scan_baseline=scan_baseline
-    )
+    return TalosNode(client, address, hostname=hostname, role=role, scan_baseline=scan_baseline)
 
 
 # --------------------------------------------------------------------------- Kubernetes

@@ -60,8 +60,10 @@ class ServiceState:
     def __str__(self) -> str:
         if not self.running:
             return f"{self.service}: not running"
-        health = "health unknown" if self.health_unknown else (
-            "healthy" if self.healthy else "unhealthy"
+        health = (
+            "health unknown"
+            if self.health_unknown
+            else ("healthy" if self.healthy else "unhealthy")
         )
         return f"{self.service}: running, {health}"
 
@@ -207,11 +209,15 @@ def wait_service_stable(
             if max_restarts and report.restarts >= max_restarts:
                 break
     report.elapsed = clock() - started
-    why = "kept restarting" if max_restarts and report.restarts >= max_restarts else (
-        f"was not running and healthy for {stable_for:g}s on end"
+    why = (
+        "kept restarting"
+        if max_restarts and report.restarts >= max_restarts
+        else (f"was not running and healthy for {stable_for:g}s on end")
     )
     raise WaitTimeout(
-        f"service {service_id} {why}", last_observation=report, elapsed=report.elapsed,
+        f"service {service_id} {why}",
+        last_observation=report,
+        elapsed=report.elapsed,
         node=node.name,
     )
 
@@ -305,7 +311,9 @@ def wait_until(
         elapsed = clock() - started
         if elapsed >= timeout:
             raise WaitTimeout(
-                f"gave up waiting for {description}", last_observation=last, elapsed=elapsed,
+                f"gave up waiting for {description}",
+                last_observation=last,
+                elapsed=elapsed,
                 node=node,
             )
         sleep(min(delay, max(timeout - elapsed, 0.0)))

@@ -55,10 +55,14 @@ def _local_top_levels() -> set[str]:
 def _run_protoc(out: Path) -> None:
     protos = sorted(str(p.relative_to(PROTO_DIR)) for p in PROTO_DIR.rglob("*.proto"))
     args = [
-        sys.executable, "-m", "grpc_tools.protoc",
+        sys.executable,
+        "-m",
+        "grpc_tools.protoc",
         *(f"-I{d}" for d in _include_dirs()),
         f"--plugin=protoc-gen-grpclib_python={_grpclib_plugin()}",
-        f"--python_out={out}", f"--pyi_out={out}", f"--grpclib_python_out={out}",
+        f"--python_out={out}",
+        f"--pyi_out={out}",
+        f"--grpclib_python_out={out}",
         *protos,
     ]
     subprocess.run(args, check=True, cwd=PROTO_DIR)
@@ -74,10 +78,12 @@ def _rewrite_imports(text: str, tops: set[str]) -> str:
         flags=re.M,
     )
     # grpclib stubs: `import common.common_pb2` and uses `common.common_pb2.X`
-    text = re.sub(rf"^import ({alternation})((?:\.\w+)+)$", rf"import {OUT_PACKAGE}.\1\2", text,
-                  flags=re.M)
-    return re.sub(rf"(?<![\w.])({alternation})((?:\.\w+)*\.\w+_pb2)\.", rf"{OUT_PACKAGE}.\1\2.",
-                  text)
+    text = re.sub(
+        rf"^import ({alternation})((?:\.\w+)+)$", rf"import {OUT_PACKAGE}.\1\2", text, flags=re.M
+    )
+    return re.sub(
+        rf"(?<![\w.])({alternation})((?:\.\w+)*\.\w+_pb2)\.", rf"{OUT_PACKAGE}.\1\2.", text
+    )
 
 
 def _postprocess(out: Path) -> None:

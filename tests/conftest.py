@@ -32,6 +32,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(TEST_TIMEOUT, method="signal"))
 
+
 # The kit keeps node locks, journals and its change log in a state directory (default under
 # $XDG_STATE_HOME): the kit's own tests, and the suite runs they start, get a private one, so
 # they neither read a developer's nor leave anything in the home directory.

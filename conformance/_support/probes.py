@@ -82,14 +82,18 @@ def connect_without_certificate(host: str, ca_pem: bytes, timeout: float) -> Att
     what = "TLS connection without a client certificate"
     context = _tls_context(ca_pem)
     try:
-        with (socket.create_connection((host, APID_PORT), timeout=timeout) as raw,
-              context.wrap_socket(raw, server_hostname=host) as tls):
+        with (
+            socket.create_connection((host, APID_PORT), timeout=timeout) as raw,
+            context.wrap_socket(raw, server_hostname=host) as tls,
+        ):
             tls.sendall(_H2_PREFACE)
             data = tls.recv(64)
     except ssl.SSLCertVerificationError as exc:
         raise TransportError(
             f"cannot verify the node's certificate on {host}:{APID_PORT} ({exc.verify_message});"
-            " check the ca of the talosconfig context", node=host) from None
+            " check the ca of the talosconfig context",
+            node=host,
+        ) from None
     except (ssl.SSLError, ConnectionResetError, BrokenPipeError) as exc:
         return Attempt(what, accepted=False, detail=f"refused: {exc}")
     except TimeoutError:
@@ -98,21 +102,31 @@ def connect_without_certificate(host: str, ca_pem: bytes, timeout: float) -> Att
         raise TransportError(f"cannot connect to {host}:{APID_PORT}: {exc}", node=host) from None
     if not data:
         return Attempt(what, accepted=False, detail="the node hung up after the handshake")
-    return Attempt(what, accepted=True,
-                   detail=f"the node answered with {len(data)} bytes of HTTP/2 (frame type "
-                   f"{data[3] if len(data) > 3 else '?'})")
+    return Attempt(
+        what,
+        accepted=True,
+        detail=f"the node answered with {len(data)} bytes of HTTP/2 (frame type "
+        f"{data[3] if len(data) > 3 else '?'})",
+    )
 
 
 def foreign_ca_attempt(host: str, ca_pem: bytes, timeout: float) -> Attempt:
     """Call Version with an ``os:admin`` certificate from a CA the cluster does not know."""
     foreign = CertificateAuthority.generate(organization="talos")
     cert = issue_client_cert(foreign, roles=["os:admin"])
-    return certificate_attempt(host, ca_pem, cert.cert_pem, cert.key_pem, timeout,
-                               "Version with an os:admin certificate from a foreign CA")
+    return certificate_attempt(
+        host,
+        ca_pem,
+        cert.cert_pem,
+        cert.key_pem,
+        timeout,
+        "Version with an os:admin certificate from a foreign CA",
+    )
 
 
-def certificate_attempt(host: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes,
-                        timeout: float, what: str) -> Attempt:
+def certificate_attempt(
+    host: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, timeout: float, what: str
+) -> Attempt:
     """Call Version on ``host`` presenting ``cert_pem``: refused means TLS turned it away.
 
     A PermissionDenied after the handshake still counts as accepted: apid let the
@@ -125,8 +139,9 @@ def certificate_attempt(host: str, ca_pem: bytes, cert_pem: bytes, key_pem: byte
         return Attempt(what, accepted=False, detail=f"refused: {exc}")
     except APIError as exc:
         # TLS let the certificate through; only authorization stopped the call.
-        return Attempt(what, accepted=True, detail=f"TLS accepted it, then {exc.code}: "
-                       f"{exc.details}")
+        return Attempt(
+            what, accepted=True, detail=f"TLS accepted it, then {exc.code}: {exc.details}"
+        )
     finally:
         client.close()
     return Attempt(what, accepted=True, detail=f"answered: Talos {version.tag}")
@@ -143,8 +158,9 @@ _DESTROY = Rpc(_STATE + "Destroy", state_pb2.DestroyRequest, state_pb2.DestroyRe
 def _probe_resource() -> resource_pb2.Resource:
     kind, namespace = _PROBE_TYPE
     return resource_pb2.Resource(
-        metadata=resource_pb2.Metadata(namespace=namespace, type=kind, id=_WRITE_PROBE_ID,
-                                       version="1", phase="running"),
+        metadata=resource_pb2.Metadata(
+            namespace=namespace, type=kind, id=_WRITE_PROBE_ID, version="1", phase="running"
+        ),
         spec=resource_pb2.Spec(yaml_spec="version: pytest-talos-probe\n"),
     )
 
@@ -155,8 +171,7 @@ def _verdict(what: str, exc: APIError | None) -> Attempt:
     if exc.code == "PERMISSION_DENIED":
         return Attempt(what, accepted=False, detail=f"refused: {exc.details}")
     # NotFound and the like mean the write got past the access policy.
-    return Attempt(what, accepted=True, detail=f"not refused by policy: {exc.code}: "
-                   f"{exc.details}")
+    return Attempt(what, accepted=True, detail=f"not refused by policy: {exc.code}: {exc.details}")
 
 
 _GET = Rpc(_STATE + "Get", state_pb2.GetRequest, state_pb2.GetResponse)
@@ -180,16 +195,30 @@ async def _writes(transport: Transport, node: str) -> list[Attempt]:
     kind, namespace = _PROBE_TYPE
     attempts = []
     if await _probe_exists(transport, target):
-        attempts.append(Attempt("the probe resource before any write", accepted=True,
-                                detail=f"{kind} {namespace}/{_WRITE_PROBE_ID} exists already "
-                                "(an earlier write got through)"))
+        attempts.append(
+            Attempt(
+                "the probe resource before any write",
+                accepted=True,
+                detail=f"{kind} {namespace}/{_WRITE_PROBE_ID} exists already "
+                "(an earlier write got through)",
+            )
+        )
     calls: tuple[tuple[str, Rpc[Any, Any], Message], ...] = (
-        ("Destroy of a resource that does not exist", _DESTROY,
-         state_pb2.DestroyRequest(namespace=namespace, type=kind, id=_WRITE_PROBE_ID)),
-        ("Update of a resource that does not exist", _UPDATE,
-         state_pb2.UpdateRequest(new_resource=_probe_resource())),
-        ("Create of a probe resource", _CREATE,
-         state_pb2.CreateRequest(resource=_probe_resource())),
+        (
+            "Destroy of a resource that does not exist",
+            _DESTROY,
+            state_pb2.DestroyRequest(namespace=namespace, type=kind, id=_WRITE_PROBE_ID),
+        ),
+        (
+            "Update of a resource that does not exist",
+            _UPDATE,
+            state_pb2.UpdateRequest(new_resource=_probe_resource()),
+        ),
+        (
+            "Create of a probe resource",
+            _CREATE,
+            state_pb2.CreateRequest(resource=_probe_resource()),
+        ),
     )
     left_behind = False
     for what, rpc, request in calls:
@@ -201,23 +230,31 @@ async def _writes(transport: Transport, node: str) -> list[Attempt]:
         exists = await _probe_exists(transport, target)
         if exists and rpc is not _DESTROY:
             left_behind = True
-            verdict = Attempt(what, accepted=True,
-                              detail=f"{verdict.detail}; afterwards {kind} "
-                              f"{namespace}/{_WRITE_PROBE_ID} exists")
+            verdict = Attempt(
+                what,
+                accepted=True,
+                detail=f"{verdict.detail}; afterwards {kind} {namespace}/{_WRITE_PROBE_ID} exists",
+            )
         attempts.append(verdict)
     if left_behind or attempts[-1].accepted:  # take the probe resource away again
         cleanup = state_pb2.DestroyRequest(namespace=namespace, type=kind, id=_WRITE_PROBE_ID)
         with contextlib.suppress(TalosError):
             await transport.unary(_DESTROY, cleanup, target)
         if await _probe_exists(transport, target):
-            attempts.append(Attempt("clean-up of the probe resource", accepted=True,
-                                    detail=f"{kind} {namespace}/{_WRITE_PROBE_ID} could not "
-                                    "be destroyed: it stays on the node"))
+            attempts.append(
+                Attempt(
+                    "clean-up of the probe resource",
+                    accepted=True,
+                    detail=f"{kind} {namespace}/{_WRITE_PROBE_ID} could not "
+                    "be destroyed: it stays on the node",
+                )
+            )
     return attempts
 
 
-def write_attempts(cluster_client: TalosClient, context: Context, node: str,
-                   timeout: float) -> list[Attempt]:
+def write_attempts(
+    cluster_client: TalosClient, context: Context, node: str, timeout: float
+) -> list[Attempt]:
     """Try Destroy, Update and Create through the COSI API of ``node``; each must be refused
     and leave no probe resource behind.
 
@@ -238,6 +275,7 @@ def write_attempts(cluster_client: TalosClient, context: Context, node: str,
 
 
 # --------------------------------------------------------------------------- certificates
+
 
 def signer_from_config(raw: bytes, section: str) -> CertificateAuthority | None:
     """The CA (certificate and key) of ``<section>.ca`` in a machine config, if it has a key.
@@ -278,16 +316,21 @@ def expired_credentials(admin: TalosClient) -> tuple[bytes, bytes, str]:
     cert = x509.load_pem_x509_certificate(creds.crt_pem)
     left = (cert.not_valid_after_utc - dt.datetime.now(dt.UTC)).total_seconds()
     if left > 10:
-        raise TransportError(f"GenerateClientConfiguration with a 1s TTL returned a certificate "
-                             f"valid for another {left:.0f}s")
+        raise TransportError(
+            f"GenerateClientConfiguration with a 1s TTL returned a certificate "
+            f"valid for another {left:.0f}s"
+        )
     time.sleep(max(0.0, left) + 1.5)
-    what = (f"Version with an os:reader certificate that expired at "
-            f"{cert.not_valid_after_utc:%H:%M:%S} UTC")
+    what = (
+        f"Version with an os:reader certificate that expired at "
+        f"{cert.not_valid_after_utc:%H:%M:%S} UTC"
+    )
     return creds.crt_pem, creds.key_pem, what
 
 
-def eku_attempts(host: str, ca_pem: bytes, signer: CertificateAuthority,
-                 timeout: float) -> list[Attempt]:
+def eku_attempts(
+    host: str, ca_pem: bytes, signer: CertificateAuthority, timeout: float
+) -> list[Attempt]:
     """Certificates of the cluster's CA whose ExtKeyUsage is not exactly ``[ClientAuth]``.
 
     apid's ``verifyExtKeyUsage`` (internal/app/apid/service.go) refuses both: Go's TLS lets a
@@ -296,15 +339,24 @@ def eku_attempts(host: str, ca_pem: bytes, signer: CertificateAuthority,
     """
     shapes: tuple[tuple[str, tuple[x509.ObjectIdentifier, ...]], ...] = (
         ("without ExtKeyUsage", ()),
-        ("with ExtKeyUsage [ClientAuth, ServerAuth]",
-         (ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH)),
+        (
+            "with ExtKeyUsage [ClientAuth, ServerAuth]",
+            (ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH),
+        ),
     )
     attempts = []
     for label, usages in shapes:
         cert = issue_client_cert(signer, roles=["os:reader"], ext_key_usage=usages)
-        attempts.append(certificate_attempt(
-            host, ca_pem, cert.cert_pem, cert.key_pem, timeout,
-            f"Version with an os:reader certificate of the Talos CA {label}"))
+        attempts.append(
+            certificate_attempt(
+                host,
+                ca_pem,
+                cert.cert_pem,
+                cert.key_pem,
+                timeout,
+                f"Version with an os:reader certificate of the Talos CA {label}",
+            )
+        )
     return attempts
 
 
@@ -315,13 +367,16 @@ def _kubeconfig_client(kubeconfig: bytes) -> tuple[bytes, bytes] | None:
     for entry in users or ():
         user = entry.get("user") if isinstance(entry, dict) else None
         if isinstance(user, dict) and user.get("client-certificate-data"):
-            return (base64.b64decode(user["client-certificate-data"]),
-                    base64.b64decode(user.get("client-key-data", "")))
+            return (
+                base64.b64decode(user["client-certificate-data"]),
+                base64.b64decode(user.get("client-key-data", "")),
+            )
     return None
 
 
-def kubernetes_ca_attempt(host: str, ca_pem: bytes, kubeconfig: bytes,
-                          timeout: float) -> Attempt | None:
+def kubernetes_ca_attempt(
+    host: str, ca_pem: bytes, kubeconfig: bytes, timeout: float
+) -> Attempt | None:
     """Version presenting the admin kubeconfig's client certificate (Kubernetes CA, O =
     system:masters). None when the kubeconfig holds no client certificate."""
     found = _kubeconfig_client(kubeconfig)
@@ -329,8 +384,13 @@ def kubernetes_ca_attempt(host: str, ca_pem: bytes, kubeconfig: bytes,
         return None
     cert_pem, key_pem = found
     return certificate_attempt(
-        host, ca_pem, cert_pem, key_pem, timeout,
-        "Version with the admin kubeconfig's client certificate (Kubernetes CA)")
+        host,
+        ca_pem,
+        cert_pem,
+        key_pem,
+        timeout,
+        "Version with the admin kubeconfig's client certificate (Kubernetes CA)",
+    )
 
 
 # --------------------------------------------------------------------------- os:reader
@@ -338,21 +398,23 @@ def kubernetes_ca_attempt(host: str, ca_pem: bytes, kubeconfig: bytes,
 # Sensitive types (Sensitivity: meta.Sensitive) of pkg/machinery/resources/config/
 # machine_config.go and pkg/machinery/resources/secrets/*.go; the node's own resource
 # definitions name the rest.
-KNOWN_SENSITIVE = frozenset({
-    "MachineConfigs.config.talos.dev",
-    "ApiCertificates.secrets.talos.dev",
-    "CertSANs.secrets.talos.dev",
-    "EncryptionSalts.secrets.talos.dev",
-    "EtcdSecrets.secrets.talos.dev",
-    "EtcdRootSecrets.secrets.talos.dev",
-    "KubeletSecrets.secrets.talos.dev",
-    "KubernetesSecrets.secrets.talos.dev",
-    "KubernetesDynamicCerts.secrets.talos.dev",
-    "KubernetesRootSecrets.secrets.talos.dev",
-    "MaintenanceRootSecrets.secrets.talos.dev",
-    "OSRootSecrets.secrets.talos.dev",
-    "TrustdCertificates.secrets.talos.dev",
-})
+KNOWN_SENSITIVE = frozenset(
+    {
+        "MachineConfigs.config.talos.dev",
+        "ApiCertificates.secrets.talos.dev",
+        "CertSANs.secrets.talos.dev",
+        "EncryptionSalts.secrets.talos.dev",
+        "EtcdSecrets.secrets.talos.dev",
+        "EtcdRootSecrets.secrets.talos.dev",
+        "KubeletSecrets.secrets.talos.dev",
+        "KubernetesSecrets.secrets.talos.dev",
+        "KubernetesDynamicCerts.secrets.talos.dev",
+        "KubernetesRootSecrets.secrets.talos.dev",
+        "MaintenanceRootSecrets.secrets.talos.dev",
+        "OSRootSecrets.secrets.talos.dev",
+        "TrustdCertificates.secrets.talos.dev",
+    }
+)
 _ABSENT_ID = "pytest-talos-absent"
 _WATCH_SECONDS = 2.0
 
@@ -363,8 +425,9 @@ def _reader_verdict(what: str, call: Callable[[], str]) -> Attempt:
     except APIError as exc:
         if exc.code == "PERMISSION_DENIED":
             return Attempt(what, accepted=False, detail=f"refused: {exc.details}")
-        return Attempt(what, accepted=True,
-                       detail=f"past the access policy: {exc.code}: {exc.details}")
+        return Attempt(
+            what, accepted=True, detail=f"past the access policy: {exc.code}: {exc.details}"
+        )
     return Attempt(what, accepted=True, detail=detail)
 
 
@@ -379,16 +442,17 @@ def _watched(reader: TalosClient, kind: str, namespace: str) -> str:
     return f"the watch was set up and delivered {seen} resource(s)"
 
 
-def _reader_reads(
-    reader: TalosClient, kind: str, namespace: str, ids: list[str]
-) -> list[Attempt]:
+def _reader_reads(reader: TalosClient, kind: str, namespace: str, ids: list[str]) -> list[Attempt]:
     def get(id_: str) -> Callable[[], str]:
         return lambda: f"read version {reader.get(kind, id_, namespace).version}"
 
     attempts = [_reader_verdict(f"Get {kind} {namespace}/{id_}", get(id_)) for id_ in ids]
-    attempts.append(_reader_verdict(
-        f"List {kind}",
-        lambda: f"listed {len(reader.list_resources(kind, namespace))} resource(s)"))
+    attempts.append(
+        _reader_verdict(
+            f"List {kind}",
+            lambda: f"listed {len(reader.list_resources(kind, namespace))} resource(s)",
+        )
+    )
     attempts.append(_reader_verdict(f"Watch {kind}", lambda: _watched(reader, kind, namespace)))
     return attempts
 
@@ -425,6 +489,7 @@ def reader_admin_attempts(reader: TalosClient) -> dict[str, Attempt]:
     authorizer refuses before the handler, so a worker's Unimplemented is a finding too.
     Neither changes the node.
     """
+
     def kubeconfig() -> str:
         return f"returned a kubeconfig of {len(reader.kubeconfig())} bytes"
 
@@ -435,6 +500,5 @@ def reader_admin_attempts(reader: TalosClient) -> dict[str, Attempt]:
 
     return {
         "kubeconfig": _reader_verdict("Kubeconfig as os:reader", kubeconfig),
-        "mint": _reader_verdict(
-            "GenerateClientConfiguration(os:admin) as os:reader", mint),
+        "mint": _reader_verdict("GenerateClientConfiguration(os:admin) as os:reader", mint),
     }

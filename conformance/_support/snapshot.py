@@ -98,8 +98,9 @@ class NodeSnapshot:
             "config_version": self.config_version,
             "config_sections": dict(sorted(self.config_sections.items())),
             "extensions": dict(sorted(self.extensions.items())),
-            "node_labels": None if self.node_labels is None else dict(sorted(
-                self.node_labels.items())),
+            "node_labels": None
+            if self.node_labels is None
+            else dict(sorted(self.node_labels.items())),
         }
 
 
@@ -144,8 +145,9 @@ def _node_from_json(name: str, data: Any, source: str) -> NodeSnapshot:
             config_version=int(data["config_version"]),
             extensions={str(k): str(v) for k, v in (data.get("extensions") or {}).items()},
             node_labels=None if labels is None else {str(k): str(v) for k, v in labels.items()},
-            config_sections={str(k): str(v) for k, v in
-                             (data.get("config_sections") or {}).items()},
+            config_sections={
+                str(k): str(v) for k, v in (data.get("config_sections") or {}).items()
+            },
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(

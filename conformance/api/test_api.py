@@ -58,19 +58,30 @@ def _ca_pem(cluster: TalosCluster) -> bytes:
     return cluster.talosconfig.context.ca_pem
 
 
-def _refused_or_fail(check: str, node: TalosNode, attempts: list[probes.Attempt],
-                     evidence: dict[str, Any], message: str, expected: str) -> None:
+def _refused_or_fail(
+    check: str,
+    node: TalosNode,
+    attempts: list[probes.Attempt],
+    evidence: dict[str, Any],
+    message: str,
+    expected: str,
+) -> None:
     evidence.update({a.what: a.detail for a in attempts})
     accepted = [a for a in attempts if a.accepted]
     if accepted:
         raise ConformanceFailure(
-            check, message, node=node.name, expected=expected,
-            observed="; ".join(f"{a.what}: {a.detail}" for a in accepted))
+            check,
+            message,
+            node=node.name,
+            expected=expected,
+            observed="; ".join(f"{a.what}: {a.detail}" for a in accepted),
+        )
 
 
 @pytest.fixture(scope="module")
-def talos_ca_signer(talos_cluster: TalosCluster, talos_emulator: Any) -> Iterator[
-        CertificateAuthority | str]:
+def talos_ca_signer(
+    talos_cluster: TalosCluster, talos_emulator: Any
+) -> Iterator[CertificateAuthority | str]:
     """The Talos OS CA with its key (to mint certificates apid must refuse), or why none.
 
     The emulator hands it out; on a real cluster it is ``machine.ca`` of a control plane's
@@ -84,8 +95,11 @@ def talos_ca_signer(talos_cluster: TalosCluster, talos_emulator: Any) -> Iterato
         yield f"the Talos CA key is unknown: the control plane's config is unreadable ({exc})"
         return
     signer = probes.signer_from_config(raw, "machine")
-    yield signer if signer is not None else (
-        "the Talos CA key is unknown: the control plane's machine.ca has no usable key")
+    yield (
+        signer
+        if signer is not None
+        else ("the Talos CA key is unknown: the control plane's machine.ca has no usable key")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +119,10 @@ def admin_kubeconfig(talos_cluster: TalosCluster) -> bytes | str:
 
 
 @pytest.mark.talos_check(
-    "api.version-answers", severity="critical",
-    claim="The Talos API answers Version on every node, with a configured (RBAC) machine")
+    "api.version-answers",
+    severity="critical",
+    claim="The Talos API answers Version on every node, with a configured (RBAC) machine",
+)
 def test_version_answers_on_every_node(
     talos_node: TalosNode, talos_evidence: dict[str, Any]
 ) -> None:
@@ -114,14 +130,19 @@ def test_version_answers_on_every_node(
     talos_evidence.update(tag=version.tag, platform=version.platform, arch=version.arch)
     if not version.tag.startswith("v") or version.rbac is not True:
         raise ConformanceFailure(
-            "api.version-answers", "Version did not describe a configured Talos node",
-            node=talos_node.name, expected="a v-tag and features.rbac = true",
-            observed=f"tag {version.tag!r}, rbac {version.rbac}")
+            "api.version-answers",
+            "Version did not describe a configured Talos node",
+            node=talos_node.name,
+            expected="a v-tag and features.rbac = true",
+            observed=f"tag {version.tag!r}, rbac {version.rbac}",
+        )
 
 
 @pytest.mark.talos_check(
-    "api.version-consistent", severity="high",
-    claim="Every node runs the same Talos version (Version fanned out to all nodes)")
+    "api.version-consistent",
+    severity="high",
+    claim="Every node runs the same Talos version (Version fanned out to all nodes)",
+)
 def test_all_nodes_run_one_talos_version(
     talos_cluster: TalosCluster, talos_evidence: dict[str, Any]
 ) -> None:
@@ -143,114 +164,167 @@ def test_all_nodes_run_one_talos_version(
             "the nodes do not all answer with one Talos version",
             expected="one version on every node",
             observed=", ".join(f"{n}: {t}" for n, t in sorted(tags.items())),
-            evidence={"no answer": silent} if silent else None)
+            evidence={"no answer": silent} if silent else None,
+        )
 
 
 @pytest.mark.talos_check(
-    "api.version-matches-resource", severity="medium",
-    claim="The Version API and the Versions resource name the same Talos version")
+    "api.version-matches-resource",
+    severity="medium",
+    claim="The Version API and the Versions resource name the same Talos version",
+)
 def test_version_api_matches_versions_resource(
     talos_node: TalosNode, talos_evidence: dict[str, Any]
 ) -> None:
     api_tag = talos_node.version.tag
     resource = talos_node.resource("Versions.runtime.talos.dev", "version", "runtime")
     spec = resource.typed_spec
-    resource_tag = spec.version if isinstance(spec, models.VersionSpec) else str(
-        (resource.spec or {}).get("version"))
+    resource_tag = (
+        spec.version
+        if isinstance(spec, models.VersionSpec)
+        else str((resource.spec or {}).get("version"))
+    )
     talos_evidence.update(version_api=api_tag, versions_resource=resource_tag)
     if api_tag != resource_tag:
         raise ConformanceFailure(
-            "api.version-matches-resource", "the node reports two different versions",
-            node=talos_node.name, expected=f"Version API == Versions resource ({resource_tag})",
-            observed=f"Version API says {api_tag}")
+            "api.version-matches-resource",
+            "the node reports two different versions",
+            node=talos_node.name,
+            expected=f"Version API == Versions resource ({resource_tag})",
+            observed=f"Version API says {api_tag}",
+        )
 
 
 @pytest.mark.talos_check(
-    "api.mtls-required", severity="critical",
-    claim="apid refuses a client that presents no certificate")
+    "api.mtls-required",
+    severity="critical",
+    claim="apid refuses a client that presents no certificate",
+)
 def test_client_without_certificate_is_refused(
     talos_node: TalosNode, talos_cluster: TalosCluster, talos_evidence: dict[str, Any]
 ) -> None:
     attempt = probes.connect_without_certificate(
-        talos_node.host, _ca_pem(talos_cluster), talos_cluster.client.timeout)
+        talos_node.host, _ca_pem(talos_cluster), talos_cluster.client.timeout
+    )
     talos_evidence[attempt.what] = attempt.detail
     if attempt.accepted:
         raise ConformanceFailure(
-            "api.mtls-required", "apid accepted a connection without a client certificate",
-            node=talos_node.name, expected="the TLS handshake refused (certificate required)",
-            observed=attempt.detail)
+            "api.mtls-required",
+            "apid accepted a connection without a client certificate",
+            node=talos_node.name,
+            expected="the TLS handshake refused (certificate required)",
+            observed=attempt.detail,
+        )
 
 
 @pytest.mark.talos_check(
-    "api.foreign-ca-refused", severity="critical",
-    claim="apid refuses a client certificate issued by a CA other than the cluster's")
+    "api.foreign-ca-refused",
+    severity="critical",
+    claim="apid refuses a client certificate issued by a CA other than the cluster's",
+)
 def test_certificate_from_foreign_ca_is_refused(
     talos_node: TalosNode, talos_cluster: TalosCluster, talos_evidence: dict[str, Any]
 ) -> None:
     attempt = probes.foreign_ca_attempt(
-        talos_node.host, _ca_pem(talos_cluster), talos_cluster.client.timeout)
+        talos_node.host, _ca_pem(talos_cluster), talos_cluster.client.timeout
+    )
     talos_evidence[attempt.what] = attempt.detail
     if attempt.accepted:
         raise ConformanceFailure(
-            "api.foreign-ca-refused", "apid accepted a certificate from a foreign CA",
-            node=talos_node.name, expected="the TLS handshake refused",
-            observed=attempt.detail)
+            "api.foreign-ca-refused",
+            "apid accepted a certificate from a foreign CA",
+            node=talos_node.name,
+            expected="the TLS handshake refused",
+            observed=attempt.detail,
+        )
 
 
 @pytest.mark.talos_check(
-    "api.expired-cert-refused", severity="critical",
-    claim="apid refuses an expired client certificate of the cluster's own CA")
+    "api.expired-cert-refused",
+    severity="critical",
+    claim="apid refuses an expired client certificate of the cluster's own CA",
+)
 def test_expired_certificate_is_refused(
-    talos_node: TalosNode, talos_cluster: TalosCluster,
-    expired_credentials: tuple[bytes, bytes, str] | str, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_cluster: TalosCluster,
+    expired_credentials: tuple[bytes, bytes, str] | str,
+    talos_evidence: dict[str, Any],
 ) -> None:
     if isinstance(expired_credentials, str):
         pytest.skip(expired_credentials)
     crt, key, what = expired_credentials
     attempt = probes.certificate_attempt(
-        talos_node.host, _ca_pem(talos_cluster), crt, key, talos_cluster.client.timeout, what)
-    _refused_or_fail("api.expired-cert-refused", talos_node, [attempt], talos_evidence,
-                     "apid accepted an expired client certificate",
-                     "the TLS handshake refused (certificate expired)")
+        talos_node.host, _ca_pem(talos_cluster), crt, key, talos_cluster.client.timeout, what
+    )
+    _refused_or_fail(
+        "api.expired-cert-refused",
+        talos_node,
+        [attempt],
+        talos_evidence,
+        "apid accepted an expired client certificate",
+        "the TLS handshake refused (certificate expired)",
+    )
 
 
 @pytest.mark.talos_check(
-    "api.client-auth-eku-required", severity="high",
-    claim="apid refuses a Talos-CA certificate whose ExtKeyUsage is not exactly ClientAuth")
+    "api.client-auth-eku-required",
+    severity="high",
+    claim="apid refuses a Talos-CA certificate whose ExtKeyUsage is not exactly ClientAuth",
+)
 def test_certificate_without_client_auth_usage_is_refused(
-    talos_node: TalosNode, talos_cluster: TalosCluster,
-    talos_ca_signer: CertificateAuthority | str, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_cluster: TalosCluster,
+    talos_ca_signer: CertificateAuthority | str,
+    talos_evidence: dict[str, Any],
 ) -> None:
     if isinstance(talos_ca_signer, str):
         pytest.skip(talos_ca_signer)
     attempts = probes.eku_attempts(
-        talos_node.host, _ca_pem(talos_cluster), talos_ca_signer, talos_cluster.client.timeout)
-    _refused_or_fail("api.client-auth-eku-required", talos_node, attempts, talos_evidence,
-                     "apid accepted a certificate without exactly the client-auth usage",
-                     "the connection refused (verifyExtKeyUsage)")
+        talos_node.host, _ca_pem(talos_cluster), talos_ca_signer, talos_cluster.client.timeout
+    )
+    _refused_or_fail(
+        "api.client-auth-eku-required",
+        talos_node,
+        attempts,
+        talos_evidence,
+        "apid accepted a certificate without exactly the client-auth usage",
+        "the connection refused (verifyExtKeyUsage)",
+    )
 
 
 @pytest.mark.talos_check(
-    "api.kube-ca-refused", severity="critical",
-    claim="apid refuses a client certificate signed by the cluster's Kubernetes CA")
+    "api.kube-ca-refused",
+    severity="critical",
+    claim="apid refuses a client certificate signed by the cluster's Kubernetes CA",
+)
 def test_kubernetes_ca_certificate_is_refused(
-    talos_node: TalosNode, talos_cluster: TalosCluster, admin_kubeconfig: bytes | str,
-    talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_cluster: TalosCluster,
+    admin_kubeconfig: bytes | str,
+    talos_evidence: dict[str, Any],
 ) -> None:
     if isinstance(admin_kubeconfig, str):
         pytest.skip(admin_kubeconfig)
     attempt = probes.kubernetes_ca_attempt(
-        talos_node.host, _ca_pem(talos_cluster), admin_kubeconfig, talos_cluster.client.timeout)
+        talos_node.host, _ca_pem(talos_cluster), admin_kubeconfig, talos_cluster.client.timeout
+    )
     if attempt is None:
         pytest.skip("the admin kubeconfig holds no client certificate")
-    _refused_or_fail("api.kube-ca-refused", talos_node, [attempt], talos_evidence,
-                     "apid accepted a certificate of the Kubernetes CA",
-                     "the TLS handshake refused (unknown CA)")
+    _refused_or_fail(
+        "api.kube-ca-refused",
+        talos_node,
+        [attempt],
+        talos_evidence,
+        "apid accepted a certificate of the Kubernetes CA",
+        "the TLS handshake refused (unknown CA)",
+    )
 
 
 @pytest.mark.talos_check(
-    "api.reader-cannot-apply", severity="critical",
-    claim="An os:reader client cannot apply a machine configuration (PermissionDenied)")
+    "api.reader-cannot-apply",
+    severity="critical",
+    claim="An os:reader client cannot apply a machine configuration (PermissionDenied)",
+)
 def test_reader_cannot_apply_configuration(
     talos_node: TalosNode, talos_reader: ReaderAccess, talos_evidence: dict[str, Any]
 ) -> None:
@@ -265,23 +339,33 @@ def test_reader_cannot_apply_configuration(
         return
     except APIError as exc:
         raise ConformanceFailure(
-            "api.reader-cannot-apply", "the reader was refused, but not for lack of rights",
-            node=talos_node.name, expected="PermissionDenied: not authorized",
-            observed=f"{exc.code}: {exc.details}") from None
+            "api.reader-cannot-apply",
+            "the reader was refused, but not for lack of rights",
+            node=talos_node.name,
+            expected="PermissionDenied: not authorized",
+            observed=f"{exc.code}: {exc.details}",
+        ) from None
     raise ConformanceFailure(
-        "api.reader-cannot-apply", "an os:reader client got through ApplyConfiguration",
-        node=talos_node.name, expected="PermissionDenied: not authorized",
-        observed=f"accepted (dry run): {reply.mode_details.splitlines()[0]}")
+        "api.reader-cannot-apply",
+        "an os:reader client got through ApplyConfiguration",
+        node=talos_node.name,
+        expected="PermissionDenied: not authorized",
+        observed=f"accepted (dry run): {reply.mode_details.splitlines()[0]}",
+    )
 
 
 @pytest.mark.talos_mutating
 @pytest.mark.talos_check(
-    "api.reader-cannot-apply-for-real", severity="critical",
+    "api.reader-cannot-apply-for-real",
+    severity="critical",
     claim="An os:reader client's real ApplyConfiguration is refused (sent with the node's "
-          "current config bytes, under the config guard)")
+    "current config bytes, under the config guard)",
+)
 def test_reader_cannot_really_apply_configuration(
-    talos_node: TalosNode, talos_reader: ReaderAccess, talos_config_guard: ConfigGuard,
-    talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_reader: ReaderAccess,
+    talos_config_guard: ConfigGuard,
+    talos_evidence: dict[str, Any],
 ) -> None:
     reader = talos_reader.for_node(talos_node.address)
     # The guard snapshots the config first: whatever a defective node takes is undone.
@@ -296,27 +380,35 @@ def test_reader_cannot_really_apply_configuration(
     except APIError as exc:
         raise ConformanceFailure(
             "api.reader-cannot-apply-for-real",
-            "the reader was refused, but not for lack of rights", node=talos_node.name,
+            "the reader was refused, but not for lack of rights",
+            node=talos_node.name,
             expected="PermissionDenied: not authorized",
-            observed=f"{exc.code}: {exc.details}") from None
+            observed=f"{exc.code}: {exc.details}",
+        ) from None
     after = talos_node.machine_config
     same = after.raw == before.raw
-    talos_evidence.update(version_before=before.version, version_after=after.version,
-                          bytes_unchanged=same)
+    talos_evidence.update(
+        version_before=before.version, version_after=after.version, bytes_unchanged=same
+    )
     if not same:
         talos_config_guard.restore_node(talos_node)
     raise ConformanceFailure(
-        "api.reader-cannot-apply-for-real", "an os:reader client's real apply was carried out",
-        node=talos_node.name, expected="PermissionDenied: not authorized",
+        "api.reader-cannot-apply-for-real",
+        "an os:reader client's real apply was carried out",
+        node=talos_node.name,
+        expected="PermissionDenied: not authorized",
         observed=f"accepted: {reply.mode_details.splitlines()[0] if reply.mode_details else ''}"
-                 f" (MachineConfig version {before.version} -> {after.version}, bytes "
-                 f"{'unchanged' if same else 'changed, restored'})")
+        f" (MachineConfig version {before.version} -> {after.version}, bytes "
+        f"{'unchanged' if same else 'changed, restored'})",
+    )
 
 
 @pytest.mark.talos_check(
-    "api.reader-cannot-read-secrets", severity="high",
+    "api.reader-cannot-read-secrets",
+    severity="high",
     claim="An os:reader client can neither Get, List nor Watch a sensitive resource "
-          "(MachineConfig, the secrets types)")
+    "(MachineConfig, the secrets types)",
+)
 def test_reader_cannot_read_sensitive_resources(
     talos_node: TalosNode, talos_reader: ReaderAccess, talos_evidence: dict[str, Any]
 ) -> None:
@@ -327,45 +419,67 @@ def test_reader_cannot_read_sensitive_resources(
         talos_evidence["known sensitive types the node does not serve"] = not_served
     if not attempts:
         raise ConformanceFailure(
-            "api.reader-cannot-read-secrets", "the node serves no sensitive resource type",
-            node=talos_node.name, expected="MachineConfigs defined and marked sensitive",
-            observed="no resource definition is sensitive")
-    _refused_or_fail("api.reader-cannot-read-secrets", talos_node, attempts, talos_evidence,
-                     "an os:reader client read sensitive resources",
-                     "PermissionDenied: not authorized for every Get, List and Watch")
+            "api.reader-cannot-read-secrets",
+            "the node serves no sensitive resource type",
+            node=talos_node.name,
+            expected="MachineConfigs defined and marked sensitive",
+            observed="no resource definition is sensitive",
+        )
+    _refused_or_fail(
+        "api.reader-cannot-read-secrets",
+        talos_node,
+        attempts,
+        talos_evidence,
+        "an os:reader client read sensitive resources",
+        "PermissionDenied: not authorized for every Get, List and Watch",
+    )
 
 
 @pytest.mark.talos_check(
-    "api.reader-cannot-get-kubeconfig", severity="critical",
-    claim="An os:reader client is refused the Kubeconfig RPC (PermissionDenied)")
+    "api.reader-cannot-get-kubeconfig",
+    severity="critical",
+    claim="An os:reader client is refused the Kubeconfig RPC (PermissionDenied)",
+)
 def test_reader_cannot_get_kubeconfig(
     talos_node: TalosNode, talos_reader: ReaderAccess, talos_evidence: dict[str, Any]
 ) -> None:
     attempt = probes.reader_admin_attempts(talos_reader.for_node(talos_node.address))
-    _refused_or_fail("api.reader-cannot-get-kubeconfig", talos_node, [attempt["kubeconfig"]],
-                     talos_evidence, "an os:reader client got past Kubeconfig's os:admin rule",
-                     "PermissionDenied: not authorized")
+    _refused_or_fail(
+        "api.reader-cannot-get-kubeconfig",
+        talos_node,
+        [attempt["kubeconfig"]],
+        talos_evidence,
+        "an os:reader client got past Kubeconfig's os:admin rule",
+        "PermissionDenied: not authorized",
+    )
 
 
 @pytest.mark.talos_check(
-    "api.reader-cannot-mint-roles", severity="critical",
+    "api.reader-cannot-mint-roles",
+    severity="critical",
     claim="An os:reader client cannot mint a client configuration with os:admin "
-          "(GenerateClientConfiguration is refused)")
+    "(GenerateClientConfiguration is refused)",
+)
 def test_reader_cannot_mint_admin_configuration(
     talos_node: TalosNode, talos_reader: ReaderAccess, talos_evidence: dict[str, Any]
 ) -> None:
     attempt = probes.reader_admin_attempts(talos_reader.for_node(talos_node.address))
-    _refused_or_fail("api.reader-cannot-mint-roles", talos_node, [attempt["mint"]],
-                     talos_evidence, "an os:reader client got past GenerateClientConfiguration's "
-                     "os:admin rule", "PermissionDenied: not authorized")
+    _refused_or_fail(
+        "api.reader-cannot-mint-roles",
+        talos_node,
+        [attempt["mint"]],
+        talos_evidence,
+        "an os:reader client got past GenerateClientConfiguration's os:admin rule",
+        "PermissionDenied: not authorized",
+    )
 
 
 @pytest.mark.talos_check(
-    "api.resources-readable", severity="medium",
-    claim="The resource API lists its resource definitions and the core resources")
-def test_core_resources_are_readable(
-    talos_node: TalosNode, talos_evidence: dict[str, Any]
-) -> None:
+    "api.resources-readable",
+    severity="medium",
+    claim="The resource API lists its resource definitions and the core resources",
+)
+def test_core_resources_are_readable(talos_node: TalosNode, talos_evidence: dict[str, Any]) -> None:
     definitions = talos_node.client.resource_definitions(refresh=True)
     known = {d.resource_type for d in definitions}
     counts: dict[str, int | str] = {}
@@ -382,31 +496,45 @@ def test_core_resources_are_readable(
         empty_is_fine.add(MEMBERS_TYPE)
         talos_evidence["discovery"] = "disabled: a healthy node has no Members"
     talos_evidence.update(definitions=len(definitions), resources=counts)
-    broken = {k: v for k, v in counts.items()
-              if (not isinstance(v, int) or v == 0) and k not in empty_is_fine}
+    broken = {
+        k: v
+        for k, v in counts.items()
+        if (not isinstance(v, int) or v == 0) and k not in empty_is_fine
+    }
     if broken:
         raise ConformanceFailure(
-            "api.resources-readable", "core resources cannot be listed", node=talos_node.name,
+            "api.resources-readable",
+            "core resources cannot be listed",
+            node=talos_node.name,
             expected="every core resource type defined and listed with at least one item",
-            observed="; ".join(f"{k}: {v}" for k, v in broken.items()))
+            observed="; ".join(f"{k}: {v}" for k, v in broken.items()),
+        )
 
 
 @pytest.mark.talos_mutating
 @pytest.mark.talos_check(
-    "api.resource-writes-refused", severity="critical",
-    claim="The resource API refuses Create, Update and Destroy (write access is not allowed)")
+    "api.resource-writes-refused",
+    severity="critical",
+    claim="The resource API refuses Create, Update and Destroy (write access is not allowed)",
+)
 def test_resource_writes_are_refused(
     talos_node: TalosNode, talos_cluster: TalosCluster, talos_evidence: dict[str, Any]
 ) -> None:
     if talos_cluster.talosconfig is None:
         pytest.skip("the talosconfig of this run is unknown")
     attempts = probes.write_attempts(
-        talos_cluster.client, talos_cluster.talosconfig.context, talos_node.address,
-        talos_cluster.client.timeout)
+        talos_cluster.client,
+        talos_cluster.talosconfig.context,
+        talos_node.address,
+        talos_cluster.client.timeout,
+    )
     talos_evidence.update({a.what: a.detail for a in attempts})
     accepted = [a for a in attempts if a.accepted]
     if accepted:
         raise ConformanceFailure(
-            "api.resource-writes-refused", "the resource API let writes through",
-            node=talos_node.name, expected="PermissionDenied: write access is not allowed",
-            observed="; ".join(f"{a.what}: {a.detail}" for a in accepted))
+            "api.resource-writes-refused",
+            "the resource API let writes through",
+            node=talos_node.name,
+            expected="PermissionDenied: write access is not allowed",
+            observed="; ".join(f"{a.what}: {a.detail}" for a in accepted),
+        )

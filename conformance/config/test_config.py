@@ -67,7 +67,11 @@ def _kube_labels(cluster: TalosCluster, node: TalosNode) -> dict[str, str] | str
 
 
 def _require_no_label(
-    check: str, cluster: TalosCluster, node: TalosNode, key: str, evidence: dict[str, Any],
+    check: str,
+    cluster: TalosCluster,
+    node: TalosNode,
+    key: str,
+    evidence: dict[str, Any],
     why: str,
 ) -> None:
     labels = _kube_labels(cluster, node)
@@ -76,35 +80,52 @@ def _require_no_label(
         return
     if key in labels:
         raise ConformanceFailure(
-            check, f"{why}, but the Kubernetes Node carries its label", node=node.name,
-            expected=f"no label {key}", observed=f"{key}={labels[key]}")
+            check,
+            f"{why}, but the Kubernetes Node carries its label",
+            node=node.name,
+            expected=f"no label {key}",
+            observed=f"{key}={labels[key]}",
+        )
 
 
 @pytest.mark.talos_mutating
 @pytest.mark.talos_check(
-    "config.invalid-patch-rejected", severity="critical",
+    "config.invalid-patch-rejected",
+    severity="critical",
     claim="A patch with an invalid label name is rejected and leaves the config untouched "
-    "(version and bytes, also after a settle time) and the Kubernetes Node unlabelled")
+    "(version and bytes, also after a settle time) and the Kubernetes Node unlabelled",
+)
 def test_invalid_label_patch_is_rejected_without_change(
-    talos_node: TalosNode, talos_cluster: TalosCluster, talos_timing: Timing,
-    talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_cluster: TalosCluster,
+    talos_timing: Timing,
+    talos_evidence: dict[str, Any],
 ) -> None:
     # A valid label rides along with the invalid one: if the node applies the patch anyway,
     # even later, the valid one shows on the Kubernetes Node.
     key = _label("rejected")
     patch = {"machine": {"nodeLabels": {key: "yes", "bad label name with spaces": "yes"}}}
     result = assert_config_unchanged_after_rejection(
-        talos_node, patch, settle=talos_timing.real(CONFIG_SETTLE))
+        talos_node, patch, settle=talos_timing.real(CONFIG_SETTLE)
+    )
     talos_evidence.update(result.evidence)
-    _require_no_label("config.invalid-patch-rejected", talos_cluster, talos_node, key,
-                      talos_evidence, "the patch was refused and the config is unchanged")
+    _require_no_label(
+        "config.invalid-patch-rejected",
+        talos_cluster,
+        talos_node,
+        key,
+        talos_evidence,
+        "the patch was refused and the config is unchanged",
+    )
 
 
 @pytest.mark.talos_mutating
 @pytest.mark.talos_check(
-    "config.no-reboot-refuses-reboot-fields", severity="high",
+    "config.no-reboot-refuses-reboot-fields",
+    severity="high",
     claim="A no-reboot apply of fields that need a reboot (machine.env, machine.files) is "
-    "refused and leaves the config untouched")
+    "refused and leaves the config untouched",
+)
 @pytest.mark.parametrize("field", ["env", "files"])
 def test_no_reboot_refuses_reboot_only_fields(
     talos_node: TalosNode, talos_timing: Timing, talos_evidence: dict[str, Any], field: str
@@ -113,57 +134,93 @@ def test_no_reboot_refuses_reboot_only_fields(
     # Harmless if a defective node takes it: an unused variable, a file in /var.
     patch: dict[str, Any] = {"machine": {"env": {"PYTEST_TALOS_PROBE": probe}}}
     if field == "files":
-        patch = {"machine": {"files": [{
-            "content": "pytest-talos probe\n", "permissions": 0o644, "op": "create",
-            "path": f"/var/pytest-talos-probe-{probe}"}]}}
+        patch = {
+            "machine": {
+                "files": [
+                    {
+                        "content": "pytest-talos probe\n",
+                        "permissions": 0o644,
+                        "op": "create",
+                        "path": f"/var/pytest-talos-probe-{probe}",
+                    }
+                ]
+            }
+        }
     result = assert_config_unchanged_after_rejection(
-        talos_node, patch, mode="no-reboot", settle=talos_timing.real(CONFIG_SETTLE),
-        expect_rejection=IMMEDIATE_REFUSAL, check_id="config.no-reboot-refuses-reboot-fields")
+        talos_node,
+        patch,
+        mode="no-reboot",
+        settle=talos_timing.real(CONFIG_SETTLE),
+        expect_rejection=IMMEDIATE_REFUSAL,
+        check_id="config.no-reboot-refuses-reboot-fields",
+    )
     talos_evidence.update(field=f"machine.{field}", **result.evidence)
 
 
 @pytest.mark.talos_mutating
 @pytest.mark.talos_check(
-    "config.label-applies-without-reboot", severity="high",
+    "config.label-applies-without-reboot",
+    severity="high",
     claim="A no-reboot label patch applies at once, bumps the config version and reaches "
-    "the Kubernetes Node")
+    "the Kubernetes Node",
+)
 def test_label_patch_applies_without_reboot(
-    talos_node: TalosNode, talos_kubernetes: KubernetesAccess, talos_timing: Timing,
-    talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_kubernetes: KubernetesAccess,
+    talos_timing: Timing,
+    talos_evidence: dict[str, Any],
 ) -> None:
     key = _label("applied")
     before = talos_node.machine_config
     reply = talos_node.apply_patch(_label_patch(key), mode="no-reboot")
     after = talos_node.machine_config
-    talos_evidence.update(label=key, reply=reply.mode_details, version_before=before.version,
-                          version_after=after.version)
+    talos_evidence.update(
+        label=key,
+        reply=reply.mode_details,
+        version_before=before.version,
+        version_after=after.version,
+    )
     if reply.mode != "no-reboot" or "without a reboot" not in reply.mode_details:
         raise ConformanceFailure(
-            "config.label-applies-without-reboot", "the label patch was not applied immediately",
-            node=talos_node.name, expected="no-reboot: Applied configuration without a reboot",
-            observed=f"{reply.mode}: {reply.mode_details}")
+            "config.label-applies-without-reboot",
+            "the label patch was not applied immediately",
+            node=talos_node.name,
+            expected="no-reboot: Applied configuration without a reboot",
+            observed=f"{reply.mode}: {reply.mode_details}",
+        )
     if after.version <= before.version or not _has_label(after.raw, key):
         raise ConformanceFailure(
-            "config.label-applies-without-reboot", "the active config did not change",
-            node=talos_node.name, expected=f"version > {before.version} with the label",
-            observed=config_summary(after.raw, after.version))
+            "config.label-applies-without-reboot",
+            "the active config did not change",
+            node=talos_node.name,
+            expected=f"version > {before.version} with the label",
+            observed=config_summary(after.raw, after.version),
+        )
     try:
-        wait_until(lambda: talos_kubernetes.node(talos_node.hostname).metadata.labels or {},
-                   lambda labels: labels.get(key) == "yes",
-                   timeout=talos_timing.real(LABEL_SETTLE), node=talos_node.name,
-                   description=f"label {key} on the Kubernetes Node")
+        wait_until(
+            lambda: talos_kubernetes.node(talos_node.hostname).metadata.labels or {},
+            lambda labels: labels.get(key) == "yes",
+            timeout=talos_timing.real(LABEL_SETTLE),
+            node=talos_node.name,
+            description=f"label {key} on the Kubernetes Node",
+        )
     except WaitTimeout as exc:
         raise ConformanceFailure(
-            "config.label-applies-without-reboot", "the label never reached the Kubernetes Node",
-            node=talos_node.name, expected=f"{key}=yes", observed=str(exc.last_observation),
+            "config.label-applies-without-reboot",
+            "the label never reached the Kubernetes Node",
+            node=talos_node.name,
+            expected=f"{key}=yes",
+            observed=str(exc.last_observation),
         ) from None
 
 
 @pytest.mark.talos_disruptive
 @pytest.mark.talos_check(
-    "config.kubelet-flag-failure-detected", severity="high",
+    "config.kubelet-flag-failure-detected",
+    severity="high",
     claim="An unknown kubelet flag passes validation, the kit reports kubelet failing with "
-    "the cause, and $patch: delete heals it")
+    "the cause, and $patch: delete heals it",
+)
 def test_unknown_kubelet_flag_is_detected_and_healed(
     talos_node: TalosNode, talos_timing: Timing, talos_evidence: dict[str, Any]
 ) -> None:
@@ -172,66 +229,91 @@ def test_unknown_kubelet_flag_is_detected_and_healed(
     try:
         reply = talos_node.apply_patch(bad, mode="no-reboot")
     except InvalidArgument as exc:
-        pytest.skip(f"the node refuses unknown kubelet flags up front ({exc.details}); "
-                    "there is no runtime failure to detect")
+        pytest.skip(
+            f"the node refuses unknown kubelet flags up front ({exc.details}); "
+            "there is no runtime failure to detect"
+        )
     talos_evidence["accepted"] = reply.mode_details
     stable = talos_timing.real(KUBELET_STABLE)
     try:
-        report = wait_service_stable(talos_node, "kubelet", stable_for=stable,
-                                     timeout=stable * 3, max_restarts=2)
+        report = wait_service_stable(
+            talos_node, "kubelet", stable_for=stable, timeout=stable * 3, max_restarts=2
+        )
     except WaitTimeout as exc:
         talos_evidence["kubelet after the bad flag"] = exc.message
     else:
         raise ConformanceFailure(
-            check, "kubelet stayed healthy with an unknown flag: the failure cannot be seen",
-            node=talos_node.name, expected="kubelet failing (unknown flag)",
-            observed=report.timeline())
+            check,
+            "kubelet stayed healthy with an unknown flag: the failure cannot be seen",
+            node=talos_node.name,
+            expected="kubelet failing (unknown flag)",
+            observed=report.timeline(),
+        )
     cause = talos_node.logs("kubelet", tail=40) + "\n".join(
-        e.msg for e in talos_node.service("kubelet").events)
+        e.msg for e in talos_node.service("kubelet").events
+    )
     if UNKNOWN_KUBELET_FLAG not in cause:
         raise ConformanceFailure(
-            check, "kubelet fails, but neither its log nor its events name the cause",
-            node=talos_node.name, expected=f"'unknown flag: --{UNKNOWN_KUBELET_FLAG}'",
-            observed=cause[-800:])
+            check,
+            "kubelet fails, but neither its log nor its events name the cause",
+            node=talos_node.name,
+            expected=f"'unknown flag: --{UNKNOWN_KUBELET_FLAG}'",
+            observed=cause[-800:],
+        )
     heal = {"machine": {"kubelet": {"extraArgs": {UNKNOWN_KUBELET_FLAG: {"$patch": "delete"}}}}}
     result = assert_service_healthy_after_patch(
-        talos_node, heal, "kubelet", stable_for=stable, timeout=stable + talos_timing.real(60))
+        talos_node, heal, "kubelet", stable_for=stable, timeout=stable + talos_timing.real(60)
+    )
     talos_evidence["healed"] = result.evidence.get("waited", "")
 
 
 @pytest.mark.talos_mutating
 @pytest.mark.talos_check(
-    "config.try-mode-reverts", severity="high",
+    "config.try-mode-reverts",
+    severity="high",
     claim="A try-mode change is reverted to the exact previous config when its timer ends, "
-    "stays reverted, and its label leaves the Kubernetes Node")
+    "stays reverted, and its label leaves the Kubernetes Node",
+)
 def test_try_mode_change_reverts(
-    talos_node: TalosNode, talos_cluster: TalosCluster, talos_timing: Timing,
-    talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_cluster: TalosCluster,
+    talos_timing: Timing,
+    talos_evidence: dict[str, Any],
 ) -> None:
     key = _label("tried")
     result = assert_try_reverts(
-        talos_node, _label_patch(key), try_timeout=TRY_WINDOW,
+        talos_node,
+        _label_patch(key),
+        try_timeout=TRY_WINDOW,
         timeout=talos_timing.real(TRY_WINDOW * 2) + talos_node.client.timeout,
-        settle=talos_timing.real(CONFIG_SETTLE))
+        settle=talos_timing.real(CONFIG_SETTLE),
+    )
     talos_evidence.update(result.evidence)
     # The revert must reach Kubernetes too: the tried label leaves the Node.
     try:
-        wait_until(lambda: _kube_labels(talos_cluster, talos_node),
-                   lambda labels: isinstance(labels, str) or key not in labels,
-                   timeout=talos_timing.real(LABEL_SETTLE), node=talos_node.name,
-                   description=f"label {key} to leave the Kubernetes Node")
+        wait_until(
+            lambda: _kube_labels(talos_cluster, talos_node),
+            lambda labels: isinstance(labels, str) or key not in labels,
+            timeout=talos_timing.real(LABEL_SETTLE),
+            node=talos_node.name,
+            description=f"label {key} to leave the Kubernetes Node",
+        )
     except WaitTimeout:
         raise ConformanceFailure(
             "config.try-mode-reverts",
             "the config was reverted, but the Kubernetes Node kept the tried label",
-            node=talos_node.name, expected=f"no label {key} after the revert",
-            observed=f"{key} still set {LABEL_SETTLE:g} node seconds later") from None
+            node=talos_node.name,
+            expected=f"no label {key} after the revert",
+            observed=f"{key} still set {LABEL_SETTLE:g} node seconds later",
+        ) from None
 
 
 @pytest.mark.talos_mutating
 @pytest.mark.talos_check(
-    "config.apply-cancels-try-revert", severity="medium",
-    claim="A regular apply during the try window cancels the pending revert")
+    "config.apply-cancels-try-revert",
+    severity="medium",
+    claim="A regular apply during the try window cancels the pending revert",
+)
 def test_apply_during_try_window_cancels_revert(
     talos_node: TalosNode, talos_timing: Timing, talos_evidence: dict[str, Any]
 ) -> None:
@@ -242,26 +324,36 @@ def test_apply_during_try_window_cancels_revert(
     talos_evidence["after both applies"] = config_summary(current.raw, current.version)
     try:
         changed = wait_for_config(
-            talos_node, lambda raw: raw != current.raw,
+            talos_node,
+            lambda raw: raw != current.raw,
             timeout=talos_timing.real(TRY_WINDOW * 1.5) + 0.5,
-            description="a revert (there should be none)")
+            description="a revert (there should be none)",
+        )
     except WaitTimeout:
         return  # nothing moved through the whole try window and beyond: the revert was cancelled
     raise ConformanceFailure(
-        "config.apply-cancels-try-revert", "the try-mode revert still happened",
-        node=talos_node.name, expected="the config stays as last applied",
+        "config.apply-cancels-try-revert",
+        "the try-mode revert still happened",
+        node=talos_node.name,
+        expected="the config stays as last applied",
         observed=f"reverted: {config_summary(changed)}; try label present: "
-                 f"{_has_label(changed, tried)}, later label present: {_has_label(changed, kept)}")
+        f"{_has_label(changed, tried)}, later label present: {_has_label(changed, kept)}",
+    )
 
 
 @pytest.mark.talos_mutating
 @pytest.mark.talos_check(
-    "config.dry-run-changes-nothing", severity="high",
+    "config.dry-run-changes-nothing",
+    severity="high",
     claim="A dry run shows the change as a diff and leaves the config untouched (also after "
-    "a settle time) and the Kubernetes Node unlabelled")
+    "a settle time) and the Kubernetes Node unlabelled",
+)
 def test_dry_run_shows_diff_and_changes_nothing(
-    talos_node: TalosNode, talos_cluster: TalosCluster, talos_config_guard: ConfigGuard,
-    talos_timing: Timing, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_cluster: TalosCluster,
+    talos_config_guard: ConfigGuard,
+    talos_timing: Timing,
+    talos_evidence: dict[str, Any],
 ) -> None:
     check = "config.dry-run-changes-nothing"
     key = _label("dry-run")
@@ -274,22 +366,38 @@ def test_dry_run_shows_diff_and_changes_nothing(
     if (after.version, after.raw) == (before.version, before.raw):
         settle = talos_timing.real(CONFIG_SETTLE)
         with contextlib.suppress(WaitTimeout):
-            wait_for_config(talos_node, lambda raw: raw != before.raw, timeout=settle,
-                            description="a late change (there should be none)")
+            wait_for_config(
+                talos_node,
+                lambda raw: raw != before.raw,
+                timeout=settle,
+                description="a late change (there should be none)",
+            )
         after, when = talos_node.machine_config, f"within {CONFIG_SETTLE:g} node seconds"
-    talos_evidence.update(reply=reply.mode_details.splitlines()[:3], before=before.version,
-                          after=after.version)
+    talos_evidence.update(
+        reply=reply.mode_details.splitlines()[:3], before=before.version, after=after.version
+    )
     problems = []
     if "Dry run summary" not in reply.mode_details or key not in reply.mode_details:
         problems.append("the reply has no dry-run diff naming the label")
     if after.version != before.version or after.raw != before.raw:
         talos_config_guard.restore_node(talos_node)
-        problems.append(f"the config changed {when} (restored): "
-                        f"{config_summary(before.raw, before.version)} -> "
-                        f"{config_summary(after.raw, after.version)}")
+        problems.append(
+            f"the config changed {when} (restored): "
+            f"{config_summary(before.raw, before.version)} -> "
+            f"{config_summary(after.raw, after.version)}"
+        )
     if problems:
         raise ConformanceFailure(
-            check, "; ".join(problems), node=talos_node.name,
-            expected="a 'Dry run summary' with the diff, config unchanged")
-    _require_no_label(check, talos_cluster, talos_node, key, talos_evidence,
-                      "the dry run left the config unchanged")
+            check,
+            "; ".join(problems),
+            node=talos_node.name,
+            expected="a 'Dry run summary' with the diff, config unchanged",
+        )
+    _require_no_label(
+        check,
+        talos_cluster,
+        talos_node,
+        key,
+        talos_evidence,
+        "the dry run left the config unchanged",
+    )

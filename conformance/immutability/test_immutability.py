@@ -27,8 +27,10 @@ from pytest_talos.node import TalosNode
 
 
 @pytest.mark.talos_check(
-    "immutability.no-shell-or-ssh", severity="critical",
-    claim="The node has no shell, busybox or SSH: the Talos API is the only way in")
+    "immutability.no-shell-or-ssh",
+    severity="critical",
+    claim="The node has no shell, busybox or SSH: the Talos API is the only way in",
+)
 def test_node_has_no_shell_and_no_ssh(
     talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
 ) -> None:
@@ -40,8 +42,10 @@ def test_node_has_no_shell_and_no_ssh(
 
 
 @pytest.mark.talos_check(
-    "immutability.rootfs-read-only", severity="critical",
-    claim="The root filesystem, and every mount of system image content under it, is read-only")
+    "immutability.rootfs-read-only",
+    severity="critical",
+    claim="The root filesystem, and every mount of system image content under it, is read-only",
+)
 def test_root_filesystem_is_read_only(
     talos_node: TalosNode, talos_evidence: dict[str, Any]
 ) -> None:
@@ -49,8 +53,12 @@ def test_root_filesystem_is_read_only(
     entries = [line.split() for line in mounts.splitlines() if len(line.split()) >= 4]
     roots = [entry for entry in entries if entry[1] == "/"]
     if not roots:
-        raise ConformanceFailure("immutability.rootfs-read-only", "/proc/mounts has no / entry",
-                                 node=talos_node.name, evidence={"/proc/mounts": mounts})
+        raise ConformanceFailure(
+            "immutability.rootfs-read-only",
+            "/proc/mounts has no / entry",
+            node=talos_node.name,
+            evidence={"/proc/mounts": mounts},
+        )
     device, _, fstype, options = roots[-1][:4]  # the last mount on / is the visible one
     talos_evidence["root mount"] = f"{device} {fstype} {options}"
     writable = writable_image_mounts(entries)
@@ -63,50 +71,63 @@ def test_root_filesystem_is_read_only(
             expected="/ and every mount of image content ro (a read-only SquashFS image; only "
             "Talos's own overlays such as /etc/cni, /etc/kubernetes, /opt, /usr/libexec/"
             "kubernetes, /usr/lib/udev are writable)",
-            observed="; ".join(f"{d} on {m} type {f} ({o})" for d, m, f, o in writable))
+            observed="; ".join(f"{d} on {m} type {f} ({o})" for d, m, f, o in writable),
+        )
 
 
 @pytest.mark.talos_check(
-    "immutability.no-package-manager", severity="high",
-    claim="No package manager is installed: software arrives only as system extensions")
-def test_node_has_no_package_manager(
-    talos_node: TalosNode, talos_evidence: dict[str, Any]
-) -> None:
+    "immutability.no-package-manager",
+    severity="high",
+    claim="No package manager is installed: software arrives only as system extensions",
+)
+def test_node_has_no_package_manager(talos_node: TalosNode, talos_evidence: dict[str, Any]) -> None:
     found, searched, absent = find_programs(talos_node, PACKAGE_MANAGERS, PACKAGE_DIRECTORIES)
     talos_evidence["directories searched"] = ", ".join(searched)
     if absent:
         talos_evidence["directories absent"] = ", ".join(absent)
     if found:
         raise ConformanceFailure(
-            "immutability.no-package-manager", "package manager binaries are installed",
-            node=talos_node.name, expected="none of " + ", ".join(sorted(PACKAGE_MANAGERS))
+            "immutability.no-package-manager",
+            "package manager binaries are installed",
+            node=talos_node.name,
+            expected="none of "
+            + ", ".join(sorted(PACKAGE_MANAGERS))
             + " (nor an alias such as apk.static or dnf5)",
-            observed=", ".join(found))
+            observed=", ".join(found),
+        )
 
 
 @pytest.mark.talos_check(
-    "immutability.pid1-is-machined", severity="critical",
-    claim="PID 1 is machined, Talos's own init (not systemd or a shell)")
+    "immutability.pid1-is-machined",
+    severity="critical",
+    claim="PID 1 is machined, Talos's own init (not systemd or a shell)",
+)
 def test_pid1_is_machined(talos_node: TalosNode, talos_evidence: dict[str, Any]) -> None:
     first = [p for p in talos_node.processes if p.pid == 1]
     if not first:
-        raise ConformanceFailure("immutability.pid1-is-machined",
-                                 "the process list has no PID 1", node=talos_node.name)
+        raise ConformanceFailure(
+            "immutability.pid1-is-machined", "the process list has no PID 1", node=talos_node.name
+        )
     init = first[0]
     talos_evidence["pid 1"] = f"{init.command} ({init.executable}) {init.args}".strip()
     if not is_machined(init):
         raise ConformanceFailure(
-            "immutability.pid1-is-machined", "PID 1 is not machined", node=talos_node.name,
+            "immutability.pid1-is-machined",
+            "PID 1 is not machined",
+            node=talos_node.name,
             expected="command init, executable /usr/bin/init (machined), args /sbin/init",
             observed=f"command {init.command or '?'}, executable "
-            f"{init.executable or 'unknown'}, args {init.args or 'none'}")
+            f"{init.executable or 'unknown'}, args {init.args or 'none'}",
+        )
 
 
 @pytest.mark.talos_check(
-    "immutability.only-expected-ports", severity="high",
+    "immutability.only-expected-ports",
+    severity="high",
     claim="Full TCP scans of every node address (IPv4 and IPv6) find only the ports Talos "
     "opens for the node's role and config, the node's Netstat agrees with them, and it shows "
-    "no UDP socket off loopback but the CNI's and KubeSpan's")
+    "no UDP socket off loopback but the CNI's and KubeSpan's",
+)
 def test_only_expected_ports_are_open(
     talos_node: TalosNode, talos_evidence: dict[str, Any]
 ) -> None:

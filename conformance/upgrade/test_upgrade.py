@@ -76,8 +76,10 @@ def _kube_or_none(cluster: TalosCluster) -> KubernetesAccess | None:
 @pytest.fixture(scope="session")
 def snapshot_before(talos_suite: SuiteSettings) -> Snapshot:
     if talos_suite.snapshot_mode != "compare" or talos_suite.snapshot_path is None:
-        pytest.skip("no snapshot to compare with: take one before the upgrade with "
-                    "--talos-snapshot save PATH, then pass --talos-snapshot compare PATH")
+        pytest.skip(
+            "no snapshot to compare with: take one before the upgrade with "
+            "--talos-snapshot save PATH, then pass --talos-snapshot compare PATH"
+        )
     try:
         return load_snapshot(talos_suite.snapshot_path)
     except ConfigError as exc:
@@ -88,14 +90,19 @@ def _node_snapshot(snapshot: Snapshot, node: TalosNode) -> NodeSnapshot:
     before = snapshot.node(node.name)
     if before is None:
         raise ConformanceFailure(
-            "upgrade.snapshot", f"the snapshot ({snapshot.source}) has no node {node.name}",
-            node=node.name, observed=", ".join(sorted(snapshot.nodes)))
+            "upgrade.snapshot",
+            f"the snapshot ({snapshot.source}) has no node {node.name}",
+            node=node.name,
+            observed=", ".join(sorted(snapshot.nodes)),
+        )
     return before
 
 
 @pytest.mark.talos_check(
-    "upgrade.talos-version", severity="critical",
-    claim="Every node runs the Talos version the upgrade was meant to install")
+    "upgrade.talos-version",
+    severity="critical",
+    claim="Every node runs the Talos version the upgrade was meant to install",
+)
 def test_node_runs_expected_talos_version(
     talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
 ) -> None:
@@ -105,16 +112,25 @@ def test_node_runs_expected_talos_version(
     tag = talos_node.version.tag
     talos_evidence.update(expected=wanted, running=tag)
     if not version_matches(wanted, tag):
-        raise ConformanceFailure("upgrade.talos-version", "the node runs another Talos version",
-                                 node=talos_node.name, expected=wanted, observed=tag)
+        raise ConformanceFailure(
+            "upgrade.talos-version",
+            "the node runs another Talos version",
+            node=talos_node.name,
+            expected=wanted,
+            observed=tag,
+        )
 
 
 @pytest.mark.talos_check(
-    "upgrade.kubernetes-version", severity="high",
-    claim="Every node's kubelet runs the expected Kubernetes version")
+    "upgrade.kubernetes-version",
+    severity="high",
+    claim="Every node's kubelet runs the expected Kubernetes version",
+)
 def test_node_runs_expected_kubernetes_version(
-    talos_node: TalosNode, talos_suite: SuiteSettings, request: pytest.FixtureRequest,
-    talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_suite: SuiteSettings,
+    request: pytest.FixtureRequest,
+    talos_evidence: dict[str, Any],
 ) -> None:
     wanted = talos_suite.expect_kubernetes_version
     if not wanted:
@@ -123,14 +139,20 @@ def test_node_runs_expected_kubernetes_version(
     kubelet = str(kube.node(talos_node.hostname).status.node_info.kubelet_version)
     talos_evidence.update(expected=wanted, kubelet=kubelet)
     if not version_matches(wanted, kubelet):
-        raise ConformanceFailure("upgrade.kubernetes-version",
-                                 "the kubelet runs another Kubernetes version",
-                                 node=talos_node.name, expected=wanted, observed=kubelet)
+        raise ConformanceFailure(
+            "upgrade.kubernetes-version",
+            "the kubelet runs another Kubernetes version",
+            node=talos_node.name,
+            expected=wanted,
+            observed=kubelet,
+        )
 
 
 @pytest.mark.talos_check(
-    "upgrade.nodes-running", severity="critical",
-    claim="No node is stuck outside the running stage: every machine reports running and ready")
+    "upgrade.nodes-running",
+    severity="critical",
+    claim="No node is stuck outside the running stage: every machine reports running and ready",
+)
 def test_node_finished_booting_and_is_ready(
     talos_node: TalosNode, talos_machine_watch: WatchWindow, talos_evidence: dict[str, Any]
 ) -> None:
@@ -144,31 +166,43 @@ def test_node_finished_booting_and_is_ready(
         raise ConformanceFailure(
             "upgrade.nodes-running",
             f"the machine is not running and ready within {STAGE_SETTLE:g}s",
-            node=talos_node.name, expected="stage running, ready",
+            node=talos_node.name,
+            expected="stage running, ready",
             observed=f"stage {stage}, ready {ready}",
-            evidence={"unmet conditions": unmet} if unmet else None) from None
+            evidence={"unmet conditions": unmet} if unmet else None,
+        ) from None
     if held.lapse is not None:
         stage, ready, unmet = held.lapse
         raise ConformanceFailure(
-            "upgrade.nodes-running", "the machine did not stay running and ready",
-            node=talos_node.name, expected=f"stage running, ready for {held.hold:g}s",
+            "upgrade.nodes-running",
+            "the machine did not stay running and ready",
+            node=talos_node.name,
+            expected=f"stage running, ready for {held.hold:g}s",
             observed=f"stage {stage}, ready {ready}",
-            evidence={"unmet conditions": unmet} if unmet else None)
-    talos_evidence.update(stage=held.reached.stage, ready=held.reached.ready,
-                          stable_for=READY_STABLE_FOR)
+            evidence={"unmet conditions": unmet} if unmet else None,
+        )
+    talos_evidence.update(
+        stage=held.reached.stage, ready=held.reached.ready, stable_for=READY_STABLE_FOR
+    )
 
 
 @pytest.mark.talos_check(
-    "upgrade.config-unchanged", severity="critical",
-    claim="The machine config is byte for byte the one recorded before the upgrade")
+    "upgrade.config-unchanged",
+    severity="critical",
+    claim="The machine config is byte for byte the one recorded before the upgrade",
+)
 def test_machine_config_unchanged_since_snapshot(
     talos_node: TalosNode, snapshot_before: Snapshot, talos_evidence: dict[str, Any]
 ) -> None:
     before = _node_snapshot(snapshot_before, talos_node)
     config = talos_node.machine_config
     digest = config_digest(config.raw)
-    talos_evidence.update(before=before.config_digest, now=digest,
-                          version_before=before.config_version, version_now=config.version)
+    talos_evidence.update(
+        before=before.config_digest,
+        now=digest,
+        version_before=before.config_version,
+        version_now=config.version,
+    )
     if digest == before.config_digest:
         return
     # Which sections changed, by their digests only (the config holds the cluster's secrets).
@@ -177,17 +211,23 @@ def test_machine_config_unchanged_since_snapshot(
         diff = diff_sections(before.config_sections, section_digests(config.raw))
         talos_evidence.update({f"sections {k}": ", ".join(v) for k, v in diff.items() if v})
         where = "; ".join(f"{k}: {', '.join(v)}" for k, v in diff.items() if v) or (
-            "no section differs (only formatting or document order)")
+            "no section differs (only formatting or document order)"
+        )
     raise ConformanceFailure(
         "upgrade.config-unchanged",
         f"the machine config changed since the snapshot (version {before.config_version} -> "
         f"{config.version}; {where})",
-        node=talos_node.name, expected=before.config_digest, observed=digest)
+        node=talos_node.name,
+        expected=before.config_digest,
+        observed=digest,
+    )
 
 
 @pytest.mark.talos_check(
-    "upgrade.extensions-unchanged", severity="high",
-    claim="The same system extensions are installed as before the upgrade")
+    "upgrade.extensions-unchanged",
+    severity="high",
+    claim="The same system extensions are installed as before the upgrade",
+)
 def test_extensions_unchanged_since_snapshot(
     talos_node: TalosNode, snapshot_before: Snapshot, talos_evidence: dict[str, Any]
 ) -> None:
@@ -195,22 +235,32 @@ def test_extensions_unchanged_since_snapshot(
     now = installed_extensions(talos_node)
     missing = sorted(set(before.extensions) - set(now))
     added = sorted(set(now) - set(before.extensions))
-    updated = {n: f"{before.extensions[n]} -> {now[n]}" for n in sorted(set(now) & set(
-        before.extensions)) if now[n] != before.extensions[n]}
+    updated = {
+        n: f"{before.extensions[n]} -> {now[n]}"
+        for n in sorted(set(now) & set(before.extensions))
+        if now[n] != before.extensions[n]
+    }
     talos_evidence.update(before=dict(before.extensions), now=now, updated=updated)
     if missing or added:
         raise ConformanceFailure(
-            "upgrade.extensions-unchanged", "the installed extensions changed",
-            node=talos_node.name, expected=", ".join(sorted(before.extensions)) or "none",
-            observed=f"missing: {', '.join(missing) or 'none'}; new: {', '.join(added) or 'none'}")
+            "upgrade.extensions-unchanged",
+            "the installed extensions changed",
+            node=talos_node.name,
+            expected=", ".join(sorted(before.extensions)) or "none",
+            observed=f"missing: {', '.join(missing) or 'none'}; new: {', '.join(added) or 'none'}",
+        )
 
 
 @pytest.mark.talos_check(
-    "upgrade.node-labels-unchanged", severity="medium",
-    claim="The Kubernetes node labels recorded before the upgrade are all still there")
+    "upgrade.node-labels-unchanged",
+    severity="medium",
+    claim="The Kubernetes node labels recorded before the upgrade are all still there",
+)
 def test_node_labels_unchanged_since_snapshot(
-    talos_node: TalosNode, snapshot_before: Snapshot, request: pytest.FixtureRequest,
-    talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    snapshot_before: Snapshot,
+    request: pytest.FixtureRequest,
+    talos_evidence: dict[str, Any],
 ) -> None:
     before = _node_snapshot(snapshot_before, talos_node)
     if before.node_labels is None:
@@ -218,19 +268,29 @@ def test_node_labels_unchanged_since_snapshot(
     kube: KubernetesAccess = request.getfixturevalue("talos_kubernetes")
     now = kubernetes_labels(kube, talos_node.hostname) or {}
     missing, changed, added = diff_labels(before.node_labels, now)
-    talos_evidence.update(missing=missing, changed={k: f"{a} -> {b}" for k, (a, b) in
-                                                      changed.items()}, added=added)
+    talos_evidence.update(
+        missing=missing, changed={k: f"{a} -> {b}" for k, (a, b) in changed.items()}, added=added
+    )
     if missing or changed:
         raise ConformanceFailure(
-            "upgrade.node-labels-unchanged", "node labels were lost or changed",
-            node=talos_node.name, expected="every label of the snapshot, same value",
-            observed="; ".join([*(f"{k} missing" for k in missing),
-                                *(f"{k}: {a} -> {b}" for k, (a, b) in changed.items())]))
+            "upgrade.node-labels-unchanged",
+            "node labels were lost or changed",
+            node=talos_node.name,
+            expected="every label of the snapshot, same value",
+            observed="; ".join(
+                [
+                    *(f"{k} missing" for k in missing),
+                    *(f"{k}: {a} -> {b}" for k, (a, b) in changed.items()),
+                ]
+            ),
+        )
 
 
 @pytest.mark.talos_check(
-    "upgrade.snapshot-recorded", severity="low",
-    claim="The pre-upgrade snapshot of every node was recorded (--talos-snapshot save)")
+    "upgrade.snapshot-recorded",
+    severity="low",
+    claim="The pre-upgrade snapshot of every node was recorded (--talos-snapshot save)",
+)
 def test_snapshot_is_recorded_before_upgrade(
     talos_cluster: TalosCluster, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
 ) -> None:

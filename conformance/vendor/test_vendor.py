@@ -27,12 +27,15 @@ class UnverifiedImagesWarning(UserWarning):
     """Talos pulls an image that matches no verification rule without verifying it."""
 
 
-def _profile(suite: SuiteSettings, key: str, wanted: Callable[[VendorProfile], object]
-             ) -> VendorProfile:
+def _profile(
+    suite: SuiteSettings, key: str, wanted: Callable[[VendorProfile], object]
+) -> VendorProfile:
     profile = suite.vendor_profile
     if profile is None:
-        pytest.skip("no vendor acceptance profile: pass --talos-profile PATH "
-                    "(see conformance/profiles/example-vendor.yaml)")
+        pytest.skip(
+            "no vendor acceptance profile: pass --talos-profile PATH "
+            "(see conformance/profiles/example-vendor.yaml)"
+        )
     if not wanted(profile):
         pytest.skip(f"the vendor profile {profile.name} sets no {key}")
     return profile
@@ -47,13 +50,14 @@ def _read(node: TalosNode, path: str, check: str) -> str:
     try:
         return node.files.read_text(path).strip()
     except NotFound:
-        raise ConformanceFailure(check, f"the node does not serve {path}",
-                                 node=node.name) from None
+        raise ConformanceFailure(check, f"the node does not serve {path}", node=node.name) from None
 
 
 @pytest.mark.talos_check(
-    "vendor.talos-version", severity="critical",
-    claim="The node runs the Talos version the vendor profile names")
+    "vendor.talos-version",
+    severity="critical",
+    claim="The node runs the Talos version the vendor profile names",
+)
 def test_talos_version_matches_profile(
     talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
 ) -> None:
@@ -61,16 +65,25 @@ def test_talos_version_matches_profile(
     wanted, tag = str(profile.talos_version), talos_node.version.tag
     talos_evidence.update(expected=wanted, running=tag)
     if not version_matches(wanted, tag):
-        raise ConformanceFailure("vendor.talos-version", "another Talos version runs",
-                                 node=talos_node.name, expected=wanted, observed=tag)
+        raise ConformanceFailure(
+            "vendor.talos-version",
+            "another Talos version runs",
+            node=talos_node.name,
+            expected=wanted,
+            observed=tag,
+        )
 
 
 @pytest.mark.talos_check(
-    "vendor.kubernetes-version", severity="high",
-    claim="The node's kubelet runs the Kubernetes version the vendor profile names")
+    "vendor.kubernetes-version",
+    severity="high",
+    claim="The node's kubelet runs the Kubernetes version the vendor profile names",
+)
 def test_kubernetes_version_matches_profile(
-    talos_node: TalosNode, talos_suite: SuiteSettings, request: pytest.FixtureRequest,
-    talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_suite: SuiteSettings,
+    request: pytest.FixtureRequest,
+    talos_evidence: dict[str, Any],
 ) -> None:
     profile = _profile(talos_suite, "kubernetes.version", lambda p: p.kubernetes_version)
     kube: KubernetesAccess = request.getfixturevalue("talos_kubernetes")
@@ -78,13 +91,20 @@ def test_kubernetes_version_matches_profile(
     wanted = str(profile.kubernetes_version)
     talos_evidence.update(expected=wanted, kubelet=kubelet)
     if not version_matches(wanted, kubelet):
-        raise ConformanceFailure("vendor.kubernetes-version", "another Kubernetes version runs",
-                                 node=talos_node.name, expected=wanted, observed=kubelet)
+        raise ConformanceFailure(
+            "vendor.kubernetes-version",
+            "another Kubernetes version runs",
+            node=talos_node.name,
+            expected=wanted,
+            observed=kubelet,
+        )
 
 
 @pytest.mark.talos_check(
-    "vendor.kernel-version", severity="high",
-    claim="The node's kernel is the release the vendor profile names (/proc/version)")
+    "vendor.kernel-version",
+    severity="high",
+    claim="The node's kernel is the release the vendor profile names (/proc/version)",
+)
 def test_kernel_version_matches_profile(
     talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
 ) -> None:
@@ -96,8 +116,13 @@ def test_kernel_version_matches_profile(
     wanted = str(profile.kernel_version)
     talos_evidence.update(expected=wanted, kernel=release)
     if not version_matches(wanted, release):
-        raise ConformanceFailure("vendor.kernel-version", "another kernel runs",
-                                 node=talos_node.name, expected=wanted, observed=release)
+        raise ConformanceFailure(
+            "vendor.kernel-version",
+            "another kernel runs",
+            node=talos_node.name,
+            expected=wanted,
+            observed=release,
+        )
 
 
 def _arg_present(arg: str, tokens: list[str]) -> bool:
@@ -107,8 +132,10 @@ def _arg_present(arg: str, tokens: list[str]) -> bool:
 
 
 @pytest.mark.talos_check(
-    "vendor.kernel-args", severity="high",
-    claim="The kernel command line has the arguments the profile requires and none it forbids")
+    "vendor.kernel-args",
+    severity="high",
+    claim="The kernel command line has the arguments the profile requires and none it forbids",
+)
 def test_kernel_arguments_match_profile(
     talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
 ) -> None:
@@ -120,31 +147,43 @@ def test_kernel_arguments_match_profile(
     talos_evidence["cmdline"] = " ".join(tokens)
     if missing or forbidden:
         raise ConformanceFailure(
-            "vendor.kernel-args", "the kernel command line does not match the profile",
-            node=talos_node.name, expected="required present, forbidden absent",
+            "vendor.kernel-args",
+            "the kernel command line does not match the profile",
+            node=talos_node.name,
+            expected="required present, forbidden absent",
             observed=f"missing: {', '.join(missing) or 'none'}; "
-                     f"forbidden present: {', '.join(forbidden) or 'none'}")
+            f"forbidden present: {', '.join(forbidden) or 'none'}",
+        )
 
 
 @pytest.mark.talos_check(
-    "vendor.platform", severity="medium",
-    claim="The node runs on the platform the vendor profile names")
+    "vendor.platform",
+    severity="medium",
+    claim="The node runs on the platform the vendor profile names",
+)
 def test_platform_matches_profile(
     talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
 ) -> None:
     profile = _profile(talos_suite, "platform", lambda p: p.platforms)
     version = talos_node.version
-    talos_evidence.update(expected=list(profile.platforms), platform=version.platform,
-                          mode=version.platform_mode)
+    talos_evidence.update(
+        expected=list(profile.platforms), platform=version.platform, mode=version.platform_mode
+    )
     if version.platform not in profile.platforms:
-        raise ConformanceFailure("vendor.platform", "the node runs on another platform",
-                                 node=talos_node.name, expected=" or ".join(profile.platforms),
-                                 observed=version.platform)
+        raise ConformanceFailure(
+            "vendor.platform",
+            "the node runs on another platform",
+            node=talos_node.name,
+            expected=" or ".join(profile.platforms),
+            observed=version.platform,
+        )
 
 
 @pytest.mark.talos_check(
-    "vendor.required-extensions", severity="high",
-    claim="Every system extension the profile requires is installed")
+    "vendor.required-extensions",
+    severity="high",
+    claim="Every system extension the profile requires is installed",
+)
 def test_required_extensions_are_installed(
     talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
 ) -> None:
@@ -154,14 +193,19 @@ def test_required_extensions_are_installed(
     missing = [e for e in profile.extensions_required if e not in installed]
     if missing:
         raise ConformanceFailure(
-            "vendor.required-extensions", "required extensions are missing",
-            node=talos_node.name, expected=", ".join(profile.extensions_required),
-            observed=f"missing: {', '.join(missing)}")
+            "vendor.required-extensions",
+            "required extensions are missing",
+            node=talos_node.name,
+            expected=", ".join(profile.extensions_required),
+            observed=f"missing: {', '.join(missing)}",
+        )
 
 
 @pytest.mark.talos_check(
-    "vendor.forbidden-extensions", severity="high",
-    claim="No system extension the profile forbids is installed")
+    "vendor.forbidden-extensions",
+    severity="high",
+    claim="No system extension the profile forbids is installed",
+)
 def test_forbidden_extensions_are_absent(
     talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
 ) -> None:
@@ -171,14 +215,19 @@ def test_forbidden_extensions_are_absent(
     present = [e for e in profile.extensions_forbidden if e in installed]
     if present:
         raise ConformanceFailure(
-            "vendor.forbidden-extensions", "forbidden extensions are installed",
-            node=talos_node.name, expected="none of " + ", ".join(profile.extensions_forbidden),
-            observed=", ".join(present))
+            "vendor.forbidden-extensions",
+            "forbidden extensions are installed",
+            node=talos_node.name,
+            expected="none of " + ", ".join(profile.extensions_forbidden),
+            observed=", ".join(present),
+        )
 
 
 @pytest.mark.talos_check(
-    "vendor.expected-ports", severity="medium",
-    claim="Every port the profile expects for the node's role is open")
+    "vendor.expected-ports",
+    severity="medium",
+    claim="Every port the profile expects for the node's role is open",
+)
 def test_expected_ports_are_open(
     talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
 ) -> None:
@@ -190,14 +239,18 @@ def test_expected_ports_are_open(
     closed = sorted(wanted - set(scan.open_ports))
     talos_evidence.update(expected=sorted(wanted), scan=scan.summary())
     if closed:
-        raise ConformanceFailure("vendor.expected-ports", "expected ports are not open",
-                                 node=talos_node.name, expected=sorted(wanted),
-                                 observed=f"not open: {', '.join(map(str, closed))}")
+        raise ConformanceFailure(
+            "vendor.expected-ports",
+            "expected ports are not open",
+            node=talos_node.name,
+            expected=sorted(wanted),
+            observed=f"not open: {', '.join(map(str, closed))}",
+        )
 
 
 @pytest.mark.talos_check(
-    "vendor.forbidden-ports", severity="high",
-    claim="No port the profile forbids is open")
+    "vendor.forbidden-ports", severity="high", claim="No port the profile forbids is open"
+)
 def test_forbidden_ports_are_closed(
     talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
 ) -> None:
@@ -206,9 +259,13 @@ def test_forbidden_ports_are_closed(
     scan = talos_node.scan_ports(forbidden)
     talos_evidence.update(forbidden=forbidden, scan=scan.summary())
     if scan.open_ports:
-        raise ConformanceFailure("vendor.forbidden-ports", "forbidden ports are open",
-                                 node=talos_node.name, expected=f"closed: {forbidden}",
-                                 observed=f"open: {', '.join(map(str, scan.open_ports))}")
+        raise ConformanceFailure(
+            "vendor.forbidden-ports",
+            "forbidden ports are open",
+            node=talos_node.name,
+            expected=f"closed: {forbidden}",
+            observed=f"open: {', '.join(map(str, scan.open_ports))}",
+        )
 
 
 def _verification_rules(node: TalosNode) -> list[dict[str, Any]] | None:
@@ -219,23 +276,33 @@ def _verification_rules(node: TalosNode) -> list[dict[str, Any]] | None:
 
 
 @pytest.mark.talos_check(
-    "vendor.image-verification", severity="medium",
-    claim="Image signature verification is configured as the profile requires")
+    "vendor.image-verification",
+    severity="medium",
+    claim="Image signature verification is configured as the profile requires",
+)
 def test_image_verification_is_configured(
     talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
 ) -> None:
-    profile = _profile(talos_suite, "image_verification.required",
-                       lambda p: p.image_verification_required is not None)
+    profile = _profile(
+        talos_suite,
+        "image_verification.required",
+        lambda p: p.image_verification_required is not None,
+    )
     rules = _verification_rules(talos_node)
     patterns = [str(r.get("image", "?")) for r in rules or []]
     talos_evidence["rules"] = patterns if rules is not None else "not configured"
-    note = ("Talos pulls an image that matches no ImageVerificationConfig rule without "
-            "verifying it (verification is not fail-closed)")
+    note = (
+        "Talos pulls an image that matches no ImageVerificationConfig rule without "
+        "verifying it (verification is not fail-closed)"
+    )
     if not set(patterns) & _CATCH_ALL:
         talos_evidence["warning"] = note
         warnings.warn(UnverifiedImagesWarning(f"{talos_node.name}: {note}"), stacklevel=1)
     if profile.image_verification_required and not rules:
         raise ConformanceFailure(
-            "vendor.image-verification", "image signature verification is not configured",
-            node=talos_node.name, expected=f"an {IMAGE_VERIFICATION_KIND} document with rules",
-            observed="none in the machine config")
+            "vendor.image-verification",
+            "image signature verification is not configured",
+            node=talos_node.name,
+            expected=f"an {IMAGE_VERIFICATION_KIND} document with rules",
+            observed="none in the machine config",
+        )

@@ -77,8 +77,10 @@ class _Loader(_SafeLoaderBase):
             if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
                 if key_node.value in seen:
                     raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping", node.start_mark,
-                        f"mapping key {key_node.value!r} already defined", key_node.start_mark,
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"mapping key {key_node.value!r} already defined",
+                        key_node.start_mark,
                     )
                 seen.add(key_node.value)
         return super().construct_mapping(node, deep=deep)
@@ -219,8 +221,13 @@ def dump_documents(docs: Sequence[Mapping[str, Any]]) -> bytes:
     """YAML for ``docs``: block style, keys in insertion order, ``---`` between documents."""
     parts = [
         yaml.dump(
-            plain_copy(doc), Dumper=_Dumper, indent=2, sort_keys=False,
-            default_flow_style=False, allow_unicode=True, width=4096,
+            plain_copy(doc),
+            Dumper=_Dumper,
+            indent=2,
+            sort_keys=False,
+            default_flow_style=False,
+            allow_unicode=True,
+            width=4096,
         )
         for doc in docs
     ]

@@ -33,10 +33,13 @@ __all__ = ["apply_strategic_merge", "merge_patch_documents"]
 
 # Fields tagged `merge:"replace"` in Talos: replaced (when the patch value is non-empty).
 _REPLACE_FIELDS: dict[str, frozenset[str]] = {
-    V1ALPHA1: frozenset({
-        "cluster.network.podSubnets", "cluster.network.serviceSubnets",
-        "cluster.apiServer.auditPolicy",
-    }),
+    V1ALPHA1: frozenset(
+        {
+            "cluster.network.podSubnets",
+            "cluster.network.serviceSubnets",
+            "cluster.apiServer.auditPolicy",
+        }
+    ),
     "NetworkRuleConfig": frozenset({"ingress", "portSelector.ports"}),
 }
 
@@ -194,12 +197,13 @@ class _Delete:
         if index is None:
             raise self._lookup_failed(what, "the config has no such document")
         if not self.path:
-            return documents[:index] + documents[index + 1:]
+            return documents[:index] + documents[index + 1 :]
         if self.item is None:
             _delete_key(documents[index], self.path, lambda why: self._lookup_failed(what, why))
         else:
-            _delete_item(documents[index], self.path, self.item,
-                         lambda why: self._lookup_failed(what, why))
+            _delete_item(
+                documents[index], self.path, self.item, lambda why: self._lookup_failed(what, why)
+            )
         return documents
 
     def _lookup_failed(self, what: str, why: str) -> PatchError:
@@ -209,9 +213,7 @@ class _Delete:
         )
 
 
-def _extract_deletes(
-    doc: Document, line: int, what: str
-) -> tuple[Document | None, list[_Delete]]:
+def _extract_deletes(doc: Document, line: int, what: str) -> tuple[Document | None, list[_Delete]]:
     """Take the ``$patch: delete`` markers out of a patch document.
 
     Returns what is left to merge (``None`` when nothing is) and the deletes, which Talos

@@ -127,8 +127,10 @@ def _roles_of(definition: pytest.Function) -> set[str]:
     roles = {str(role) for role in _marker_args(definition, "talos_role")}
     unknown = roles - set(ROLES)
     if unknown:
-        pytest.fail(f"talos_role: unknown role {', '.join(sorted(unknown))}; use "
-                    f"{' or '.join(ROLES)}", pytrace=False)
+        pytest.fail(
+            f"talos_role: unknown role {', '.join(sorted(unknown))}; use {' or '.join(ROLES)}",
+            pytrace=False,
+        )
     return roles
 
 
@@ -144,16 +146,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     group = changes_level(metafunc.definition) is not None
     params = [
-        pytest.param(node.name, id=node.name,
-                     marks=[pytest.mark.xdist_group(f"talos-{node.name}")] if group else [])
+        pytest.param(
+            node.name,
+            id=node.name,
+            marks=[pytest.mark.xdist_group(f"talos-{node.name}")] if group else [],
+        )
         for node in nodes
         if not roles or node.role in roles
     ]
     if not params:
         have = ", ".join(f"{n.name}={n.role}" for n in nodes) or "no nodes"
         reason = f"talos_role({', '.join(sorted(roles))}): no target node has that role ({have})"
-        params = [pytest.param(NoNode("no node with the role"), id="no-node",
-                               marks=pytest.mark.skip(reason=reason))]
+        params = [
+            pytest.param(
+                NoNode("no node with the role"), id="no-node", marks=pytest.mark.skip(reason=reason)
+            )
+        ]
     metafunc.parametrize("talos_node", params, indirect=True)
 
 
@@ -164,13 +172,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         level = held_back(item, settings)
         if level == "disruptive":
-            item.add_marker(pytest.mark.skip(reason=(
-                "talos_disruptive: may reboot, reset or upgrade nodes; run with "
-                "--talos-allow disruptive to enable it")))
+            item.add_marker(
+                pytest.mark.skip(
+                    reason=(
+                        "talos_disruptive: may reboot, reset or upgrade nodes; run with "
+                        "--talos-allow disruptive to enable it"
+                    )
+                )
+            )
         elif level == "mutating":
-            item.add_marker(pytest.mark.skip(reason=(
-                "talos_mutating: changes node configuration (restored afterwards); run with "
-                "--talos-allow mutating to enable it")))
+            item.add_marker(
+                pytest.mark.skip(
+                    reason=(
+                        "talos_mutating: changes node configuration (restored afterwards); "
+                        "run with --talos-allow mutating to enable it"
+                    )
+                )
+            )
     items.sort(key=lambda item: changes_level(item) == "disruptive")  # stable: keeps order
 
 
@@ -226,8 +244,9 @@ def talos_node(request: pytest.FixtureRequest, talos_cluster: TalosCluster) -> T
     """One target node (the test runs once per node; ids are hostnames)."""
     name = getattr(request, "param", None)
     if name is None:
-        pytest.fail("talos_node must be a test argument (pytest-talos parametrizes it)",
-                    pytrace=False)
+        pytest.fail(
+            "talos_node must be a test argument (pytest-talos parametrizes it)", pytrace=False
+        )
     node = talos_cluster.node(str(name))
     if node.unreachable is not None:
         request.node.stash[_UNREACHABLE_KEY] = True
@@ -237,9 +256,12 @@ def talos_node(request: pytest.FixtureRequest, talos_cluster: TalosCluster) -> T
     if changes_level(request.node) is not None:
         guarded = node.with_guard(request.getfixturevalue("talos_config_guard"))
     else:
-        guarded = node.with_guard(ReadOnlyGuard(
-            "this test is not marked talos_mutating, so its talos_node refuses changes; "
-            "mark it @pytest.mark.talos_mutating (run with --talos-allow mutating)"))
+        guarded = node.with_guard(
+            ReadOnlyGuard(
+                "this test is not marked talos_mutating, so its talos_node refuses changes; "
+                "mark it @pytest.mark.talos_mutating (run with --talos-allow mutating)"
+            )
+        )
     guarded.expected_ports = session.expected_ports(node)
     request.node.stash[_NODE_KEY] = guarded
     return guarded
@@ -251,8 +273,9 @@ def _talos_capability_gate(request: pytest.FixtureRequest) -> None:
     item = request.node
     if "talos_node" in request.fixturenames:
         return  # talos_node checks its own node
-    if not (item.get_closest_marker("talos_min_version")
-            or item.get_closest_marker("talos_platform")):
+    if not (
+        item.get_closest_marker("talos_min_version") or item.get_closest_marker("talos_platform")
+    ):
         return
     cluster: TalosCluster = request.getfixturevalue("talos_cluster")
     for node in cluster.reachable:
@@ -276,14 +299,17 @@ def _skip_unless_capable(item: pytest.Item, node: TalosNode) -> None:
         try:
             needed = _version_tuple(str(minimum))
         except ValueError:
-            pytest.fail(f"talos_min_version: {minimum!r} is not a version like '1.13'",
-                        pytrace=False)
+            pytest.fail(
+                f"talos_min_version: {minimum!r} is not a version like '1.13'", pytrace=False
+            )
         have = _version_tuple(version.tag)
         if have[: len(needed)] < needed:
             pytest.skip(f"talos_min_version({minimum}): {node.name} runs Talos {version.tag}")
     if platforms and not {version.platform, version.platform_mode} & platforms:
-        pytest.skip(f"talos_platform({', '.join(sorted(platforms))}): {node.name} runs on "
-                    f"platform {version.platform}")
+        pytest.skip(
+            f"talos_platform({', '.join(sorted(platforms))}): {node.name} runs on "
+            f"platform {version.platform}"
+        )
 
 
 # --------------------------------------------------------------------------- run-time checks
@@ -342,11 +368,12 @@ def _check_call_log(item: pytest.Item) -> None:
     calls = emulator.call_log_store.since(start)
     hostnames = {node.address: node.hostname for node in emulator.nodes}
     sent = {
-        (call.method.rsplit("/", 1)[-1],
-         hostnames.get(call.targets[0] if call.targets else call.address, call.node))
+        (
+            call.method.rsplit("/", 1)[-1],
+            hostnames.get(call.targets[0] if call.targets else call.address, call.node),
+        )
         for call in calls
-        if call.mutating
-        and (level is None or CHANGING_METHODS.get(call.method) == "disruptive")
+        if call.mutating and (level is None or CHANGING_METHODS.get(call.method) == "disruptive")
     }
     if not sent:
         return
@@ -355,7 +382,8 @@ def _check_call_log(item: pytest.Item) -> None:
     pytest.fail(
         f"this test sent changing calls to the emulated cluster ({listed}) but is not marked "
         f"{marker}; mark it @pytest.mark.{marker} so that it runs only when --talos-allow "
-        "permits such changes", pytrace=False,
+        "permits such changes",
+        pytrace=False,
     )
 
 
@@ -364,9 +392,14 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    if report.failed and report.when == "setup" and _uses_talos(item) and (
-        item.stash.get(_UNREACHABLE_KEY, False)
-        or session_of(item.config).connect_error is not None
+    if (
+        report.failed
+        and report.when == "setup"
+        and _uses_talos(item)
+        and (
+            item.stash.get(_UNREACHABLE_KEY, False)
+            or session_of(item.config).connect_error is not None
+        )
     ):
         report.user_properties.append((UNREACHABLE_PROPERTY, True))
     node = item.stash.get(_NODE_KEY, None)

@@ -76,7 +76,8 @@ class TalosSession:
     def _refusal(self, needed: str, method: str, node: str | None) -> str:
         what = (
             "a disruptive change (it reboots, resets or upgrades the node, or changes etcd)"
-            if needed == "disruptive" else "a change to the node"
+            if needed == "disruptive"
+            else "a change to the node"
         )
         if self.in_test:
             return (
@@ -98,13 +99,19 @@ class TalosSession:
             # $TALOSCONFIG is left to talosctl's lookup, which then reports it as the source.
             path = None if s.talosconfig.source.startswith("$") else s.talosconfig.value
             return TalosCluster.connect(
-                path, context=s.context.value, endpoints=s.endpoints.value,
-                nodes=s.nodes.value, timeout=s.timeout.value,
+                path,
+                context=s.context.value,
+                endpoints=s.endpoints.value,
+                nodes=s.nodes.value,
+                timeout=s.timeout.value,
             )
         emulator = self._start_emulator(*s.emulator.value)
         cluster = TalosCluster.connect(
-            emulator.talosconfig_path, endpoints=[emulator.endpoint], timeout=s.timeout.value,
-            scan_baseline=emulator.vacant_address, env={},
+            emulator.talosconfig_path,
+            endpoints=[emulator.endpoint],
+            timeout=s.timeout.value,
+            scan_baseline=emulator.vacant_address,
+            env={},
         )
         return cluster.select(s.nodes.value) if s.nodes.value else cluster
 
@@ -184,8 +191,10 @@ class TalosSession:
             state_dir=s.state_dir.value,
             lock_timeout=s.lock_timeout.value,
             journal=self.emulator is None,  # an in-run emulator dies with the run
-            origin=JournalOrigin(str(found.path) if found else s.talosconfig.value,
-                                 found.context_name if found else s.context.value),
+            origin=JournalOrigin(
+                str(found.path) if found else s.talosconfig.value,
+                found.context_name if found else s.context.value,
+            ),
             label=label,
         )
 
@@ -229,8 +238,9 @@ def header_lines(session: TalosSession) -> list[str]:
     """The report header: targets, each node's version and role, sources, allowed changes."""
     if not session.settings.anything_given:
         # Nothing asked for Talos: do not contact a cluster just to print a header.
-        return ["talos: targets: talosctl's talosconfig lookup, contacted only if a test "
-                "needs a node"]
+        return [
+            "talos: targets: talosctl's talosconfig lookup, contacted only if a test needs a node"
+        ]
     lines = [f"talos: targets: {session.describe_target()}"]
     try:
         cluster = session.cluster()
@@ -272,15 +282,22 @@ def _settings_text(settings: TalosSettings) -> str:
         if settings.faults.value:
             parts.append(shown("faults", settings.faults, ",".join(settings.faults.value)))
         if settings.time_scale.given:
-            parts.append(shown("time scale", settings.time_scale,
-                               f"{settings.time_scale.value:g}x"))
+            parts.append(
+                shown("time scale", settings.time_scale, f"{settings.time_scale.value:g}x")
+            )
     else:
         parts = [
-            shown("talosconfig", settings.talosconfig,
-                  settings.talosconfig.value or "(talosctl lookup)"),
+            shown(
+                "talosconfig",
+                settings.talosconfig,
+                settings.talosconfig.value or "(talosctl lookup)",
+            ),
             shown("context", settings.context, settings.context.value or "(current)"),
-            shown("endpoints", settings.endpoints,
-                  ",".join(settings.endpoints.value) or "(from talosconfig)"),
+            shown(
+                "endpoints",
+                settings.endpoints,
+                ",".join(settings.endpoints.value) or "(from talosconfig)",
+            ),
         ]
     parts += [
         shown("nodes", settings.nodes, ",".join(settings.nodes.value) or "(all)"),
@@ -295,10 +312,15 @@ def _settings_text(settings: TalosSettings) -> str:
 def _allow_lines(session: TalosSession) -> list[str]:
     settings = session.settings
     if settings.allow.value == "none":
-        return ["talos: changes allowed: none (talos_mutating and talos_disruptive tests are "
-                "skipped; enable them with --talos-allow mutating|disruptive)"]
-    what = ("config changes (undone afterwards), reboots, resets and upgrades"
-            if settings.allows_disruptive else "config changes (undone afterwards)")
+        return [
+            "talos: changes allowed: none (talos_mutating and talos_disruptive tests are "
+            "skipped; enable them with --talos-allow mutating|disruptive)"
+        ]
+    what = (
+        "config changes (undone afterwards), reboots, resets and upgrades"
+        if settings.allows_disruptive
+        else "config changes (undone afterwards)"
+    )
     lines = [f"talos: changes allowed: {settings.allow.value}: {what}"]
     if settings.emulator.value is None:
         lines.append(

@@ -61,40 +61,99 @@ class _Option:
 _OPTIONS = {
     o.dest: o
     for o in (
-        _Option("talosconfig", "--talosconfig", "talosconfig", "TALOSCONFIG",
-                "talosconfig path (default as talosctl: $TALOSCONFIG, ~/.talos/config)"),
-        _Option("talos_context", "--talos-context", "talos_context", "TALOS_CONTEXT",
-                "talosconfig context (default: the file's current context)"),
-        _Option("talos_endpoints", "--talos-endpoint", "talos_endpoints", "TALOS_ENDPOINTS",
-                "Talos API endpoint host[:port]; repeat or comma-separate (default: the "
-                "context's endpoints)"),
-        _Option("talos_nodes", "--talos-nodes", "talos_nodes", "TALOS_NODES",
-                "target nodes; repeat or comma-separate (default: the context's nodes, else "
-                "the cluster's members)"),
-        _Option("talos_emulator", "--talos-emulator", "talos_emulator", "TALOS_EMULATOR",
-                "start the built-in emulated cluster for the session: CP:W control planes "
-                "and workers (default 1:1); excludes --talos-endpoint"),
-        _Option("talos_emulator_faults", "--talos-emulator-fault", "talos_emulator_faults",
-                "TALOS_EMULATOR_FAULTS", "turn on an emulator fault profile; repeatable"),
-        _Option("talos_emulator_variants", "--talos-emulator-variant", "talos_emulator_variants",
-                "TALOS_EMULATOR_VARIANTS", "run the emulated cluster as a healthy variant "
-                "(domain, metal, discovery-disabled, ...); repeatable"),
-        _Option("talos_emulator_time_scale", "--talos-emulator-time-scale",
-                "talos_emulator_time_scale", "TALOS_EMULATOR_TIME_SCALE",
-                "run the emulated cluster's clock this many times faster (try windows, crash "
-                "loops, grace periods); default 1"),
-        _Option("talos_allow", "--talos-allow", "talos_allow", "TALOS_ALLOW",
-                "changes tests may make: none (default), mutating (config changes, undone "
-                "afterwards) or disruptive (also reboots, resets, upgrades)"),
-        _Option("talos_timeout", "--talos-timeout", "talos_timeout", "TALOS_TIMEOUT",
-                f"deadline of each Talos API call in seconds (default {DEFAULT_TIMEOUT:g}, "
-                f"at most {MAX_TIMEOUT:g})"),
-        _Option("talos_state_dir", "--talos-state-dir", "talos_state_dir", "TALOS_STATE_DIR",
-                "where node locks and the journals of unfinished changes live (they hold "
-                "config secrets; default $XDG_STATE_HOME/pytest-talos)"),
-        _Option("talos_lock_timeout", "--talos-lock-timeout", "talos_lock_timeout",
-                "TALOS_LOCK_TIMEOUT", "seconds a change waits while another worker or run "
-                f"changes the same node (default {DEFAULT_LOCK_TIMEOUT:g})"),
+        _Option(
+            "talosconfig",
+            "--talosconfig",
+            "talosconfig",
+            "TALOSCONFIG",
+            "talosconfig path (default as talosctl: $TALOSCONFIG, ~/.talos/config)",
+        ),
+        _Option(
+            "talos_context",
+            "--talos-context",
+            "talos_context",
+            "TALOS_CONTEXT",
+            "talosconfig context (default: the file's current context)",
+        ),
+        _Option(
+            "talos_endpoints",
+            "--talos-endpoint",
+            "talos_endpoints",
+            "TALOS_ENDPOINTS",
+            "Talos API endpoint host[:port]; repeat or comma-separate (default: the "
+            "context's endpoints)",
+        ),
+        _Option(
+            "talos_nodes",
+            "--talos-nodes",
+            "talos_nodes",
+            "TALOS_NODES",
+            "target nodes; repeat or comma-separate (default: the context's nodes, else "
+            "the cluster's members)",
+        ),
+        _Option(
+            "talos_emulator",
+            "--talos-emulator",
+            "talos_emulator",
+            "TALOS_EMULATOR",
+            "start the built-in emulated cluster for the session: CP:W control planes "
+            "and workers (default 1:1); excludes --talos-endpoint",
+        ),
+        _Option(
+            "talos_emulator_faults",
+            "--talos-emulator-fault",
+            "talos_emulator_faults",
+            "TALOS_EMULATOR_FAULTS",
+            "turn on an emulator fault profile; repeatable",
+        ),
+        _Option(
+            "talos_emulator_variants",
+            "--talos-emulator-variant",
+            "talos_emulator_variants",
+            "TALOS_EMULATOR_VARIANTS",
+            "run the emulated cluster as a healthy variant "
+            "(domain, metal, discovery-disabled, ...); repeatable",
+        ),
+        _Option(
+            "talos_emulator_time_scale",
+            "--talos-emulator-time-scale",
+            "talos_emulator_time_scale",
+            "TALOS_EMULATOR_TIME_SCALE",
+            "run the emulated cluster's clock this many times faster (try windows, crash "
+            "loops, grace periods); default 1",
+        ),
+        _Option(
+            "talos_allow",
+            "--talos-allow",
+            "talos_allow",
+            "TALOS_ALLOW",
+            "changes tests may make: none (default), mutating (config changes, undone "
+            "afterwards) or disruptive (also reboots, resets, upgrades)",
+        ),
+        _Option(
+            "talos_timeout",
+            "--talos-timeout",
+            "talos_timeout",
+            "TALOS_TIMEOUT",
+            f"deadline of each Talos API call in seconds (default {DEFAULT_TIMEOUT:g}, "
+            f"at most {MAX_TIMEOUT:g})",
+        ),
+        _Option(
+            "talos_state_dir",
+            "--talos-state-dir",
+            "talos_state_dir",
+            "TALOS_STATE_DIR",
+            "where node locks and the journals of unfinished changes live (they hold "
+            "config secrets; default $XDG_STATE_HOME/pytest-talos)",
+        ),
+        _Option(
+            "talos_lock_timeout",
+            "--talos-lock-timeout",
+            "talos_lock_timeout",
+            "TALOS_LOCK_TIMEOUT",
+            "seconds a change waits while another worker or run "
+            f"changes the same node (default {DEFAULT_LOCK_TIMEOUT:g})",
+        ),
     )
 }
 
@@ -120,8 +179,18 @@ class TalosSettings:
         """Whether any talos setting came from the command line, ini or environment."""
         return any(
             getattr(self, name).given
-            for name in ("talosconfig", "context", "endpoints", "nodes", "emulator", "faults",
-                         "variants", "time_scale", "allow", "timeout")
+            for name in (
+                "talosconfig",
+                "context",
+                "endpoints",
+                "nodes",
+                "emulator",
+                "faults",
+                "variants",
+                "time_scale",
+                "allow",
+                "timeout",
+            )
         )
 
     @property
@@ -239,13 +308,24 @@ def _positive_setting(
 
 
 def _timeout_setting(config: pytest.Config) -> Setting[float]:
-    return _positive_setting(config, "talos_timeout", DEFAULT_TIMEOUT,
-                             "a positive number of seconds", "--talos-timeout 10", MAX_TIMEOUT)
+    return _positive_setting(
+        config,
+        "talos_timeout",
+        DEFAULT_TIMEOUT,
+        "a positive number of seconds",
+        "--talos-timeout 10",
+        MAX_TIMEOUT,
+    )
 
 
 def _lock_timeout_setting(config: pytest.Config) -> Setting[float]:
-    return _positive_setting(config, "talos_lock_timeout", DEFAULT_LOCK_TIMEOUT,
-                             "a positive number of seconds", "--talos-lock-timeout 600")
+    return _positive_setting(
+        config,
+        "talos_lock_timeout",
+        DEFAULT_LOCK_TIMEOUT,
+        "a positive number of seconds",
+        "--talos-lock-timeout 600",
+    )
 
 
 def _state_dir_setting(config: pytest.Config) -> Setting[str]:
@@ -260,8 +340,13 @@ def _state_dir_setting(config: pytest.Config) -> Setting[str]:
 
 
 def _time_scale_setting(config: pytest.Config) -> Setting[float]:
-    return _positive_setting(config, "talos_emulator_time_scale", 1.0, "a positive factor",
-                             "--talos-emulator-time-scale 20")
+    return _positive_setting(
+        config,
+        "talos_emulator_time_scale",
+        1.0,
+        "a positive factor",
+        "--talos-emulator-time-scale 20",
+    )
 
 
 def resolve_settings(config: pytest.Config) -> TalosSettings:
@@ -285,8 +370,11 @@ def resolve_settings(config: pytest.Config) -> TalosSettings:
 
 def _check_combination(settings: TalosSettings) -> TalosSettings:
     if settings.emulator.value is None:
-        for source in (settings.faults.source, settings.variants.source,
-                       settings.time_scale.source):
+        for source in (
+            settings.faults.source,
+            settings.variants.source,
+            settings.time_scale.source,
+        ):
             if source != "default":
                 raise pytest.UsageError(
                     f"{source} needs the emulated cluster: add --talos-emulator"
@@ -341,12 +429,18 @@ def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("talos", "Talos Linux nodes (pytest-talos)")
     for option in _OPTIONS.values():
         env_help = f" [ini {option.ini}; env ${option.env}]"
-        kwargs: dict[str, Any] = {"dest": option.dest, "default": None,
-                                  "help": option.help + env_help}
-        if option.dest in ("talos_endpoints", "talos_nodes", "talos_emulator_faults",
-                           "talos_emulator_variants"):
-            kwargs.update(action="append",
-                          metavar="NAME" if "emulator" in option.dest else "HOST")
+        kwargs: dict[str, Any] = {
+            "dest": option.dest,
+            "default": None,
+            "help": option.help + env_help,
+        }
+        if option.dest in (
+            "talos_endpoints",
+            "talos_nodes",
+            "talos_emulator_faults",
+            "talos_emulator_variants",
+        ):
+            kwargs.update(action="append", metavar="NAME" if "emulator" in option.dest else "HOST")
         elif option.dest == "talos_emulator":
             kwargs.update(nargs="?", const="1:1", metavar="CP:W")
         elif option.dest == "talos_allow":
@@ -354,7 +448,10 @@ def add_options(parser: pytest.Parser) -> None:
         group.addoption(option.flag, **kwargs)
         parser.addini(option.ini, option.help, default=None)
     group.addoption(
-        "--talos-recover", action="store_true", dest="talos_recover", default=False,
+        "--talos-recover",
+        action="store_true",
+        dest="talos_recover",
+        default=False,
         help="restore nodes a killed run left changed (from the journals in the state "
         "directory), then exit; the same as the talos-recover command",
     )

@@ -19,11 +19,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         mark = item.get_closest_marker("talos_check")
         if mark is None:
             continue
-        entries.append({
-            "id": mark.args[0] if mark.args else mark.kwargs.get("id"),
-            "severity": mark.kwargs.get("severity"),
-            "claim": mark.kwargs.get("claim"),
-            "markers": sorted({m.name for m in item.iter_markers()}),
-            "test": item.nodeid,
-        })
+        entries.append(
+            {
+                "id": mark.args[0] if mark.args else mark.kwargs.get("id"),
+                "severity": mark.kwargs.get("severity"),
+                "claim": mark.kwargs.get("claim"),
+                "markers": sorted({m.name for m in item.iter_markers()}),
+                "test": item.nodeid,
+            }
+        )
     Path(target).write_text(json.dumps(entries, indent=1))

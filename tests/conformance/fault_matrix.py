@@ -36,96 +36,128 @@ def _failed(*checks: str) -> dict[str, Outcome]:
 
 
 _SERVICE_DOWN = _failed(
-    "services.expected-running-healthy", "services.no-recent-restarts", "upgrade.nodes-running")
+    "services.expected-running-healthy", "services.no-recent-restarts", "upgrade.nodes-running"
+)
 
 FAULT_MATRIX: Mapping[str, FaultCase] = {
     "cidr-overlap": FaultCase(("cidr-overlap",), _failed("kubernetes.cidrs-clear-of-nodes")),
     "config-drift": FaultCase(("config-drift",), _failed("config.matches-desired")),
     "config-staged": FaultCase(
-        ("config-staged",), _failed("config.persisted-matches-active"),
+        ("config-staged",),
+        _failed("config.persisted-matches-active"),
         why="the staged change is not drift (the active config matches git) but the next "
         "boot changes the node",
     ),
-    "client-cert-expiring": FaultCase(("client-cert-expiring",),
-                                      _failed("certs.client-certificate")),
-    "apid-cert-missing-san": FaultCase(("apid-cert-missing-san",),
-                                       _failed("certs.api-certificate")),
+    "client-cert-expiring": FaultCase(
+        ("client-cert-expiring",), _failed("certs.client-certificate")
+    ),
+    "apid-cert-missing-san": FaultCase(
+        ("apid-cert-missing-san",), _failed("certs.api-certificate")
+    ),
     "kube-cert-expired": FaultCase(
         ("kube-cert-expired",),
-        _failed("certs.kubernetes-api", "kubernetes.kubeconfig-obtainable",
-                "kubernetes.node-ready", "kubernetes.node-conditions-clear",
-                "config.label-applies-without-reboot"),
+        _failed(
+            "certs.kubernetes-api",
+            "kubernetes.kubeconfig-obtainable",
+            "kubernetes.node-ready",
+            "kubernetes.node-conditions-clear",
+            "config.label-applies-without-reboot",
+        ),
         why="an expired kube-apiserver certificate stops every Kubernetes client: the checks "
         "that talk to Kubernetes fail with the TLS error",
     ),
     "client-certs-unverified": FaultCase(
         ("client-certs-unverified",),
-        _failed("api.mtls-required", "api.foreign-ca-refused", "api.reader-cannot-apply",
-                "api.reader-cannot-read-secrets", "api.expired-cert-refused",
-                "api.client-auth-eku-required", "api.kube-ca-refused",
-                "api.reader-cannot-apply-for-real", "api.reader-cannot-get-kubeconfig",
-                "api.reader-cannot-mint-roles"),
+        _failed(
+            "api.mtls-required",
+            "api.foreign-ca-refused",
+            "api.reader-cannot-apply",
+            "api.reader-cannot-read-secrets",
+            "api.expired-cert-refused",
+            "api.client-auth-eku-required",
+            "api.kube-ca-refused",
+            "api.reader-cannot-apply-for-real",
+            "api.reader-cannot-get-kubeconfig",
+            "api.reader-cannot-mint-roles",
+        ),
         why="apid that never asks for a client certificate cannot tell a foreign CA's, an "
         "expired one, one without client-auth usage, the Kubernetes CA's, nor a reader's, "
         "from none (all get os:admin); Python's ssl cannot ask for one and then accept any CA",
     ),
     "cosi-writable": FaultCase(("cosi-writable",), _failed("api.resource-writes-refused")),
     "dry-run-applies": FaultCase(
-        ("dry-run-applies",), _failed("config.dry-run-changes-nothing"),
+        ("dry-run-applies",),
+        _failed("config.dry-run-changes-nothing"),
         why="the check guards its dry run like any change, so the applied label is taken "
         "back and the nodes still match their desired state",
     ),
     "dry-run-applies-late": FaultCase(
-        ("dry-run-applies-late",), _failed("config.dry-run-changes-nothing"),
+        ("dry-run-applies-late",),
+        _failed("config.dry-run-changes-nothing"),
         why="only a second look after the settle time sees the change",
     ),
     "etcd-member-missing": FaultCase(
         ("etcd-member-missing",),
         _failed("cluster.etcd-members-are-control-planes", "cluster.health-check-passes"),
     ),
-    "events-no-hello": FaultCase(("events-no-hello",), {}, why="client-level fault: our client "
-                                 "does not depend on the hello event; no node claim breaks"),
+    "events-no-hello": FaultCase(
+        ("events-no-hello",),
+        {},
+        why="client-level fault: our client "
+        "does not depend on the hello event; no node claim breaks",
+    ),
     "extra-port": FaultCase(("extra-port",), _failed("immutability.only-expected-ports")),
     "flapping-service": FaultCase(
         ("flapping-service",),
-        _failed("services.expected-running-healthy", "services.no-recent-restarts",
-                "upgrade.nodes-running"),
+        _failed(
+            "services.expected-running-healthy",
+            "services.no-recent-restarts",
+            "upgrade.nodes-running",
+        ),
         why="containerd is killed every 30 s: a crash always lies within the last 60 s that "
         "services.expected-running-healthy looks back; after each restart it is unhealthy "
         "until its next health check, so the machine is briefly not ready, and the 36 s "
         "stability window of upgrade.nodes-running always spans one of those",
     ),
     "hidden-listener": FaultCase(
-        ("hidden-listener",), _failed("immutability.only-expected-ports"),
+        ("hidden-listener",),
+        _failed("immutability.only-expected-ports"),
         why="10250 is an allowed port, so a plain scan passed; its Netstat no longer accounts "
         "for it",
     ),
     "host-shell-process": FaultCase(
-        ("host-shell-process",), _failed("immutability.no-shell-or-ssh"),
+        ("host-shell-process",),
+        _failed("immutability.no-shell-or-ssh"),
         why="a shell outside every pod's containerd shim is a way into the host itself",
     ),
     "shell-in-libexec": FaultCase(
-        ("shell-in-libexec",), _failed("immutability.no-shell-or-ssh"),
+        ("shell-in-libexec",),
+        _failed("immutability.no-shell-or-ssh"),
         why="/usr/libexec is off PATH, so a search of the bin directories alone missed it",
     ),
     "shell-alias": FaultCase(
-        ("shell-alias",), _failed("immutability.no-shell-or-ssh"),
+        ("shell-alias",),
+        _failed("immutability.no-shell-or-ssh"),
         why="busybox.static is busybox under its static-build name; an exact name match missed it",
     ),
     "web-terminal-running": FaultCase(
-        ("web-terminal-running",), _failed("immutability.no-shell-or-ssh"),
+        ("web-terminal-running",),
+        _failed("immutability.no-shell-or-ssh"),
         why="ttyd serves a terminal on a unix socket: no port, no shell or sshd process name",
     ),
     "package-manager-in-opt": FaultCase(
-        ("package-manager-in-opt",), _failed("immutability.no-package-manager"),
+        ("package-manager-in-opt",),
+        _failed("immutability.no-package-manager"),
         why="/opt/foo/bin is an add-on tree under the writable /opt, not /opt/bin",
     ),
     "usr-writable": FaultCase(
-        ("usr-writable",), _failed("immutability.rootfs-read-only"),
+        ("usr-writable",),
+        _failed("immutability.rootfs-read-only"),
         why="/ stays ro; a writable overlay mounted over /usr makes the image content writable",
     ),
     "node-memory-pressure": FaultCase(
-        ("node-memory-pressure",), _failed("kubernetes.node-conditions-clear"),
+        ("node-memory-pressure",),
+        _failed("kubernetes.node-conditions-clear"),
         why="Ready stays True; only the MemoryPressure condition shows it",
     ),
     "node-cordoned": FaultCase(
@@ -135,111 +167,153 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
         "'all k8s nodes to report schedulable' (pkg/cluster/check/kubernetes.go)",
     ),
     "ready-flapping": FaultCase(
-        ("ready-flapping",), _failed("kubernetes.node-ready"),
+        ("ready-flapping",),
+        _failed("kubernetes.node-ready"),
         why="Ready is True most of the time, so a wait for Ready passed; the watch over the "
         "window sees it False (or its lastTransitionTime move) within one 8 s period",
     ),
     "kubelet-crashloop": FaultCase(
         ("kubelet-crashloop",),
-        _failed("services.expected-running-healthy", "services.no-recent-restarts",
-                "config.kubelet-flag-failure-detected", "cluster.health-check-passes",
-                "upgrade.nodes-running", "kubernetes.node-ready"),
+        _failed(
+            "services.expected-running-healthy",
+            "services.no-recent-restarts",
+            "config.kubelet-flag-failure-detected",
+            "cluster.health-check-passes",
+            "upgrade.nodes-running",
+            "kubernetes.node-ready",
+        ),
         why="kubelet is never up, so the boot never ends (no restart is excused as the "
         "boot's); a kubelet silent for the node-monitor grace period (40 s) turns its Node "
         "NotReady; the suite reaches the Kubernetes checks well after that",
     ),
     "late-apply-on-reject": FaultCase(
-        ("late-apply-on-reject",), _failed("config.invalid-patch-rejected"),
+        ("late-apply-on-reject",),
+        _failed("config.invalid-patch-rejected"),
         why="the reply and the first read are right; the config changes 2 s later",
     ),
-    "labels-not-synced": FaultCase(("labels-not-synced",),
-                                   _failed("config.label-applies-without-reboot")),
-    "lenient-validation": FaultCase(("lenient-validation",),
-                                    _failed("config.invalid-patch-rejected")),
-    "logs-broken": FaultCase(("logs-broken",), _failed("services.logs-readable"),
-                             why="containerd runs, but its log is not registered"),
+    "labels-not-synced": FaultCase(
+        ("labels-not-synced",), _failed("config.label-applies-without-reboot")
+    ),
+    "lenient-validation": FaultCase(
+        ("lenient-validation",), _failed("config.invalid-patch-rejected")
+    ),
+    "logs-broken": FaultCase(
+        ("logs-broken",),
+        _failed("services.logs-readable"),
+        why="containerd runs, but its log is not registered",
+    ),
     "machined-unhealthy": FaultCase(
         ("machined-unhealthy",),
-        _failed("services.expected-running-healthy", "services.no-recent-restarts",
-                "upgrade.nodes-running"),
+        _failed(
+            "services.expected-running-healthy",
+            "services.no-recent-restarts",
+            "upgrade.nodes-running",
+        ),
         why="machined stays Running with its health check failing: no restart, but the "
         "machine is not ready (machine_status.go counts an unhealthy service), and its "
         "'Health check failed' event after the boot is an unhealthy spell",
     ),
     "health-flap-running": FaultCase(
         ("health-flap-running",),
-        _failed("services.expected-running-healthy", "services.no-recent-restarts",
-                "upgrade.nodes-running"),
+        _failed(
+            "services.expected-running-healthy",
+            "services.no-recent-restarts",
+            "upgrade.nodes-running",
+        ),
         why="cri never leaves Running, so a check of states alone passes between two flaps; "
         "its 'Health check failed' events (within the last 60 s, and in the watched window) "
         "are caught by the quick profile too, not only by the machine hold",
     ),
-    "empty-logs": FaultCase(("empty-logs",), _failed("services.logs-readable"),
-                            why="apid runs, its log is registered but reads back empty"),
+    "empty-logs": FaultCase(
+        ("empty-logs",),
+        _failed("services.logs-readable"),
+        why="apid runs, its log is registered but reads back empty",
+    ),
     "service-stuck-preparing": FaultCase(
-        ("service-stuck-preparing",), _SERVICE_DOWN,
+        ("service-stuck-preparing",),
+        _SERVICE_DOWN,
         why="trustd was stopped (a stop after the boot) and its new run never leaves "
         "Preparing: the stuck state itself fails services.expected-running-healthy",
     ),
     "events-ignore-tail-seconds": FaultCase(
-        ("events-ignore-tail-seconds",), _failed("services.events-cover-window"),
+        ("events-ignore-tail-seconds",),
+        _failed("services.events-cover-window"),
         why="the stream brings none of the boot's service events that ServiceList shows "
         "within the window; the restart checks then say the history does not cover it",
     ),
     "maintenance-version": FaultCase(("maintenance-version",), _failed("api.version-answers")),
     "member-hidden": FaultCase(("member-hidden",), _failed("cluster.members-consistent")),
     "netstat-ghost": FaultCase(
-        ("netstat-ghost",), _failed("immutability.only-expected-ports"),
+        ("netstat-ghost",),
+        _failed("immutability.only-expected-ports"),
         why="the scan finds 9100 refused; Netstat shows its wildcard listener",
     ),
     "no-kubeconfig": FaultCase(
         ("no-kubeconfig",),
-        {"kubernetes.kubeconfig-obtainable": "failed", "kubernetes.node-ready": "error",
-         "kubernetes.node-conditions-clear": "error",
-         "config.label-applies-without-reboot": "error", "certs.kubernetes-api": "error"},
+        {
+            "kubernetes.kubeconfig-obtainable": "failed",
+            "kubernetes.node-ready": "error",
+            "kubernetes.node-conditions-clear": "error",
+            "config.label-applies-without-reboot": "error",
+            "certs.kubernetes-api": "error",
+        },
         why="without a kubeconfig the Kubernetes-side checks cannot be measured (errors)",
     ),
     "no-mtls": FaultCase(("no-mtls",), _failed("api.mtls-required")),
     "no-reboot-accepts-reboot-fields": FaultCase(
-        ("no-reboot-accepts-reboot-fields",), _failed("config.no-reboot-refuses-reboot-fields")),
-    "node-not-ready": FaultCase(("node-not-ready",),
-                                _failed("kubernetes.node-ready", "cluster.health-check-passes")),
-    "package-manager-present": FaultCase(("package-manager-present",),
-                                         _failed("immutability.no-package-manager")),
-    "pid1-not-machined": FaultCase(("pid1-not-machined",),
-                                   _failed("immutability.pid1-is-machined")),
-    "pid1-systemd-as-init": FaultCase(("pid1-systemd-as-init",),
-                                      _failed("immutability.pid1-is-machined")),
+        ("no-reboot-accepts-reboot-fields",), _failed("config.no-reboot-refuses-reboot-fields")
+    ),
+    "node-not-ready": FaultCase(
+        ("node-not-ready",), _failed("kubernetes.node-ready", "cluster.health-check-passes")
+    ),
+    "package-manager-present": FaultCase(
+        ("package-manager-present",), _failed("immutability.no-package-manager")
+    ),
+    "pid1-not-machined": FaultCase(
+        ("pid1-not-machined",), _failed("immutability.pid1-is-machined")
+    ),
+    "pid1-systemd-as-init": FaultCase(
+        ("pid1-systemd-as-init",), _failed("immutability.pid1-is-machined")
+    ),
     "reader-can-apply": FaultCase(
         ("reader-can-apply",),
         _failed("api.reader-cannot-apply", "api.reader-cannot-apply-for-real"),
         why="the handler's admin rule is gone for dry runs and real applies alike",
     ),
-    "reader-applies-for-real": FaultCase(("reader-applies-for-real",),
-                                         _failed("api.reader-cannot-apply-for-real"),
-                                         why="the dry run is refused; only a real apply shows it"),
-    "reader-watches-secrets": FaultCase(("reader-watches-secrets",),
-                                        _failed("api.reader-cannot-read-secrets"),
-                                        why="Get and List are refused; only a Watch leaks"),
-    "reader-gets-kubeconfig": FaultCase(("reader-gets-kubeconfig",),
-                                        _failed("api.reader-cannot-get-kubeconfig")),
-    "reader-mints-admin": FaultCase(("reader-mints-admin",),
-                                    _failed("api.reader-cannot-mint-roles")),
-    "expired-certs-accepted": FaultCase(("expired-certs-accepted",),
-                                        _failed("api.expired-cert-refused")),
+    "reader-applies-for-real": FaultCase(
+        ("reader-applies-for-real",),
+        _failed("api.reader-cannot-apply-for-real"),
+        why="the dry run is refused; only a real apply shows it",
+    ),
+    "reader-watches-secrets": FaultCase(
+        ("reader-watches-secrets",),
+        _failed("api.reader-cannot-read-secrets"),
+        why="Get and List are refused; only a Watch leaks",
+    ),
+    "reader-gets-kubeconfig": FaultCase(
+        ("reader-gets-kubeconfig",), _failed("api.reader-cannot-get-kubeconfig")
+    ),
+    "reader-mints-admin": FaultCase(
+        ("reader-mints-admin",), _failed("api.reader-cannot-mint-roles")
+    ),
+    "expired-certs-accepted": FaultCase(
+        ("expired-certs-accepted",), _failed("api.expired-cert-refused")
+    ),
     "any-eku-accepted": FaultCase(("any-eku-accepted",), _failed("api.client-auth-eku-required")),
     "kube-ca-trusted": FaultCase(("kube-ca-trusted",), _failed("api.kube-ca-refused")),
     "cosi-create-lies": FaultCase(
-        ("cosi-create-lies",), _failed("api.resource-writes-refused"),
+        ("cosi-create-lies",),
+        _failed("api.resource-writes-refused"),
         why="the reply is PermissionDenied; only the Get afterwards finds the probe resource",
     ),
-    "reader-reads-secrets": FaultCase(("reader-reads-secrets",),
-                                      _failed("api.reader-cannot-read-secrets")),
-    "resources-unlistable": FaultCase(("resources-unlistable",),
-                                      _failed("api.resources-readable")),
+    "reader-reads-secrets": FaultCase(
+        ("reader-reads-secrets",), _failed("api.reader-cannot-read-secrets")
+    ),
+    "resources-unlistable": FaultCase(("resources-unlistable",), _failed("api.resources-readable")),
     "rw-rootfs": FaultCase(("rw-rootfs",), _failed("immutability.rootfs-read-only")),
     "service-down": FaultCase(
-        ("service-down",), _SERVICE_DOWN,
+        ("service-down",),
+        _SERVICE_DOWN,
         why="trustd, required on control planes, stops after the boot and stays Finished: a "
         "container-mode node runs no service that stays Failed once it ran (the restart "
         "runner restarts all but machined)",
@@ -250,23 +324,29 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
         why="a resource can only go stale when a service stops: service-down stops trustd",
     ),
     "shell-present": FaultCase(("shell-present",), _failed("immutability.no-shell-or-ssh")),
-    "ssh-open": FaultCase(("ssh-open",), _failed("immutability.no-shell-or-ssh",
-                                                 "immutability.only-expected-ports")),
+    "ssh-open": FaultCase(
+        ("ssh-open",), _failed("immutability.no-shell-or-ssh", "immutability.only-expected-ports")
+    ),
     "try-no-revert": FaultCase(("try-no-revert",), _failed("config.try-mode-reverts")),
     "try-revert-keeps-label": FaultCase(
-        ("try-revert-keeps-label",), _failed("config.try-mode-reverts"),
+        ("try-revert-keeps-label",),
+        _failed("config.try-mode-reverts"),
         why="the config comes back; only the Kubernetes Node shows the tried label staying",
     ),
-    "try-not-cancelled": FaultCase(("try-not-cancelled",),
-                                   _failed("config.apply-cancels-try-revert")),
+    "try-not-cancelled": FaultCase(
+        ("try-not-cancelled",), _failed("config.apply-cancels-try-revert")
+    ),
     "udp-listener": FaultCase(
-        ("udp-listener",), _failed("immutability.only-expected-ports"),
+        ("udp-listener",),
+        _failed("immutability.only-expected-ports"),
         why="a TCP scan cannot see UDP 69; Netstat shows it off loopback",
     ),
-    "version-bump-on-reject": FaultCase(("version-bump-on-reject",),
-                                        _failed("config.invalid-patch-rejected")),
-    "wrong-version": FaultCase(("wrong-version",), _failed("api.version-consistent",
-                                                           "api.version-matches-resource")),
+    "version-bump-on-reject": FaultCase(
+        ("version-bump-on-reject",), _failed("config.invalid-patch-rejected")
+    ),
+    "wrong-version": FaultCase(
+        ("wrong-version",), _failed("api.version-consistent", "api.version-matches-resource")
+    ),
 }
 
 # Checks no emulator fault breaks, and the test in tests/conformance that shows them failing.

@@ -38,21 +38,31 @@ TIME_SCALE = "20"  # the emulator's clock runs 20x: try windows and crash loops 
 # watch lasts longer than the slowest periodic fault (a 30 s flap, plus its 5 s restart).
 # Every run also compares each node with the desired state the emulator was generated from,
 # so the drift checks pass healthy and under every fault that leaves the configs alone.
-MATRIX_ARGS = ("--talos-restart-window", "100000", "--talos-observe", "40",
-               "--talos-desired", "emulator:")
+MATRIX_ARGS = (
+    "--talos-restart-window",
+    "100000",
+    "--talos-observe",
+    "40",
+    "--talos-desired",
+    "emulator:",
+)
 RUN_TIMEOUT = 240.0
 
 
 @cache
 def plugin_args() -> tuple[str, ...]:
-    installed = any(ep.value.startswith("pytest_talos.plugin")
-                    for ep in metadata.entry_points(group="pytest11"))
+    installed = any(
+        ep.value.startswith("pytest_talos.plugin") for ep in metadata.entry_points(group="pytest11")
+    )
     return () if installed else ("-p", "pytest_talos.plugin")
 
 
 def subprocess_env(extra: Mapping[str, str] | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TALOS", "PYTEST_ADDOPTS", "PYTEST_XDIST"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TALOS", "PYTEST_ADDOPTS", "PYTEST_XDIST"))
+    }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.update(extra or {})
     return env
@@ -100,20 +110,35 @@ def run_suite(
 ) -> SuiteRun:
     """``python -m pytest <suite> <args> --talos-report <report_dir>``; never raises on
     failing checks (read ``returncode`` and ``results``)."""
-    uses_emulator = any(a == "--talos-emulator" or a.startswith("--talos-emulator=")
-                        for a in args)
+    uses_emulator = any(a == "--talos-emulator" or a.startswith("--talos-emulator=") for a in args)
     scale = ("--talos-emulator-time-scale", TIME_SCALE) if uses_emulator else ()
     # The project's own warning filter (every warning an error) is for its tests: the suite
     # runs with none, as in a user's checkout, so its own warnings (an expiring
     # certificate) stay warnings it reports.
-    argv = (*plugin_args(), *paths, "-p", "no:cacheprovider", "-o", "filterwarnings=", "-q",
-            "-rfEsx",
-            "--talos-report", str(report_dir), *scale, *args)
+    argv = (
+        *plugin_args(),
+        *paths,
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "filterwarnings=",
+        "-q",
+        "-rfEsx",
+        "--talos-report",
+        str(report_dir),
+        *scale,
+        *args,
+    )
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", *argv], cwd=cwd or report_dir.parent,
-            env=subprocess_env(env), capture_output=True, text=True, timeout=timeout,
-            check=False)
+            [sys.executable, "-m", "pytest", *argv],
+            cwd=cwd or report_dir.parent,
+            env=subprocess_env(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
     except subprocess.TimeoutExpired as exc:
         output = (exc.stdout or "") if isinstance(exc.stdout, str) else ""
         return SuiteRun(tuple(argv), -1, f"timed out after {timeout:g}s\n{output}", None)
@@ -126,5 +151,4 @@ def target_args(emulator: Any) -> list[str]:
     """Options that point the suite at an emulator started in this process, as if it were a
     real cluster (talosconfig + endpoint; no ``--talos-emulator``). The suite learns the
     emulated clock's rate from the talosconfig, which advertises it (pki.TIME_SCALE_KEY)."""
-    return ["--talosconfig", str(emulator.talosconfig_path), "--talos-endpoint",
-            emulator.endpoint]
+    return ["--talosconfig", str(emulator.talosconfig_path), "--talos-endpoint", emulator.endpoint]

@@ -17,8 +17,10 @@ def _b64(data: bytes) -> str:
 
 
 def _config(ca: CertificateAuthority, key: str) -> bytes:
-    doc = {"version": "v1alpha1", "machine": {"type": "controlplane",
-                                              "ca": {"crt": _b64(ca.cert_pem), "key": key}}}
+    doc = {
+        "version": "v1alpha1",
+        "machine": {"type": "controlplane", "ca": {"crt": _b64(ca.cert_pem), "key": key}},
+    }
     return b"---\n" + yaml.safe_dump(doc).encode() + b"---\napiVersion: v1alpha1\nkind: X\n"
 
 
@@ -38,16 +40,32 @@ def test_signer_is_none_without_a_usable_key() -> None:
     ca = CertificateAuthority.generate(organization="talos")
     assert probes.signer_from_config(_config(ca, ""), "machine") is None
     assert probes.signer_from_config(_config(ca, _b64(b"not a key")), "machine") is None
-    assert probes.signer_from_config(_config(ca, _b64(ca.as_cert_and_key().key_pem)),
-                                     "cluster") is None
+    assert (
+        probes.signer_from_config(_config(ca, _b64(ca.as_cert_and_key().key_pem)), "cluster")
+        is None
+    )
 
 
 def test_kubeconfig_client_certificate_is_found() -> None:
     kube_ca = CertificateAuthority.generate(organization="kubernetes", key_type="ecdsa")
-    cert = issue_client_cert(kube_ca, roles=["system:masters"], key_type="ecdsa",
-                             ext_key_usage=(ExtendedKeyUsageOID.CLIENT_AUTH,))
-    kubeconfig = yaml.safe_dump({"users": [{"name": "admin@c", "user": {
-        "client-certificate-data": _b64(cert.cert_pem),
-        "client-key-data": _b64(cert.key_pem_talos)}}]}).encode()
+    cert = issue_client_cert(
+        kube_ca,
+        roles=["system:masters"],
+        key_type="ecdsa",
+        ext_key_usage=(ExtendedKeyUsageOID.CLIENT_AUTH,),
+    )
+    kubeconfig = yaml.safe_dump(
+        {
+            "users": [
+                {
+                    "name": "admin@c",
+                    "user": {
+                        "client-certificate-data": _b64(cert.cert_pem),
+                        "client-key-data": _b64(cert.key_pem_talos),
+                    },
+                }
+            ]
+        }
+    ).encode()
     assert probes._kubeconfig_client(kubeconfig) == (cert.cert_pem, cert.key_pem_talos)
     assert probes._kubeconfig_client(b"users: []\n") is None

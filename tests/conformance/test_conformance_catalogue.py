@@ -17,18 +17,37 @@ from tests.conformance.suite_runner import REPO, SUITE, plugin_args, subprocess_
 
 DOCS = REPO / "docs" / "conformance.md"
 HEADING = re.compile(r"^#### `(?P<id>[a-z0-9.-]+)`", re.MULTILINE)
-SEVERITY = re.compile(r"^#### `(?P<id>[a-z0-9.-]+)`.*?\n\*\*Severity:\*\* (?P<sev>\w+)",
-                      re.MULTILINE | re.DOTALL)
+SEVERITY = re.compile(
+    r"^#### `(?P<id>[a-z0-9.-]+)`.*?\n\*\*Severity:\*\* (?P<sev>\w+)", re.MULTILINE | re.DOTALL
+)
 
 
 def collect(tmp_path: Path, *args: str) -> list[dict[str, Any]]:
     out = tmp_path / f"catalogue-{len(list(tmp_path.iterdir()))}.json"
     env = subprocess_env({"CONFORMANCE_CATALOGUE_OUT": str(out)})
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", *plugin_args(), "-p",
-         "tests.conformance.catalogue_dump", str(SUITE), "--collect-only", "-q",
-         "-p", "no:cacheprovider", "--talos-emulator", *args],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            *plugin_args(),
+            "-p",
+            "tests.conformance.catalogue_dump",
+            str(SUITE),
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--talos-emulator",
+            *args,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     entries: list[dict[str, Any]] = json.loads(out.read_text())
     return entries
@@ -44,7 +63,7 @@ def checks_of(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def test_every_area_folder_has_checks_and_every_check_its_area_marker(
-    catalogue: list[dict[str, Any]]
+    catalogue: list[dict[str, Any]],
 ) -> None:
     assert {entry["id"].split(".")[0] for entry in catalogue} == set(AREAS)
     for entry in catalogue:
@@ -60,7 +79,7 @@ def test_test_names_state_the_claim_they_check(catalogue: list[dict[str, Any]]) 
 
 
 def test_docs_catalogue_lists_exactly_the_checks_with_their_severity(
-    catalogue: list[dict[str, Any]]
+    catalogue: list[dict[str, Any]],
 ) -> None:
     text = DOCS.read_text(encoding="utf-8")
     checks = checks_of(catalogue)
@@ -75,8 +94,14 @@ def test_suite_profile_selects_its_areas_and_only_read_only_checks(
 ) -> None:
     chosen = collect(tmp_path, "--talos-suite", profile)
     suite = SUITES[profile]
-    expected = sorted({e["test"] for e in catalogue if e["id"].split(".")[0] in suite.areas
-                       and not {"talos_mutating", "talos_disruptive"} & set(e["markers"])})
+    expected = sorted(
+        {
+            e["test"]
+            for e in catalogue
+            if e["id"].split(".")[0] in suite.areas
+            and not {"talos_mutating", "talos_disruptive"} & set(e["markers"])
+        }
+    )
     assert sorted(e["test"] for e in chosen) == expected
     by_marker = collect(tmp_path, "-m", suite.marker)
     assert sorted(e["test"] for e in by_marker) == expected
@@ -90,8 +115,9 @@ def test_full_suite_profile_keeps_every_check(
 
 
 def test_snapshot_saving_runs_whatever_the_profile(tmp_path: Path) -> None:
-    chosen = collect(tmp_path, "--talos-suite", "quick", "--talos-snapshot", "save",
-                     str(tmp_path / "snap.json"))
+    chosen = collect(
+        tmp_path, "--talos-suite", "quick", "--talos-snapshot", "save", str(tmp_path / "snap.json")
+    )
     assert "upgrade.snapshot-recorded" in checks_of(chosen)
 
 
@@ -102,8 +128,11 @@ READ_ONLY_CONFIG_CHECKS = frozenset({"config.matches-desired", "config.persisted
 def test_config_checks_are_all_opt_in(catalogue: list[dict[str, Any]]) -> None:
     read_only = {e["id"] for e in catalogue if e["id"] in READ_ONLY_CONFIG_CHECKS}
     assert read_only == READ_ONLY_CONFIG_CHECKS
-    assert all(not {"talos_mutating", "talos_disruptive"} & set(e["markers"])
-               for e in catalogue if e["id"] in read_only)
+    assert all(
+        not {"talos_mutating", "talos_disruptive"} & set(e["markers"])
+        for e in catalogue
+        if e["id"] in read_only
+    )
     config = [e for e in catalogue if e["id"].startswith("config.") and e["id"] not in read_only]
     assert config
     assert all({"talos_mutating", "talos_disruptive"} & set(e["markers"]) for e in config)
@@ -115,8 +144,11 @@ def test_docs_fault_table_lists_every_fault_and_the_checks_it_breaks() -> None:
     from tests.conformance.fault_matrix import FAULT_MATRIX
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "conformance.md").read_text()
-    rows = {line.split("|")[1].strip().split()[0].strip("`"): line
-            for line in doc.splitlines() if line.startswith("| `")}
+    rows = {
+        line.split("|")[1].strip().split()[0].strip("`"): line
+        for line in doc.splitlines()
+        if line.startswith("| `")
+    }
     for fault, case in FAULT_MATRIX.items():
         assert fault in rows, f"docs/conformance.md has no row for fault {fault}"
         for check, outcome in case.broken.items():

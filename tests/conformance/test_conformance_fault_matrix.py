@@ -79,8 +79,11 @@ def matrix_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     workers = min(6, 2 * (os.cpu_count() or 1))
 
     # Directories first, in this thread: tmp_path_factory is not thread-safe.
-    reports = {name: tmp_path_factory.mktemp("matrix-" + name.replace(":", "-").replace("+", "-"))
-               / "report" for name in cases}
+    reports = {
+        name: tmp_path_factory.mktemp("matrix-" + name.replace(":", "-").replace("+", "-"))
+        / "report"
+        for name in cases
+    }
 
     def run(name: str) -> SuiteRun:
         return run_suite(_args(cases[name]), reports[name])
@@ -93,11 +96,16 @@ def test_every_emulator_fault_has_a_row() -> None:
     assert sorted(FAULT_MATRIX) == fault_names()
 
 
-def test_every_check_can_be_shown_to_fail_or_is_a_known_gap(matrix_runs: dict[str, SuiteRun]
-                                                            ) -> None:
+def test_every_check_can_be_shown_to_fail_or_is_a_known_gap(
+    matrix_runs: dict[str, SuiteRun],
+) -> None:
     every = {check["id"] for check in matrix_runs[HEALTHY].checks}
-    broken_by_faults = {check for case in FAULT_MATRIX.values()
-                        for check, outcome in case.broken.items() if outcome == "failed"}
+    broken_by_faults = {
+        check
+        for case in FAULT_MATRIX.values()
+        for check, outcome in case.broken.items()
+        if outcome == "failed"
+    }
     accounted = broken_by_faults | set(PROVED_ELSEWHERE) | set(NO_FAULT_YET)
     assert every - accounted == set(), "checks no fault breaks and no test proves failing"
     assert accounted - every == set(), "the matrix names checks the suite does not have"
@@ -120,15 +128,19 @@ def test_variant_skips_are_allowed_on_their_variants_only() -> None:
 
 
 @pytest.mark.parametrize("variant", [HEALTHY, *(VARIANT + name for name in HEALTHY_VARIANTS)])
-def test_healthy_emulator_passes_every_check(variant: str, matrix_runs: dict[str, SuiteRun]
-                                             ) -> None:
+def test_healthy_emulator_passes_every_check(
+    variant: str, matrix_runs: dict[str, SuiteRun]
+) -> None:
     run = matrix_runs[variant]
     assert run.results is not None, run.describe()
     assert run.broken() == {}, run.describe()
     assert run.returncode == 0, run.describe()
     allowed = allowed_skips(variant)
-    odd_skips = [f"{c['id']} on {c['node']}: {c['message']}" for c in run.checks
-                 if c["outcome"] == "skipped" and not c["message"].startswith(allowed)]
+    odd_skips = [
+        f"{c['id']} on {c['node']}: {c['message']}"
+        for c in run.checks
+        if c["outcome"] == "skipped" and not c["message"].startswith(allowed)
+    ]
     assert odd_skips == [], "checks skipped for a reason the healthy emulator should not give"
 
 

@@ -17,7 +17,10 @@ from tests.conformance.suite_runner import SuiteRun, run_suite, target_args
 FAR_FUTURE = (dt.date.today() + dt.timedelta(days=365)).isoformat()
 YESTERDAY = (dt.date.today() - dt.timedelta(days=1)).isoformat()
 PORTS_CHECK = "immutability.only-expected-ports"
-KEY_MARKERS = ("PRIVATE KEY", base64.b64encode(b"-----" + b"BEGIN ED25519 PRIVATE KEY").decode()[:24])
+KEY_MARKERS = (
+    "PRIVATE KEY",
+    base64.b64encode(b"-----" + b"BEGIN ED25519 PRIVATE KEY").decode()[:24],
+)
 
 
 def run(tmp_path: Path, *args: str) -> SuiteRun:
@@ -36,7 +39,7 @@ def outcomes(result: SuiteRun, check: str) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_readme_command_passes_and_names_the_flag_that_enables_skipped_checks(
-    tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     result = run(tmp_path)
     assert result.returncode == 0, result.describe()
@@ -50,45 +53,83 @@ def test_readme_command_passes_and_names_the_flag_that_enables_skipped_checks(
 
 @pytest.mark.slow
 def test_active_waiver_turns_the_failure_into_a_waived_one(tmp_path: Path) -> None:
-    path = waivers(tmp_path, {"check": PORTS_CHECK, "reason": "agent on 8080 (OPS-7)",
-                              "expires": FAR_FUTURE})
-    result = run(tmp_path, "--talos-emulator-fault", "extra-port", "-k",
-                 "only_expected_ports", "--talos-waivers", path)
+    path = waivers(
+        tmp_path, {"check": PORTS_CHECK, "reason": "agent on 8080 (OPS-7)", "expires": FAR_FUTURE}
+    )
+    result = run(
+        tmp_path,
+        "--talos-emulator-fault",
+        "extra-port",
+        "-k",
+        "only_expected_ports",
+        "--talos-waivers",
+        path,
+    )
     assert result.returncode == 0, result.describe()
     assert set(outcomes(result, PORTS_CHECK).values()) == {"waived"}
     assert f"waived until {FAR_FUTURE}: agent on 8080 (OPS-7)" in result.output
     check = next(c for c in result.checks if c["id"] == PORTS_CHECK)
-    assert check["waiver"] == {"reason": "agent on 8080 (OPS-7)", "expires": FAR_FUTURE,
-                               "node": None}
+    assert check["waiver"] == {
+        "reason": "agent on 8080 (OPS-7)",
+        "expires": FAR_FUTURE,
+        "node": None,
+    }
     assert "Waived until" in (tmp_path / "report" / "report.md").read_text()
 
 
 @pytest.mark.slow
 def test_node_waiver_covers_only_its_node(tmp_path: Path) -> None:
-    path = waivers(tmp_path, {"check": PORTS_CHECK, "node": "talos-default-worker-1",
-                              "reason": "r", "expires": FAR_FUTURE})
-    result = run(tmp_path, "--talos-emulator-fault", "extra-port", "-k",
-                 "only_expected_ports", "--talos-waivers", path)
+    path = waivers(
+        tmp_path,
+        {
+            "check": PORTS_CHECK,
+            "node": "talos-default-worker-1",
+            "reason": "r",
+            "expires": FAR_FUTURE,
+        },
+    )
+    result = run(
+        tmp_path,
+        "--talos-emulator-fault",
+        "extra-port",
+        "-k",
+        "only_expected_ports",
+        "--talos-waivers",
+        path,
+    )
     assert result.returncode == 1, result.describe()
     assert outcomes(result, PORTS_CHECK) == {
-        "talos-default-controlplane-1": "failed", "talos-default-worker-1": "waived"}
+        "talos-default-controlplane-1": "failed",
+        "talos-default-worker-1": "waived",
+    }
 
 
 @pytest.mark.slow
 def test_expired_waiver_fails_and_says_so(tmp_path: Path) -> None:
-    path = waivers(tmp_path, {"check": PORTS_CHECK, "reason": "vendor fix pending",
-                              "expires": YESTERDAY})
-    result = run(tmp_path, "--talos-emulator-fault", "extra-port", "-k",
-                 "only_expected_ports", "--talos-waivers", path)
+    path = waivers(
+        tmp_path, {"check": PORTS_CHECK, "reason": "vendor fix pending", "expires": YESTERDAY}
+    )
+    result = run(
+        tmp_path,
+        "--talos-emulator-fault",
+        "extra-port",
+        "-k",
+        "only_expected_ports",
+        "--talos-waivers",
+        path,
+    )
     assert result.returncode == 1, result.describe()
     assert set(outcomes(result, PORTS_CHECK).values()) == {"failed"}
-    assert (f"waiver expired on {YESTERDAY} (vendor fix pending); renew it in the waivers "
-            "file or fix the node") in result.output
+    assert (
+        f"waiver expired on {YESTERDAY} (vendor fix pending); renew it in the waivers "
+        "file or fix the node"
+    ) in result.output
 
 
 def test_waiver_for_an_unknown_check_stops_the_run(tmp_path: Path) -> None:
-    path = waivers(tmp_path, {"check": "immutability.only-expected-port", "reason": "r",
-                              "expires": FAR_FUTURE})
+    path = waivers(
+        tmp_path, {"check": "immutability.only-expected-port", "reason": "r", "expires": FAR_FUTURE}
+    )
     result = run(tmp_path, "--collect-only", "--talos-waivers", path)
     assert result.returncode == 4, result.describe()
     assert "there is no check 'immutability.only-expected-port'" in result.output
@@ -104,10 +145,19 @@ def test_waiver_for_an_unknown_check_stops_the_run(tmp_path: Path) -> None:
 def test_severity_gate_fails_only_at_or_above_its_threshold(
     tmp_path: Path, gate: str, exit_code: int, summary: str
 ) -> None:
-    result = run(tmp_path, "--talos-emulator-fault", "wrong-version", "-k", "version",
-                 "--talos-fail-under", gate)
-    assert result.broken() == {"api.version-consistent": "failed",
-                               "api.version-matches-resource": "failed"}
+    result = run(
+        tmp_path,
+        "--talos-emulator-fault",
+        "wrong-version",
+        "-k",
+        "version",
+        "--talos-fail-under",
+        gate,
+    )
+    assert result.broken() == {
+        "api.version-consistent": "failed",
+        "api.version-matches-resource": "failed",
+    }
     assert result.returncode == exit_code, result.describe()
     assert f"conformance: {summary}" in result.output
     assert result.results is not None
@@ -116,8 +166,17 @@ def test_severity_gate_fails_only_at_or_above_its_threshold(
 
 def test_reports_carry_evidence_and_never_key_material(tmp_path: Path) -> None:
     junit = tmp_path / "junit.xml"
-    result = run(tmp_path, "--talos-emulator-fault", "kubelet-crashloop", "--talos-observe",
-                 "30", "-k", "expected_services or reader_cannot", "--junitxml", str(junit))
+    result = run(
+        tmp_path,
+        "--talos-emulator-fault",
+        "kubelet-crashloop",
+        "--talos-observe",
+        "30",
+        "-k",
+        "expected_services or reader_cannot",
+        "--junitxml",
+        str(junit),
+    )
     assert result.returncode == 1, result.describe()
     failed = next(c for c in result.checks if c["id"] == "services.expected-running-healthy")
     assert "kubelet log tail" in failed["evidence"]
@@ -135,10 +194,14 @@ def test_junit_xml_carries_check_and_node_properties(tmp_path: Path) -> None:
     result = run(tmp_path, "-k", "pid1", "--junitxml", str(junit))
     assert result.returncode == 0, result.describe()
     root = ET.parse(junit).getroot()
-    suite_props = {p.get("name"): p.get("value") for p in root.iter("property")
-                   if p.get("name", "").startswith("talos_node_")}
+    suite_props = {
+        p.get("name"): p.get("value")
+        for p in root.iter("property")
+        if p.get("name", "").startswith("talos_node_")
+    }
     assert suite_props["talos_node_talos-default-controlplane-1"] == (
-        "controlplane v1.13.9 container")
+        "controlplane v1.13.9 container"
+    )
     case = next(root.iter("testcase"))
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
     assert props["talos_check"] == "immutability.pid1-is-machined"
@@ -151,8 +214,10 @@ def test_junit_xml_carries_check_and_node_properties(tmp_path: Path) -> None:
     [
         (["--talos-suite", "fast"], "invalid choice: 'fast'"),
         (["--talos-fail-under", "urgent"], "invalid choice: 'urgent'"),
-        (["--talos-snapshot", "keep", "x.json"], "'keep' is not a mode; write --talos-snapshot "
-         "save PATH before the upgrade"),
+        (
+            ["--talos-snapshot", "keep", "x.json"],
+            "'keep' is not a mode; write --talos-snapshot save PATH before the upgrade",
+        ),
         (["--talos-observe", "0"], "--talos-observe: 0.0 is not a positive number of seconds"),
         (["--talos-waivers", "missing.yaml"], "cannot read the waivers file"),
         (["--talos-profile", "missing.yaml"], "cannot read the vendor profile"),
@@ -176,21 +241,32 @@ def test_vendor_profile_errors_name_the_key(tmp_path: Path) -> None:
 
 
 def test_reader_talosconfig_runs_the_quick_profile_and_skips_what_needs_admin(
-    tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     with EmulatedCluster(1, 1, time_scale=20) as cluster:
         reader = cluster.issue_client(["os:reader"], path=tmp_path / "reader-talosconfig")
         args = target_args(cluster)
         args[1] = str(reader.path)
-        result = run_suite([*args, "--talos-suite", "quick", "--talos-observe", "1",
-                            "-k", "not only_expected_ports"], tmp_path / "report")
+        result = run_suite(
+            [
+                *args,
+                "--talos-suite",
+                "quick",
+                "--talos-observe",
+                "1",
+                "-k",
+                "not only_expected_ports",
+            ],
+            tmp_path / "report",
+        )
     # Critical checks that need os:admin did not run: the verdict cannot be PASSED.
     assert result.returncode == 6, result.describe()
     assert result.results is not None
     assert result.results["verdict"] == "INCOMPLETE"
     skipped = {c["id"]: c["message"] for c in result.checks if c["outcome"] == "skipped"}
     assert skipped["immutability.rootfs-read-only"].startswith(
-        "needs os:admin; this talosconfig has os:reader")
+        "needs os:admin; this talosconfig has os:reader"
+    )
     assert "GenerateClientConfiguration" in skipped["api.reader-cannot-apply"]
     assert skipped["kubernetes.node-ready"].startswith("needs os:admin to fetch the kubeconfig")
     assert result.outcomes()["api.mtls-required"] == {"passed"}

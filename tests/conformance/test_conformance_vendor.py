@@ -79,8 +79,9 @@ def test_invalid_profiles_are_refused_naming_the_key(data: Any, message: str) ->
 
 
 def test_one_port_list_applies_to_every_role_and_numbers_read_as_text() -> None:
-    profile = parse_vendor_profile({"ports": {"expected": [50000]}, "kernel": {"version": 6.18}},
-                                   "p.yaml")
+    profile = parse_vendor_profile(
+        {"ports": {"expected": [50000]}, "kernel": {"version": 6.18}}, "p.yaml"
+    )
     assert profile.ports.expected_for("controlplane") == {50000}
     assert profile.kernel_version == "6.18"
 
@@ -96,32 +97,46 @@ def write_profile(tmp_path: Path, data: dict[str, Any]) -> str:
 
 @pytest.mark.slow
 def test_example_profile_passes_against_the_emulator(tmp_path: Path) -> None:
-    result = run_suite(["--talos-emulator", "--talos-profile", str(EXAMPLE)],
-                       tmp_path / "report", paths=[VENDOR])
+    result = run_suite(
+        ["--talos-emulator", "--talos-profile", str(EXAMPLE)], tmp_path / "report", paths=[VENDOR]
+    )
     assert result.returncode == 0, result.describe()
     skipped = {c["id"]: c["message"] for c in result.checks if c["outcome"] == "skipped"}
-    assert skipped["vendor.kernel-version"].startswith("container platform: the node runs the "
-                                                       "host's kernel")
+    assert skipped["vendor.kernel-version"].startswith(
+        "container platform: the node runs the host's kernel"
+    )
     assert "sets no extensions.required" in skipped["vendor.required-extensions"]
     assert "matches no ImageVerificationConfig rule" in result.output
 
 
 @pytest.mark.slow
 def test_every_vendor_check_fails_against_a_mismatching_profile(tmp_path: Path) -> None:
-    profile = write_profile(tmp_path, {
-        "talos": {"version": "v1.12"},
-        "kubernetes": {"version": "v1.30"},
-        "platform": "metal",
-        "extensions": {"required": ["iscsi-tools"]},
-        "ports": {"expected": {"worker": [9999]}, "forbidden": [50000]},
-        "image_verification": {"required": True},
-    })
-    result = run_suite(["--talos-emulator", "--talos-profile", profile], tmp_path / "report",
-                       paths=[VENDOR])
+    profile = write_profile(
+        tmp_path,
+        {
+            "talos": {"version": "v1.12"},
+            "kubernetes": {"version": "v1.30"},
+            "platform": "metal",
+            "extensions": {"required": ["iscsi-tools"]},
+            "ports": {"expected": {"worker": [9999]}, "forbidden": [50000]},
+            "image_verification": {"required": True},
+        },
+    )
+    result = run_suite(
+        ["--talos-emulator", "--talos-profile", profile], tmp_path / "report", paths=[VENDOR]
+    )
     assert result.broken() == dict.fromkeys(
-        ["vendor.talos-version", "vendor.kubernetes-version", "vendor.platform",
-         "vendor.required-extensions", "vendor.expected-ports", "vendor.forbidden-ports",
-         "vendor.image-verification"], "failed"), result.describe()
+        [
+            "vendor.talos-version",
+            "vendor.kubernetes-version",
+            "vendor.platform",
+            "vendor.required-extensions",
+            "vendor.expected-ports",
+            "vendor.forbidden-ports",
+            "vendor.image-verification",
+        ],
+        "failed",
+    ), result.describe()
     assert "not open: 9999" in result.output
     assert "open: 50000" in result.output
 
@@ -133,45 +148,71 @@ def _with_kernel_facts(state: NodeState) -> None:
 
 @pytest.fixture
 def metal_cluster() -> Iterator[EmulatedCluster]:
-    with EmulatedCluster(1, 1, platform="metal", time_scale=20,
-                         extensions=["debug-tools", "iscsi-tools"]) as cluster:
+    with EmulatedCluster(
+        1, 1, platform="metal", time_scale=20, extensions=["debug-tools", "iscsi-tools"]
+    ) as cluster:
         for node in cluster.nodes:
             cluster.node(node.hostname).run(_with_kernel_facts)
         yield cluster
 
 
-def vendor_run(cluster: EmulatedCluster, tmp_path: Path, name: str, data: dict[str, Any]
-               ) -> SuiteRun:
+def vendor_run(
+    cluster: EmulatedCluster, tmp_path: Path, name: str, data: dict[str, Any]
+) -> SuiteRun:
     (tmp_path / name).mkdir()
     profile = write_profile(tmp_path / name, data)
-    return run_suite([*target_args(cluster), "--talos-profile", profile],
-                     tmp_path / name / "report", paths=[VENDOR])
+    return run_suite(
+        [*target_args(cluster), "--talos-profile", profile],
+        tmp_path / name / "report",
+        paths=[VENDOR],
+    )
 
 
 def test_kernel_and_extension_checks_pass_on_a_matching_metal_node(
     metal_cluster: EmulatedCluster, tmp_path: Path
 ) -> None:
-    result = vendor_run(metal_cluster, tmp_path, "match", {
-        "platform": ["metal"],
-        "kernel": {"version": "6.18", "args": {"present": ["init_on_alloc=1", "console"],
-                                               "absent": ["selinux", "init_on_alloc=0"]}},
-        "extensions": {"required": ["iscsi-tools"]},
-    })
+    result = vendor_run(
+        metal_cluster,
+        tmp_path,
+        "match",
+        {
+            "platform": ["metal"],
+            "kernel": {
+                "version": "6.18",
+                "args": {
+                    "present": ["init_on_alloc=1", "console"],
+                    "absent": ["selinux", "init_on_alloc=0"],
+                },
+            },
+            "extensions": {"required": ["iscsi-tools"]},
+        },
+    )
     assert result.returncode == 0, result.describe()
-    for check in ("vendor.kernel-version", "vendor.kernel-args", "vendor.platform",
-                  "vendor.required-extensions"):
+    for check in (
+        "vendor.kernel-version",
+        "vendor.kernel-args",
+        "vendor.platform",
+        "vendor.required-extensions",
+    ):
         assert result.outcomes()[check] == {"passed"}, check
 
 
 def test_kernel_and_extension_checks_fail_on_a_mismatching_metal_node(
     metal_cluster: EmulatedCluster, tmp_path: Path
 ) -> None:
-    result = vendor_run(metal_cluster, tmp_path, "mismatch", {
-        "kernel": {"version": "6.12", "args": {"present": ["lockdown=confidentiality"],
-                                               "absent": ["pti"]}},
-        "extensions": {"forbidden": ["debug-tools"]},
-    })
+    result = vendor_run(
+        metal_cluster,
+        tmp_path,
+        "mismatch",
+        {
+            "kernel": {
+                "version": "6.12",
+                "args": {"present": ["lockdown=confidentiality"], "absent": ["pti"]},
+            },
+            "extensions": {"forbidden": ["debug-tools"]},
+        },
+    )
     assert result.broken() == dict.fromkeys(
-        ["vendor.kernel-version", "vendor.kernel-args", "vendor.forbidden-extensions"],
-        "failed"), result.describe()
+        ["vendor.kernel-version", "vendor.kernel-args", "vendor.forbidden-extensions"], "failed"
+    ), result.describe()
     assert "missing: lockdown=confidentiality; forbidden present: pti" in result.output

@@ -351,8 +351,10 @@ def test_resources_unlistable(setup: Setup) -> None:
 
 def _member_names(client: RawClient, address: str) -> set[str]:
     request = s.ListRequest(namespace="cluster", type="Members.cluster.talos.dev")
-    return {reply.resource.metadata.id for reply in client.call(
-        address, "/cosi.resource.State/List", request)}
+    return {
+        reply.resource.metadata.id
+        for reply in client.call(address, "/cosi.resource.State/List", request)
+    }
 
 
 def test_member_hidden_only_on_the_last_node(setup: Setup) -> None:

@@ -185,4 +185,3 @@ def test_forward_timeout_is_deadline_exceeded(
     assert hung.status.code == Status.DEADLINE_EXCEEDED.value
     assert hung.error == "rpc error: code = DeadlineExceeded desc = context deadline exceeded"
     assert _errors_logged(caplog) == []
-

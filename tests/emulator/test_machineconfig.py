@@ -20,8 +20,11 @@ ENDPOINT = "https://10.5.0.2:6443"
 
 def generate(role: str = "controlplane", **overrides: Any) -> bytes:
     options: dict[str, Any] = {
-        "cluster_name": "talos-default", "hostname": f"talos-default-{role}-1", "role": role,
-        "address": "10.5.0.2", "endpoint": ENDPOINT,
+        "cluster_name": "talos-default",
+        "hostname": f"talos-default-{role}-1",
+        "role": role,
+        "address": "10.5.0.2",
+        "endpoint": ENDPOINT,
     }
     options.update(overrides)
     return mc.generate_config(**options)
@@ -82,7 +85,8 @@ def test_generated_controlplane_config_looks_like_gen_config(cp: bytes) -> None:
     assert cluster["controlPlane"] == {"endpoint": ENDPOINT}
     assert cluster["clusterName"] == "talos-default"
     assert cluster["network"] == {
-        "dnsDomain": "cluster.local", "podSubnets": ["10.244.0.0/16"],
+        "dnsDomain": "cluster.local",
+        "podSubnets": ["10.244.0.0/16"],
         "serviceSubnets": ["10.96.0.0/12"],
     }
     assert cluster["apiServer"]["image"] == "registry.k8s.io/kube-apiserver:v1.36.0"
@@ -94,8 +98,9 @@ def test_generated_controlplane_config_looks_like_gen_config(cp: bytes) -> None:
 
 def test_generated_config_has_talosctl_style_comments(cp: bytes) -> None:
     text = cp.decode()
-    assert text.startswith("version: v1alpha1 # Indicates the schema used to decode the "
-                           "contents.\n")
+    assert text.startswith(
+        "version: v1alpha1 # Indicates the schema used to decode the contents.\n"
+    )
     assert "# Provides machine specific configuration options.\nmachine:\n" in text
     assert "\n    type: controlplane # Defines the role of the machine within the cluster.\n" in (
         text
@@ -108,8 +113,15 @@ def test_generated_worker_config(worker: bytes) -> None:
     main = documents(worker)[0]
     assert main["machine"]["type"] == "worker"
     assert "nodeLabels" not in main["machine"]
-    for control_plane_only in ("apiServer", "etcd", "scheduler", "controllerManager",
-                               "aggregatorCA", "serviceAccount", "secretboxEncryptionSecret"):
+    for control_plane_only in (
+        "apiServer",
+        "etcd",
+        "scheduler",
+        "controllerManager",
+        "aggregatorCA",
+        "serviceAccount",
+        "secretboxEncryptionSecret",
+    ):
         assert control_plane_only not in main["cluster"]
     assert main["cluster"]["token"] == documents(generate())[0]["cluster"]["token"]
     assert main["machine"]["ca"]["key"] == ""  # a worker holds no CA key
@@ -131,10 +143,13 @@ def test_generated_config_without_extra_documents() -> None:
 
 
 def test_generated_install_options() -> None:
-    main = documents(generate(install_image="ghcr.io/siderolabs/installer:v1.13.9",
-                              install_disk="/dev/vda"))[0]
+    main = documents(
+        generate(install_image="ghcr.io/siderolabs/installer:v1.13.9", install_disk="/dev/vda")
+    )[0]
     assert main["machine"]["install"] == {
-        "disk": "/dev/vda", "image": "ghcr.io/siderolabs/installer:v1.13.9", "wipe": False,
+        "disk": "/dev/vda",
+        "image": "ghcr.io/siderolabs/installer:v1.13.9",
+        "wipe": False,
         "grubUseUKICmdline": True,
     }
 
@@ -150,8 +165,13 @@ def test_generated_config_is_deterministic_and_per_cluster(cp: bytes) -> None:
 def test_generated_config_holds_no_private_keys(cp: bytes) -> None:
     main = documents(cp)[0]
     cluster = main["cluster"]
-    keys = [main["machine"]["ca"]["key"], cluster["ca"]["key"], cluster["aggregatorCA"]["key"],
-            cluster["serviceAccount"]["key"], cluster["etcd"]["ca"]["key"]]
+    keys = [
+        main["machine"]["ca"]["key"],
+        cluster["ca"]["key"],
+        cluster["aggregatorCA"]["key"],
+        cluster["serviceAccount"]["key"],
+        cluster["etcd"]["ca"]["key"],
+    ]
     for key in keys:  # where Talos writes a key there is a placeholder that is none
         assert base64.b64decode(key).decode().endswith(": not a key")
     assert b"PRIVATE KEY" not in cp
@@ -167,8 +187,13 @@ def test_generated_config_embeds_given_ca_certificates() -> None:
 
 
 def test_generate_options() -> None:
-    data = generate("worker", pod_subnets=("10.200.0.0/16",), service_subnets=("10.201.0.0/16",),
-                    kubernetes_version="v1.35.1", cert_sans=("127.0.0.1", "talos.example"))
+    data = generate(
+        "worker",
+        pod_subnets=("10.200.0.0/16",),
+        service_subnets=("10.201.0.0/16",),
+        kubernetes_version="v1.35.1",
+        cert_sans=("127.0.0.1", "talos.example"),
+    )
     assert mc.pod_subnets(data) == ["10.200.0.0/16"]
     assert mc.service_subnets(data) == ["10.201.0.0/16"]
     assert mc.kubernetes_version(data) == "1.35.1"
@@ -205,9 +230,7 @@ def test_a_document_must_be_a_mapping() -> None:
 
 
 def test_missing_kind_and_api_version() -> None:
-    assert rejection(b"foo: bar\n") == (
-        "error decoding document /v1alpha1/ (line 1): missing kind"
-    )
+    assert rejection(b"foo: bar\n") == ("error decoding document /v1alpha1/ (line 1): missing kind")
     assert rejection(b"apiVersion: v1alpha2\nfoo: 1\n") == (
         "error decoding document v1alpha2/v1alpha1/ (line 1): missing kind"
     )
@@ -268,10 +291,12 @@ def test_unknown_key_in_hostname_config(cp: bytes) -> None:
 
 
 def test_type_errors_read_like_yaml_v3() -> None:
-    data = (b"version: v1alpha1\nmachine:\n  type: worker\n  nodeLabels: [a]\n"
-            b"  install:\n    wipe: maybe-not-at-all\n    disk: {a: b}\n"
-            b"  kubelet:\n    extraArgs:\n      node-labels: [a, b]\n"
-            b"cluster:\n  network:\n    podSubnets: 10.244.0.0/16\n")
+    data = (
+        b"version: v1alpha1\nmachine:\n  type: worker\n  nodeLabels: [a]\n"
+        b"  install:\n    wipe: maybe-not-at-all\n    disk: {a: b}\n"
+        b"  kubelet:\n    extraArgs:\n      node-labels: [a, b]\n"
+        b"cluster:\n  network:\n    podSubnets: 10.244.0.0/16\n"
+    )
     assert rejection(data) == (
         "error decoding document /v1alpha1/ (line 1): error decoding  to *v1alpha1.Config: "
         "yaml: unmarshal errors:\n"
@@ -294,8 +319,11 @@ def test_duplicate_keys_are_rejected() -> None:
 
 
 def test_scalars_decode_into_strings_and_yaml11_bools(worker: bytes) -> None:
-    data = patched(worker, "machine:\n  kubelet:\n    extraArgs:\n      max-pods: 20\n"
-                           "  install:\n    wipe: yes\n  nodeLabels:\n    flag: 'off'\n")
+    data = patched(
+        worker,
+        "machine:\n  kubelet:\n    extraArgs:\n      max-pods: 20\n"
+        "  install:\n    wipe: yes\n  nodeLabels:\n    flag: 'off'\n",
+    )
     assert mc.validate(data).warnings == []
     assert mc.kubelet_extra_args(data) == {"max-pods": "20"}
     assert mc.node_labels(data) == {"flag": "off"}
@@ -314,68 +342,111 @@ def test_label_name_with_a_space_is_rejected_b3(worker: bytes) -> None:
 
 def test_label_key_and_value_rules(worker: bytes) -> None:
     labels = {
-        "/foo": "", "123@.dev/x": "v", "a/b/c": "v", "ok.example/fine": "x" * 64,
-        "bad value": "v", "good": "a b", "x" * 64: "", "example.com/": "",
+        "/foo": "",
+        "123@.dev/x": "v",
+        "a/b/c": "v",
+        "ok.example/fine": "x" * 64,
+        "bad value": "v",
+        "good": "a b",
+        "x" * 64: "",
+        "example.com/": "",
     }
     body = "".join(f"    {key!r}: {value!r}\n" for key, value in labels.items())
     message = rejection(patched(worker, "machine:\n  nodeLabels:\n" + body))
-    assert message == v1alpha1_error("invalid machine node labels: " + mc.multierror([
-        'prefix cannot be empty: "/foo"',
-        'prefix "123@.dev" is invalid: domain doesn\'t match required format: "123@.dev"',
-        'invalid format: too many slashes: "a/b/c"',
-        'name "bad value" is invalid',
-        'name cannot be empty: "example.com/"',
-        'label value "a b" is invalid',
-        f'label value length exceeds limit of 63: "{"x" * 64}"',
-        f'name is too long: "{"x" * 64}" (limit is 63)',
-    ]))
+    assert message == v1alpha1_error(
+        "invalid machine node labels: "
+        + mc.multierror(
+            [
+                'prefix cannot be empty: "/foo"',
+                'prefix "123@.dev" is invalid: domain doesn\'t match required format: "123@.dev"',
+                'invalid format: too many slashes: "a/b/c"',
+                'name "bad value" is invalid',
+                'name cannot be empty: "example.com/"',
+                'label value "a b" is invalid',
+                f'label value length exceeds limit of 63: "{"x" * 64}"',
+                f'name is too long: "{"x" * 64}" (limit is 63)',
+            ]
+        )
+    )
 
 
 def test_valid_labels_are_accepted(worker: bytes) -> None:
-    data = patched(worker, "machine:\n  nodeLabels:\n    topology.kubernetes.io/zone: eu-1a\n"
-                           "    empty: ''\n    A_b.c-D: X.y_z-1\n")
+    data = patched(
+        worker,
+        "machine:\n  nodeLabels:\n    topology.kubernetes.io/zone: eu-1a\n"
+        "    empty: ''\n    A_b.c-D: X.y_z-1\n",
+    )
     assert mc.validate(data).warnings == []
     assert mc.node_labels(data) == {
-        "topology.kubernetes.io/zone": "eu-1a", "empty": "", "A_b.c-D": "X.y_z-1",
+        "topology.kubernetes.io/zone": "eu-1a",
+        "empty": "",
+        "A_b.c-D": "X.y_z-1",
     }
 
 
 def test_annotations_and_taints(worker: bytes) -> None:
-    data = patched(worker, "machine:\n  nodeAnnotations:\n    'bad key': v\n"
-                           "    talos.dev/owned-labels: '[]'\n"
-                           "  nodeTaints:\n    dedicated: gpu:NoSchedule\n    plain: NoExecute\n"
-                           "    broken: gpu:Sometimes\n    wrong: 'a b:NoExecute'\n")
+    data = patched(
+        worker,
+        "machine:\n  nodeAnnotations:\n    'bad key': v\n"
+        "    talos.dev/owned-labels: '[]'\n"
+        "  nodeTaints:\n    dedicated: gpu:NoSchedule\n    plain: NoExecute\n"
+        "    broken: gpu:Sometimes\n    wrong: 'a b:NoExecute'\n",
+    )
     assert rejection(data) == v1alpha1_error(
-        "invalid machine node annotations: " + mc.multierror([
-            'name "bad key" is invalid', 'annotation "talos.dev/owned-labels" is reserved',
-        ]),
-        "invalid machine node taints: " + mc.multierror([
-            'invalid taint effect: "Sometimes"', 'label value "a b" is invalid',
-        ]),
+        "invalid machine node annotations: "
+        + mc.multierror(
+            [
+                'name "bad key" is invalid',
+                'annotation "talos.dev/owned-labels" is reserved',
+            ]
+        ),
+        "invalid machine node taints: "
+        + mc.multierror(
+            [
+                'invalid taint effect: "Sometimes"',
+                'label value "a b" is invalid',
+            ]
+        ),
     )
 
 
 def test_unknown_kubelet_flag_is_accepted_b4(worker: bytes) -> None:
-    data = patched(worker, "machine:\n  kubelet:\n    extraArgs:\n      no-such-flag: 'true'\n"
-                           "      rotate-server-certificates: 'true'\n")
+    data = patched(
+        worker,
+        "machine:\n  kubelet:\n    extraArgs:\n      no-such-flag: 'true'\n"
+        "      rotate-server-certificates: 'true'\n",
+    )
     assert mc.validate(data).warnings == []
     assert mc.unknown_kubelet_flags(data) == ["no-such-flag"]
     assert mc.kubelet_extra_args(data) == {
-        "no-such-flag": "true", "rotate-server-certificates": "true",
+        "no-such-flag": "true",
+        "rotate-server-certificates": "true",
     }
 
 
 def test_known_kubelet_flags_include_the_common_ones() -> None:
-    assert {"node-ip", "cloud-provider", "max-pods", "v", "feature-gates", "node-labels",
-            "register-with-taints", "system-reserved", "kube-reserved",
-            "eviction-hard"} <= mc.KNOWN_KUBELET_FLAGS
+    assert {
+        "node-ip",
+        "cloud-provider",
+        "max-pods",
+        "v",
+        "feature-gates",
+        "node-labels",
+        "register-with-taints",
+        "system-reserved",
+        "kube-reserved",
+        "eviction-hard",
+    } <= mc.KNOWN_KUBELET_FLAGS
     assert len(mc.KNOWN_KUBELET_FLAGS) >= 40
 
 
 def test_cluster_network_and_endpoint_checks(cp: bytes) -> None:
-    data = patched(cp, "cluster:\n  controlPlane:\n    endpoint: 'not a url'\n"
-                       "  network:\n    dnsDomain: 'bad domain'\n"
-                       "    podSubnets: [10.244.0.0/33]\n    serviceSubnets: [nope]\n")
+    data = patched(
+        cp,
+        "cluster:\n  controlPlane:\n    endpoint: 'not a url'\n"
+        "  network:\n    dnsDomain: 'bad domain'\n"
+        "    podSubnets: [10.244.0.0/33]\n    serviceSubnets: [nope]\n",
+    )
     assert rejection(data) == v1alpha1_error(
         'invalid controlplane endpoint: "not a url" is not a valid endpoint URL',
         '"bad domain" is not a valid DNS name',
@@ -408,8 +479,9 @@ def test_machine_type_and_ca_rules(cp: bytes, worker: bytes) -> None:
     assert rejection(patched(cp, "cluster:\n  network:\n    cni:\n      name: calico\n")) == (
         v1alpha1_error('cni name should be one of ["flannel", "custom", "none"]')
     )
-    assert rejection(patched(worker, "cluster:\n  etcd:\n    advertisedSubnets: [10.0.0.0/8]\n"
-                     )) == v1alpha1_error("etcd config is only allowed on control plane machines")
+    assert rejection(
+        patched(worker, "cluster:\n  etcd:\n    advertisedSubnets: [10.0.0.0/8]\n")
+    ) == v1alpha1_error("etcd config is only allowed on control plane machines")
 
 
 def test_custom_cni_without_urls_is_a_warning(cp: bytes) -> None:
@@ -429,7 +501,8 @@ def test_persist_and_hostname(worker: bytes) -> None:
     inline = generate("worker", extra_documents=False)
     data = patched(inline, "persist: false\nmachine:\n  network:\n    hostname: -bad-\n")
     assert rejection(data) == v1alpha1_error(
-        'invalid hostname "-bad-"', ".persist should be enabled",
+        'invalid hostname "-bad-"',
+        ".persist should be enabled",
     )
 
 
@@ -440,8 +513,11 @@ def test_several_errors_use_the_plural_form(worker: bytes) -> None:
 
 
 def test_container_mode_needs_host_dns(worker: bytes) -> None:
-    data = patched(worker, "machine:\n  features:\n    hostDNS:\n      enabled: false\n"
-                           "      forwardKubeDNSToHost: false\n")
+    data = patched(
+        worker,
+        "machine:\n  features:\n    hostDNS:\n      enabled: false\n"
+        "      forwardKubeDNSToHost: false\n",
+    )
     assert mc.validate(data).warnings == []
     assert rejection(data, container_mode=True) == v1alpha1_error(
         "feature HostDNS should be enabled in container mode (.machine.features.hostDNS.enabled)",
@@ -455,9 +531,9 @@ def test_hostname_config_rules(worker: bytes) -> None:
     assert mc.validate(named).warnings == []
     assert mc.hostname(named) == "talos-default-worker-1"
     auto_and_name = worker.replace(b"auto: stable", b"auto: stable\nhostname: w1")
-    assert rejection(auto_and_name) == mc.multierror([
-        "HostnameConfig: 'auto' and 'hostname' cannot be set at the same time"
-    ])
+    assert rejection(auto_and_name) == mc.multierror(
+        ["HostnameConfig: 'auto' and 'hostname' cannot be set at the same time"]
+    )
     twice = patched(named, "machine:\n  network:\n    hostname: other\n")
     assert rejection(twice) == mc.multierror(["static hostname is already set in v1alpha1 config"])
     neither = worker.replace(b"auto: stable", b'auto: ""')
@@ -487,14 +563,26 @@ def accepted_or_rejected(data: bytes) -> None:
 YAMLISH = st.text(alphabet=list("ab1:-[]{}\n '\"#&*!|>%@,?.\t/"), max_size=120)
 VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
-                                                                max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 SINGLE_DOCUMENT_WORKER = documents(generate("worker", extra_documents=False))[0]
-FIELDS = st.sampled_from(["machine", "cluster", "debug", "persist", "machine.nodeLabels",
-                          "machine.kubelet", "machine.kubelet.extraArgs", "cluster.network",
-                          "machine.type", "cluster.controlPlane"])
+FIELDS = st.sampled_from(
+    [
+        "machine",
+        "cluster",
+        "debug",
+        "persist",
+        "machine.nodeLabels",
+        "machine.kubelet",
+        "machine.kubelet.extraArgs",
+        "cluster.network",
+        "machine.type",
+        "cluster.controlPlane",
+    ]
+)
 
 
 @settings(max_examples=100, deadline=None)
@@ -520,19 +608,28 @@ def test_any_value_in_any_field_is_accepted_or_rejected_cleanly(path: str, value
 
 
 def test_fields_that_apply_without_reboot(cp: bytes) -> None:
-    data = patched(cp, "debug: true\nmachine:\n  nodeLabels: {a: b}\n  kubelet:\n    extraArgs:\n"
-                       "      v: '2'\n  network:\n    nameservers: [1.1.1.1]\n  features:\n"
-                       "    kubePrism:\n      port: 7446\ncluster:\n  clusterName: renamed\n"
-                       "---\napiVersion: v1alpha1\nkind: HostnameConfig\nhostname: renamed\n")
+    data = patched(
+        cp,
+        "debug: true\nmachine:\n  nodeLabels: {a: b}\n  kubelet:\n    extraArgs:\n"
+        "      v: '2'\n  network:\n    nameservers: [1.1.1.1]\n  features:\n"
+        "    kubePrism:\n      port: 7446\ncluster:\n  clusterName: renamed\n"
+        "---\napiVersion: v1alpha1\nkind: HostnameConfig\nhostname: renamed\n",
+    )
     assert mc.immediate_apply_blockers(cp, data) == []
 
 
 def test_fields_that_need_a_reboot(cp: bytes) -> None:
-    data = patched(cp, "machine:\n  type: worker\n  token: abcdef.0123456789abcdef\n"
-                       "  files:\n    - path: /var/f\n      content: x\n      op: create\n"
-                       "  features:\n    rbac: false\n  nodeLabels: {a: b}\n")
+    data = patched(
+        cp,
+        "machine:\n  type: worker\n  token: abcdef.0123456789abcdef\n"
+        "  files:\n    - path: /var/f\n      content: x\n      op: create\n"
+        "  features:\n    rbac: false\n  nodeLabels: {a: b}\n",
+    )
     assert mc.immediate_apply_blockers(cp, data) == [
-        "machine.type", "machine.token", "machine.features.rbac", "machine.files",
+        "machine.type",
+        "machine.token",
+        "machine.features.rbac",
+        "machine.files",
     ]
 
 
@@ -554,12 +651,15 @@ def test_absent_and_empty_are_the_same(worker: bytes) -> None:
 # --------------------------------------------------------------------------- reply texts
 
 
-@pytest.mark.parametrize(("mode", "text"), [
-    ("NO_REBOOT", "Applied configuration without a reboot"),
-    ("TRY", "Applied configuration without a reboot"),
-    ("STAGED", "Staged configuration to be applied after the next reboot"),
-    ("REBOOT", "Applied configuration with a reboot"),
-])
+@pytest.mark.parametrize(
+    ("mode", "text"),
+    [
+        ("NO_REBOOT", "Applied configuration without a reboot"),
+        ("TRY", "Applied configuration without a reboot"),
+        ("STAGED", "Staged configuration to be applied after the next reboot"),
+        ("REBOOT", "Applied configuration with a reboot"),
+    ],
+)
 def test_apply_mode_details(mode: str, text: str) -> None:
     assert mc.apply_mode_details(mode) == text
 

@@ -107,27 +107,40 @@ def test_service_unhealthy_after_an_unknown_kubelet_flag(worker: TalosNode) -> N
     evidence = failure.value.evidence
     assert "kubelet: running, health unknown" in evidence["state changes"]
     # runner/restart/restart.go: a crash is recorded as Waiting, never Failed
-    assert "[Waiting] Error running Containerd(kubelet), going to restart forever" in (
-        evidence["last events"]
+    assert (
+        "[Waiting] Error running Containerd(kubelet), going to restart forever"
+        in (evidence["last events"])
     )
     assert "unknown flag: --no-such-flag" in evidence["log tail"]
 
 
 def test_service_unhealthy_on_the_crashloop_fault() -> None:
-    with connected(["kubelet-crashloop"], workers=0) as (_, cluster), pytest.raises(
-        ConformanceFailure, match="kubelet is not healthy after the patch: it keeps restarting"
+    with (
+        connected(["kubelet-crashloop"], workers=0) as (_, cluster),
+        pytest.raises(
+            ConformanceFailure, match="kubelet is not healthy after the patch: it keeps restarting"
+        ),
     ):
-        assert_service_healthy_after_patch(cluster.controlplane(), GOOD_LABEL,
-                                           stable_for=STABLE_FOR)
+        assert_service_healthy_after_patch(
+            cluster.controlplane(), GOOD_LABEL, stable_for=STABLE_FOR
+        )
 
 
 def test_service_unhealthy_on_the_flapping_fault() -> None:
     # containerd fails every 30 s (1.5 s here) for 5 s: a 40 s window (2 s) never completes.
-    with connected(["flapping-service"], workers=0) as (_, cluster), pytest.raises(
-        ConformanceFailure, match="containerd is not healthy after the patch: it keeps restarting"
+    with (
+        connected(["flapping-service"], workers=0) as (_, cluster),
+        pytest.raises(
+            ConformanceFailure,
+            match="containerd is not healthy after the patch: it keeps restarting",
+        ),
     ):
         assert_service_healthy_after_patch(
-            cluster.controlplane(), GOOD_LABEL, "containerd", stable_for=2.0, max_restarts=2,
+            cluster.controlplane(),
+            GOOD_LABEL,
+            "containerd",
+            stable_for=2.0,
+            max_restarts=2,
             timeout=10.0,
         )
 

@@ -42,8 +42,11 @@ def test_node_ready_fails_on_the_not_ready_fault(not_ready: TalosCluster) -> Non
 def test_node_ready_fails_for_a_node_kubernetes_does_not_know(not_ready: TalosCluster) -> None:
     worker = not_ready.worker()
     ghost = TalosNode(worker.client, worker.address, hostname="ghost", role="worker")
-    with pytest.raises(ConformanceFailure, match=r"kubernetes\.node-ready on ghost: "
-                       "Kubernetes has no Node named ghost"):
+    with pytest.raises(
+        ConformanceFailure,
+        match=r"kubernetes\.node-ready on ghost: "
+        "Kubernetes has no Node named ghost",
+    ):
         assert_node_ready(not_ready, ghost)
 
 
@@ -82,11 +85,18 @@ def test_wait_service_stable_reports_the_timeline(not_ready: TalosCluster) -> No
 
 def test_wait_for_config_never_shows_config_bytes(not_ready: TalosCluster) -> None:
     with pytest.raises(WaitTimeout) as timeout:
-        wait_for_config(not_ready.worker(), lambda raw: False, timeout=0.6,
-                        description="a config that never comes")
+        wait_for_config(
+            not_ready.worker(),
+            lambda raw: False,
+            timeout=0.6,
+            description="a config that never comes",
+        )
     message = str(timeout.value)
-    assert re.search(r"gave up waiting for a config that never comes \(waited \d+\.\ds; last "
-                     r"observed: 'version \d+, \d+ bytes, sha256 [0-9a-f]{12}'\)$", message)
+    assert re.search(
+        r"gave up waiting for a config that never comes \(waited \d+\.\ds; last "
+        r"observed: 'version \d+, \d+ bytes, sha256 [0-9a-f]{12}'\)$",
+        message,
+    )
     assert "machine" not in message
 
 
@@ -99,8 +109,9 @@ def test_errors_reaching_the_node_are_talos_errors_not_failures(not_ready: Talos
 
 
 def test_a_node_without_a_kubeconfig_is_a_talos_error_not_a_failure() -> None:
-    with connected(["no-kubeconfig"], workers=0) as (_, cluster), pytest.raises(
-        TalosError, match="kubeconfig"
-    ) as error:
+    with (
+        connected(["no-kubeconfig"], workers=0) as (_, cluster),
+        pytest.raises(TalosError, match="kubeconfig") as error,
+    ):
         assert_node_ready(cluster, cluster.controlplane())
     assert not isinstance(error.value, ConformanceFailure)

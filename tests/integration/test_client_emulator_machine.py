@@ -891,5 +891,3 @@ def test_reboot_upgrade_and_rollback_on_metal_nodes() -> None:
         assert worker.rollback() is None
         poll(_versions_resource(worker), lambda tag: tag == TALOS_TAG, "rolled-back node")
         assert worker.version().tag == TALOS_TAG
-
-

@@ -88,12 +88,14 @@ def test_talos_emulator_fixture_is_none_against_real_nodes(
 def test_ids_are_sorted_hostnames(run: Run, pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_node(talos_node):\n    pass\n")
     result = run("--talos-emulator=2:2", "--collect-only", "-q", "--no-header")
-    result.stdout.fnmatch_lines([
-        "*::test_node[[]talos-default-controlplane-1[]]",
-        "*::test_node[[]talos-default-controlplane-2[]]",
-        "*::test_node[[]talos-default-worker-1[]]",
-        "*::test_node[[]talos-default-worker-2[]]",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*::test_node[[]talos-default-controlplane-1[]]",
+            "*::test_node[[]talos-default-controlplane-2[]]",
+            "*::test_node[[]talos-default-worker-1[]]",
+            "*::test_node[[]talos-default-worker-2[]]",
+        ]
+    )
 
 
 def test_unreachable_target_is_a_fixture_error_with_one_message(
@@ -111,15 +113,16 @@ def test_unreachable_target_is_a_fixture_error_with_one_message(
         def test_cluster(talos_cluster):
             pass
     """)
-    result = run(f"--talosconfig={talosconfig}", "--talos-endpoint", "127.0.0.1:1",
-                 "--no-header")
+    result = run(f"--talosconfig={talosconfig}", "--talos-endpoint", "127.0.0.1:1", "--no-header")
     result.assert_outcomes(errors=2)
-    result.stdout.fnmatch_lines([
-        "*ERROR at setup of test_node[[]unreachable[]]*",
-        f"pytest-talos could not reach 127.0.0.1:1 (talosconfig: {talosconfig}): *. Check the "
-        "endpoint and talosconfig (--talos-endpoint, --talosconfig, --talos-context), or run "
-        "against the built-in emulated cluster with --talos-emulator.",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of test_node[[]unreachable[]]*",
+            f"pytest-talos could not reach 127.0.0.1:1 (talosconfig: {talosconfig}): *. Check the "
+            "endpoint and talosconfig (--talos-endpoint, --talosconfig, --talos-context), or run "
+            "against the built-in emulated cluster with --talos-emulator.",
+        ]
+    )
     output = result.stdout.str()
     assert "Traceback" not in output
     assert "During handling" not in output
@@ -169,12 +172,14 @@ def test_call_log_fails_an_unmarked_test_that_changed_a_node(
     """)
     result = emulator_run("--talos-allow", "mutating")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([
-        "this test sent changing calls to the emulated cluster (ServiceRestart to "
-        "talos-default-worker-1) but is not marked talos_mutating; mark it "
-        "@pytest.mark.talos_mutating so that it runs only when --talos-allow permits "
-        "such changes"
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "this test sent changing calls to the emulated cluster (ServiceRestart to "
+            "talos-default-worker-1) but is not marked talos_mutating; mark it "
+            "@pytest.mark.talos_mutating so that it runs only when --talos-allow permits "
+            "such changes"
+        ]
+    )
 
 
 def test_call_log_requires_disruptive_for_a_reboot(
@@ -195,10 +200,12 @@ def test_call_log_requires_disruptive_for_a_reboot(
     """)
     result = emulator_run("--talos-allow", "disruptive")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "this test sent changing calls to the emulated cluster (Reboot to "
-        "talos-default-worker-1) but is not marked talos_disruptive; *"
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "this test sent changing calls to the emulated cluster (Reboot to "
+            "talos-default-worker-1) but is not marked talos_disruptive; *"
+        ]
+    )
 
 
 # --------------------------------------------------------------------------- hooks
@@ -254,11 +261,13 @@ def test_expected_ports_hook_returning_ports_still_extends_but_is_deprecated(
     """)
     result = emulator_run()
     result.assert_outcomes(passed=2, warnings=1)
-    result.stdout.fnmatch_lines([
-        "*PytestTalosDeprecationWarning: a pytest_talos_expected_ports implementation "
-        "returned ?4240?: returning ports to add is deprecated; add them to the `ports` "
-        "argument in place instead*"
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*PytestTalosDeprecationWarning: a pytest_talos_expected_ports implementation "
+            "returned ?4240?: returning ports to add is deprecated; add them to the `ports` "
+            "argument in place instead*"
+        ]
+    )
 
 
 def test_select_nodes_hook(run: Run, pytester: pytest.Pytester) -> None:
@@ -276,10 +285,12 @@ def test_select_nodes_hook(run: Run, pytester: pytest.Pytester) -> None:
     """)
     result = run("--talos-emulator=1:2", "-v")
     result.assert_outcomes(passed=3)
-    result.stdout.fnmatch_lines([
-        "talos: node talos-default-worker-1 *",
-        "talos: node talos-default-worker-2 *",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "talos: node talos-default-worker-1 *",
+            "talos: node talos-default-worker-2 *",
+        ]
+    )
     assert "test_node[talos-default-controlplane-1]" not in result.stdout.str()
 
 
@@ -299,10 +310,12 @@ def test_node_report_hook_adds_evidence(emulator_run: Run, pytester: pytest.Pyte
     """)
     result = emulator_run()
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*- talos evidence -*",
-        "talos-default-worker-1 kubelet Running",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*- talos evidence -*",
+            "talos-default-worker-1 kubelet Running",
+        ]
+    )
 
 
 def test_xdist_workers_agree_on_the_ids(run: Run, pytester: pytest.Pytester) -> None:
@@ -318,7 +331,13 @@ def test_xdist_workers_agree_on_the_ids(run: Run, pytester: pytest.Pytester) -> 
             talos_node.apply_patch({"machine": {"nodeLabels": {"xdist": "yes"}}})
     """)
     result = run(
-        "--talos-emulator=1:1", "-n", "2", "--dist", "loadgroup", "--talos-allow", "mutating",
+        "--talos-emulator=1:1",
+        "-n",
+        "2",
+        "--dist",
+        "loadgroup",
+        "--talos-allow",
+        "mutating",
         "--no-header",
     )
     result.assert_outcomes(passed=4)

@@ -129,14 +129,16 @@ def test_restore_failure_is_loud_and_the_session_fallback_retries(
     """)
     result = cluster_run()
     result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines([
-        "*ERROR at teardown of test_patch*",
-        "talos_config_guard: could not restore the original machine config of node "
-        f"{WORKER} (*): the restore call failed: *UNAVAILABLE: apid is restarting. The node "
-        "may still run a changed config. Its original config stays in the journal "
-        "*/journal/*.json (0600; it holds the cluster's secrets): talos-recover --state-dir * "
-        "retries the restore.",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_patch*",
+            "talos_config_guard: could not restore the original machine config of node "
+            f"{WORKER} (*): the restore call failed: *UNAVAILABLE: apid is restarting. The node "
+            "may still run a changed config. Its original config stays in the journal "
+            "*/journal/*.json (0600; it holds the cluster's secrets): talos-recover --state-dir * "
+            "retries the restore.",
+        ]
+    )
     assert "RESTORE FAILED" not in result.stdout.str()  # the fallback succeeded
     assert active_config(emulated, WORKER) == original
 
@@ -158,8 +160,7 @@ def test_unchanged_nodes_get_no_restore_call(
     before = len(emulated.call_log)
     cluster_run().assert_outcomes(passed=1)
     applied = [
-        call for call in emulated.call_log[before:]
-        if call.method.endswith("/ApplyConfiguration")
+        call for call in emulated.call_log[before:] if call.method.endswith("/ApplyConfiguration")
     ]
     assert applied, "the dry run reached the node"
     assert not [call for call in applied if call.mutating], "a dry run only: no restore apply"
@@ -186,10 +187,12 @@ def test_a_node_left_changed_fails_the_run_loudly(
     try:
         result = cluster_run()
         assert result.ret == pytest.ExitCode.TESTS_FAILED
-        result.stdout.fnmatch_lines([
-            "talos: RESTORE FAILED: could not restore the original machine config of node "
-            f"{WORKER} (*): the restore call failed: *UNAVAILABLE: apid is gone. *"
-        ])
+        result.stdout.fnmatch_lines(
+            [
+                "talos: RESTORE FAILED: could not restore the original machine config of node "
+                f"{WORKER} (*): the restore call failed: *UNAVAILABLE: apid is gone. *"
+            ]
+        )
         assert b"stuck-for-good" in active_config(emulated, WORKER)
     finally:
         node = emulated.node(WORKER)

@@ -35,13 +35,15 @@ DISRUPTIVE_REASON = (
 
 def test_markers_are_registered(run: Run) -> None:
     result = run("--markers")
-    result.stdout.fnmatch_lines([
-        "@pytest.mark.talos_role(*roles): run only against nodes of these roles*",
-        "@pytest.mark.talos_mutating: changes node configuration*--talos-allow mutating",
-        "@pytest.mark.talos_disruptive: may reboot, reset or upgrade nodes*runs last",
-        "@pytest.mark.talos_min_version(version): skip nodes running an older Talos*",
-        "@pytest.mark.talos_platform(*platforms): skip nodes on other platforms*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "@pytest.mark.talos_role(*roles): run only against nodes of these roles*",
+            "@pytest.mark.talos_mutating: changes node configuration*--talos-allow mutating",
+            "@pytest.mark.talos_disruptive: may reboot, reset or upgrade nodes*runs last",
+            "@pytest.mark.talos_min_version(version): skip nodes running an older Talos*",
+            "@pytest.mark.talos_platform(*platforms): skip nodes on other platforms*",
+        ]
+    )
 
 
 def test_strict_markers_accept_every_talos_marker(run: Run, pytester: pytest.Pytester) -> None:
@@ -82,11 +84,13 @@ def test_allow_disruptive_runs_everything_with_disruptive_tests_last(
     pytester.makepyfile(MARKED_TESTS)
     result = run("-v", "--no-header", "--talos-allow", "disruptive")
     result.assert_outcomes(passed=3)
-    result.stdout.fnmatch_lines([
-        "*::test_reads PASSED*",
-        "*::test_patches PASSED*",
-        "*::test_reboots PASSED*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*::test_reads PASSED*",
+            "*::test_patches PASSED*",
+            "*::test_reboots PASSED*",
+        ]
+    )
 
 
 def test_allow_from_the_environment_enables_mutating_tests(
@@ -125,17 +129,17 @@ def test_role_marker_selects_nodes(emulator_run: Run, pytester: pytest.Pytester)
     """)
     result = emulator_run("-v")
     result.assert_outcomes(passed=4)
-    result.stdout.fnmatch_lines([
-        "*::test_worker_only[[]talos-default-worker-1[]] PASSED*",
-        "*::test_controlplane_only[[]talos-default-controlplane-1[]] PASSED*",
-        "*::test_every_node[[]talos-default-controlplane-1[]] PASSED*",
-        "*::test_every_node[[]talos-default-worker-1[]] PASSED*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*::test_worker_only[[]talos-default-worker-1[]] PASSED*",
+            "*::test_controlplane_only[[]talos-default-controlplane-1[]] PASSED*",
+            "*::test_every_node[[]talos-default-controlplane-1[]] PASSED*",
+            "*::test_every_node[[]talos-default-worker-1[]] PASSED*",
+        ]
+    )
 
 
-def test_role_without_matching_node_skips_with_reason(
-    run: Run, pytester: pytest.Pytester
-) -> None:
+def test_role_without_matching_node_skips_with_reason(run: Run, pytester: pytest.Pytester) -> None:
     pytester.makepyfile("""
         import pytest
 
@@ -145,10 +149,12 @@ def test_role_without_matching_node_skips_with_reason(
     """)
     result = run("--talos-emulator=1:0", "--no-header", "-rs")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines([
-        "SKIPPED [[]1[]] *: talos_role(worker): no target node has that role "
-        "(talos-default-controlplane-1=controlplane)"
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED [[]1[]] *: talos_role(worker): no target node has that role "
+            "(talos-default-controlplane-1=controlplane)"
+        ]
+    )
 
 
 def test_unknown_role_is_a_collection_error(emulator_run: Run, pytester: pytest.Pytester) -> None:
@@ -189,14 +195,17 @@ def test_min_version_and_platform_skip_with_reasons(
     """)
     result = emulator_run()
     result.assert_outcomes(passed=2, skipped=5)
-    result.stdout.fnmatch_lines([
-        "SKIPPED [[]1[]] *: talos_min_version(1.14): talos-default-controlplane-1 runs Talos "
-        "v1.13.9",
-        "SKIPPED [[]1[]] *: talos_platform(metal): talos-default-worker-1 runs on platform "
-        "container",
-        "SKIPPED [[]1[]] *: talos_platform(aws): talos-default-controlplane-1 runs on platform "
-        "container",
-    ], consecutive=False)
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED [[]1[]] *: talos_min_version(1.14): talos-default-controlplane-1 runs Talos "
+            "v1.13.9",
+            "SKIPPED [[]1[]] *: talos_platform(metal): talos-default-worker-1 runs on platform "
+            "container",
+            "SKIPPED [[]1[]] *: talos_platform(aws): talos-default-controlplane-1 runs on platform "
+            "container",
+        ],
+        consecutive=False,
+    )
 
 
 def test_bad_min_version_fails_with_the_fix(emulator_run: Run, pytester: pytest.Pytester) -> None:
@@ -225,10 +234,12 @@ def test_container_only_capability_skips_instead_of_failing(
     """)
     result = emulator_run("--talos-allow", "disruptive")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines([
-        "SKIPPED [[]1[]] *: the node lacks this capability in container mode (method is not "
-        "supported in container mode)"
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED [[]1[]] *: the node lacks this capability in container mode (method is not "
+            "supported in container mode)"
+        ]
+    )
 
 
 def test_min_version_skips_a_node_that_reports_an_older_version(
@@ -241,12 +252,13 @@ def test_min_version_skips_a_node_that_reports_an_older_version(
         def test_new_enough(talos_node):
             pass
     """)
-    result = run("--talos-emulator", "--talos-emulator-fault", "wrong-version", "--no-header",
-                 "-rs")
+    result = run(
+        "--talos-emulator", "--talos-emulator-fault", "wrong-version", "--no-header", "-rs"
+    )
     result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines([
-        "SKIPPED [[]1[]] *: talos_min_version(1.13): talos-default-worker-1 runs Talos v1.12.6"
-    ])
+    result.stdout.fnmatch_lines(
+        ["SKIPPED [[]1[]] *: talos_min_version(1.13): talos-default-worker-1 runs Talos v1.12.6"]
+    )
 
 
 def test_container_refusals_outside_talos_tests_stay_failures(

@@ -48,20 +48,72 @@ class Case:
 
 
 CASES = [
-    Case("timeout", ("--talos-timeout", "5"), "5.0", "talos_timeout = 6", "6.0",
-         "TALOS_TIMEOUT", "7", "7.0", "10.0"),
-    Case("context", ("--talos-context", "from-cli"), "'from-cli'", "talos_context = from-ini",
-         "'from-ini'", "TALOS_CONTEXT", "from-env", "'from-env'", "None"),
-    Case("endpoints", ("--talos-endpoint", "a:1", "--talos-endpoint", "b:2,c:3"),
-         "('a:1', 'b:2', 'c:3')", "talos_endpoints = i1, i2", "('i1', 'i2')",
-         "TALOS_ENDPOINTS", "e1,e2", "('e1', 'e2')", "()"),
-    Case("nodes", ("--talos-nodes", "10.5.0.2", "--talos-nodes", "10.5.0.3"),
-         "('10.5.0.2', '10.5.0.3')", "talos_nodes = 10.5.0.4", "('10.5.0.4',)",
-         "TALOS_NODES", "10.5.0.5", "('10.5.0.5',)", "()"),
-    Case("allow", ("--talos-allow", "disruptive"), "'disruptive'", "talos_allow = mutating",
-         "'mutating'", "TALOS_ALLOW", "none", "'none'", "'none'"),
-    Case("emulator", ("--talos-emulator=2:3",), "(2, 3)", "talos_emulator = 3:1", "(3, 1)",
-         "TALOS_EMULATOR", "true", "(1, 1)", "None"),
+    Case(
+        "timeout",
+        ("--talos-timeout", "5"),
+        "5.0",
+        "talos_timeout = 6",
+        "6.0",
+        "TALOS_TIMEOUT",
+        "7",
+        "7.0",
+        "10.0",
+    ),
+    Case(
+        "context",
+        ("--talos-context", "from-cli"),
+        "'from-cli'",
+        "talos_context = from-ini",
+        "'from-ini'",
+        "TALOS_CONTEXT",
+        "from-env",
+        "'from-env'",
+        "None",
+    ),
+    Case(
+        "endpoints",
+        ("--talos-endpoint", "a:1", "--talos-endpoint", "b:2,c:3"),
+        "('a:1', 'b:2', 'c:3')",
+        "talos_endpoints = i1, i2",
+        "('i1', 'i2')",
+        "TALOS_ENDPOINTS",
+        "e1,e2",
+        "('e1', 'e2')",
+        "()",
+    ),
+    Case(
+        "nodes",
+        ("--talos-nodes", "10.5.0.2", "--talos-nodes", "10.5.0.3"),
+        "('10.5.0.2', '10.5.0.3')",
+        "talos_nodes = 10.5.0.4",
+        "('10.5.0.4',)",
+        "TALOS_NODES",
+        "10.5.0.5",
+        "('10.5.0.5',)",
+        "()",
+    ),
+    Case(
+        "allow",
+        ("--talos-allow", "disruptive"),
+        "'disruptive'",
+        "talos_allow = mutating",
+        "'mutating'",
+        "TALOS_ALLOW",
+        "none",
+        "'none'",
+        "'none'",
+    ),
+    Case(
+        "emulator",
+        ("--talos-emulator=2:3",),
+        "(2, 3)",
+        "talos_emulator = 3:1",
+        "(3, 1)",
+        "TALOS_EMULATOR",
+        "true",
+        "(1, 1)",
+        "None",
+    ),
 ]
 
 
@@ -76,9 +128,7 @@ def test_cli_beats_ini_beats_env_beats_default(
     assert settings_of(run("-s", "--no-header"))[case.name] == (case.default, "default")
 
     monkeypatch.setenv(case.env, case.env_value)
-    assert settings_of(run("-s", "--no-header"))[case.name] == (
-        case.env_expected, f"${case.env}"
-    )
+    assert settings_of(run("-s", "--no-header"))[case.name] == (case.env_expected, f"${case.env}")
 
     pytester.makeini(f"[pytest]\n{case.ini}\n")
     assert settings_of(run("-s", "--no-header"))[case.name] == (case.ini_value, f"ini {ini_key}")
@@ -92,12 +142,14 @@ def test_talosconfig_paths_resolve_against_their_origin(
     pytester.makepyfile(SHOW_SETTINGS)
     monkeypatch.setenv("TALOSCONFIG", "/etc/from-env")
     assert settings_of(run("-s", "--no-header"))["talosconfig"] == (
-        "'/etc/from-env'", "$TALOSCONFIG"
+        "'/etc/from-env'",
+        "$TALOSCONFIG",
     )
     pytester.makeini("[pytest]\ntalosconfig = conf/from-ini\n")
     expected_ini = str(pytester.path / "conf" / "from-ini")
     assert settings_of(run("-s", "--no-header"))["talosconfig"] == (
-        repr(expected_ini), "ini talosconfig"
+        repr(expected_ini),
+        "ini talosconfig",
     )
     (pytester.path / "sub").mkdir()
     monkeypatch.chdir(pytester.path / "sub")
@@ -124,12 +176,20 @@ def test_emulator_can_be_switched_off_from_the_environment(
 
 def test_faults_collect_from_repeated_flags(run: Run, pytester: pytest.Pytester) -> None:
     pytester.makepyfile(SHOW_SETTINGS)
-    shown = settings_of(run(
-        "-s", "--no-header", "--talos-emulator", "--talos-emulator-fault", "ssh-open",
-        "--talos-emulator-fault", "extra-port,shell-present",
-    ))
+    shown = settings_of(
+        run(
+            "-s",
+            "--no-header",
+            "--talos-emulator",
+            "--talos-emulator-fault",
+            "ssh-open",
+            "--talos-emulator-fault",
+            "extra-port,shell-present",
+        )
+    )
     assert shown["faults"] == (
-        "('ssh-open', 'extra-port', 'shell-present')", "--talos-emulator-fault"
+        "('ssh-open', 'extra-port', 'shell-present')",
+        "--talos-emulator-fault",
     )
 
 
@@ -154,8 +214,7 @@ def test_help_lists_every_option_with_ini_and_environment(run: Run) -> None:
         ("--talos-nodes", "talos_nodes", "TALOS_NODES"),
         ("--talos-emulator", "talos_emulator", "TALOS_EMULATOR"),
         ("--talos-emulator-fault", "talos_emulator_faults", "TALOS_EMULATOR_FAULTS"),
-        ("--talos-emulator-time-scale", "talos_emulator_time_scale",
-         "TALOS_EMULATOR_TIME_SCALE"),
+        ("--talos-emulator-time-scale", "talos_emulator_time_scale", "TALOS_EMULATOR_TIME_SCALE"),
         ("--talos-allow", "talos_allow", "TALOS_ALLOW"),
         ("--talos-timeout", "talos_timeout", "TALOS_TIMEOUT"),
     ]:

@@ -33,9 +33,7 @@ class FakeClock:
 def test_default_ports_by_role() -> None:
     """Without a machine config, Talos's defaults: kube-proxy's healthz 10256 on every node."""
     assert default_expected_ports("worker") == {50000, 10250, 10256}
-    assert default_expected_ports("controlplane") == {
-        50000, 50001, 6443, 2379, 2380, 10250, 10256
-    }
+    assert default_expected_ports("controlplane") == {50000, 50001, 6443, 2379, 2380, 10250, 10256}
     assert default_expected_ports("init") == default_expected_ports("controlplane")
     assert default_expected_ports(None) == {50000, 10250, 10256}
 
@@ -69,9 +67,7 @@ def test_config_summary_never_shows_content() -> None:
     summary = config_summary(secret, 7)
     assert summary.startswith(f"version 7, {len(secret)} bytes, sha256 ")
     assert "secret" not in summary
-    assert config_summary(b"x") == (
-        "1 bytes, sha256 2d711642b726"
-    )
+    assert config_summary(b"x") == ("1 bytes, sha256 2d711642b726")
 
 
 def test_service_state_text() -> None:
@@ -94,8 +90,14 @@ def test_wait_until_backs_off_and_reports_the_last_observation() -> None:
     clock = FakeClock()
     seen = iter(["booting", "booting", "booting", "booting", "booting", "booting"])
     with pytest.raises(WaitTimeout) as timeout:
-        wait_until(lambda: next(seen), lambda value: value == "running", timeout=2.0,
-                   description="the node to run", clock=clock, sleep=clock.sleep)
+        wait_until(
+            lambda: next(seen),
+            lambda value: value == "running",
+            timeout=2.0,
+            description="the node to run",
+            clock=clock,
+            sleep=clock.sleep,
+        )
     assert clock.sleeps == pytest.approx([0.2, 0.4, 0.8, 0.6])
     assert str(timeout.value) == (
         "gave up waiting for the node to run (waited 2.0s; last observed: 'booting')"
@@ -113,29 +115,54 @@ def test_wait_until_counts_talos_errors_as_observations() -> None:
             raise answer
         return answer
 
-    assert wait_until(probe, lambda value: value == "running", timeout=5, description="x",
-                      clock=clock, sleep=clock.sleep) == "running"
+    assert (
+        wait_until(
+            probe,
+            lambda value: value == "running",
+            timeout=5,
+            description="x",
+            clock=clock,
+            sleep=clock.sleep,
+        )
+        == "running"
+    )
     assert clock.sleeps == [0.2]
 
 
 def _kubeconfig(user: dict[str, str]) -> bytes:
-    return yaml.safe_dump({
-        "current-context": "admin@c",
-        "contexts": [{"name": "admin@c", "context": {"cluster": "c", "user": "admin@c"}}],
-        "clusters": [{"name": "c", "cluster": {
-            "server": "https://10.5.0.2:6443",
-            "certificate-authority-data": base64.b64encode(b"CA").decode()}}],
-        "users": [{"name": "admin@c", "user": user}],
-    }).encode()
+    return yaml.safe_dump(
+        {
+            "current-context": "admin@c",
+            "contexts": [{"name": "admin@c", "context": {"cluster": "c", "user": "admin@c"}}],
+            "clusters": [
+                {
+                    "name": "c",
+                    "cluster": {
+                        "server": "https://10.5.0.2:6443",
+                        "certificate-authority-data": base64.b64encode(b"CA").decode(),
+                    },
+                }
+            ],
+            "users": [{"name": "admin@c", "user": user}],
+        }
+    ).encode()
 
 
 def test_kubeconfig_with_inline_certificates() -> None:
-    settings = _kube_settings(_kubeconfig({
-        "client-certificate-data": base64.b64encode(b"CRT").decode(),
-        "client-key-data": base64.b64encode(b"KEY").decode(),
-    }))
-    assert settings == {"server": "https://10.5.0.2:6443", "ca": b"CA", "crt": b"CRT",
-                        "key": b"KEY"}
+    settings = _kube_settings(
+        _kubeconfig(
+            {
+                "client-certificate-data": base64.b64encode(b"CRT").decode(),
+                "client-key-data": base64.b64encode(b"KEY").decode(),
+            }
+        )
+    )
+    assert settings == {
+        "server": "https://10.5.0.2:6443",
+        "ca": b"CA",
+        "crt": b"CRT",
+        "key": b"KEY",
+    }
 
 
 def test_kubeconfig_with_a_token() -> None:
@@ -147,8 +174,10 @@ def test_kubeconfig_with_a_token() -> None:
     [
         (b": not yaml: [", "the kubeconfig from the Talos API is not valid YAML"),
         (b"- a list", "the kubeconfig from the Talos API is not a mapping"),
-        (b"current-context: nope\ncontexts: []\n",
-         "the kubeconfig has no context named 'nope' in contexts"),
+        (
+            b"current-context: nope\ncontexts: []\n",
+            "the kubeconfig has no context named 'nope' in contexts",
+        ),
     ],
 )
 def test_kubeconfig_problems_are_talos_errors(data: bytes, message: str) -> None:

@@ -36,9 +36,9 @@ KEY_BODY = "MC4CAQAwBQYDK2VwBCIEIFakeFakeFakeFakeFakeFakeFakeFakeFakeFake"
 FAKE_KEY_PEM = "-----" + f"BEGIN {_LABEL}-----\n{KEY_BODY}\n-----END {_LABEL}-----\n"
 
 
-def record(check: str = "immutability.no-shell", outcome: str = "passed", **kw: object) -> (
-    CheckRecord
-):
+def record(
+    check: str = "immutability.no-shell", outcome: str = "passed", **kw: object
+) -> CheckRecord:
     fields: dict[str, object] = {
         "check_id": check,
         "severity": "critical",
@@ -279,8 +279,13 @@ def test_redact_makes_values_json_ready() -> None:
 
 def test_results_json_carries_every_check_with_its_evidence_and_the_gate(tmp_path: Path) -> None:
     records = [
-        record("immutability.no-ssh", "failed", duration=0.1234,
-               message="port 22 is open", evidence={"unexpected_ports": [22]}),
+        record(
+            "immutability.no-ssh",
+            "failed",
+            duration=0.1234,
+            message="port 22 is open",
+            evidence={"unexpected_ports": [22]},
+        ),
         record("services.logs-readable", "skipped", severity="medium", message="no node"),
         record("cluster.members-consistent", "passed", node=None, severity="high"),
     ]
@@ -289,7 +294,12 @@ def test_results_json_carries_every_check_with_its_evidence_and_the_gate(tmp_pat
     results = json.loads(written["results.json"].read_text())
     assert results["format"] == "pytest-talos-conformance/1"
     assert results["summary"] == {
-        "failed": 1, "error": 0, "waived": 0, "skipped": 1, "passed": 1, "total": 3,
+        "failed": 1,
+        "error": 0,
+        "waived": 0,
+        "skipped": 1,
+        "passed": 1,
+        "total": 3,
     }
     assert results["gate"] == {"fail_under": "low", "passed": False, "blocking": 1, "below": 0}
     first = results["checks"][0]
@@ -315,8 +325,12 @@ def test_results_json_carries_every_check_with_its_evidence_and_the_gate(tmp_pat
 def test_no_report_file_ever_contains_key_material(tmp_path: Path) -> None:
     b64_key = base64.b64encode(FAKE_KEY_PEM.encode()).decode()
     records = [
-        record("api.mtls-required", "failed", message=f"leaked {FAKE_KEY_PEM}",
-               evidence={"talosconfig": f"key: {b64_key}\n", "key": "raw", "log": FAKE_KEY_PEM}),
+        record(
+            "api.mtls-required",
+            "failed",
+            message=f"leaked {FAKE_KEY_PEM}",
+            evidence={"talosconfig": f"key: {b64_key}\n", "key": "raw", "log": FAKE_KEY_PEM},
+        ),
     ]
     run = run_info(settings={"talosconfig": "/tmp/tc", "key": "x"}, notes=[FAKE_KEY_PEM])
     written = write_reports(tmp_path, records, run)
@@ -330,15 +344,34 @@ def test_no_report_file_ever_contains_key_material(tmp_path: Path) -> None:
 def test_markdown_report_leads_with_the_verdict_and_shows_failure_evidence() -> None:
     waiver = Waiver("services.no-recent-restarts", "NTP flake", dt.date(2026, 7, 1))
     records = [
-        record("services.expected-running-healthy", "failed", node="worker-1", severity="high",
-               message="kubelet is not healthy",
-               evidence={"last_events": "Failed: unknown flag --foo\nRunning", "restarts": 4}),
-        record("services.no-recent-restarts", "waived", severity="high", waiver=waiver,
-               message="kubelet restarted 4 times"),
-        record("vendor.platform", "skipped", severity="medium",
-               message="no vendor profile given (--talos-profile)"),
-        record("vendor.platform", "skipped", severity="medium", node="w-1",
-               message="no vendor profile given (--talos-profile)"),
+        record(
+            "services.expected-running-healthy",
+            "failed",
+            node="worker-1",
+            severity="high",
+            message="kubelet is not healthy",
+            evidence={"last_events": "Failed: unknown flag --foo\nRunning", "restarts": 4},
+        ),
+        record(
+            "services.no-recent-restarts",
+            "waived",
+            severity="high",
+            waiver=waiver,
+            message="kubelet restarted 4 times",
+        ),
+        record(
+            "vendor.platform",
+            "skipped",
+            severity="medium",
+            message="no vendor profile given (--talos-profile)",
+        ),
+        record(
+            "vendor.platform",
+            "skipped",
+            severity="medium",
+            node="w-1",
+            message="no vendor profile given (--talos-profile)",
+        ),
         record("api.version-answers", "passed", severity="critical"),
     ]
     text = render_markdown(build_results(records, run_info()))
@@ -365,8 +398,14 @@ def test_markdown_verdict_passes_when_failures_are_below_the_gate() -> None:
 
 
 def test_html_report_escapes_everything_it_shows() -> None:
-    records = [record("api.resources-readable", "failed", message="<script>alert(1)</script>",
-                      evidence={"<b>": "x & y"})]
+    records = [
+        record(
+            "api.resources-readable",
+            "failed",
+            message="<script>alert(1)</script>",
+            evidence={"<b>": "x & y"},
+        )
+    ]
     page = render_html(build_results(records, run_info()))
     assert page.startswith("<!DOCTYPE html>")
     assert "<script>" not in page
@@ -377,8 +416,14 @@ def test_html_report_escapes_everything_it_shows() -> None:
 
 
 def test_long_messages_and_evidence_are_clipped() -> None:
-    records = [record("services.logs-readable", "failed", message="m" * 20000,
-                      evidence={"log_tail": "l" * 10000})]
+    records = [
+        record(
+            "services.logs-readable",
+            "failed",
+            message="m" * 20000,
+            evidence={"log_tail": "l" * 10000},
+        )
+    ]
     check = build_results(records, run_info())["checks"][0]
     assert len(check["message"]) <= 8000
     assert check["message"].endswith("more characters)")
@@ -395,13 +440,22 @@ def test_an_unwritable_report_directory_is_a_clear_error(tmp_path: Path) -> None
 # ----------------------------------------------------------------- what was tested
 
 
-EMULATED = {"kind": "emulated", "endpoints": ["127.0.0.1:50000"], "context": "emulator",
-            "faults": ["ssh-open"], "variants": ["metal"], "time_scale": 20.0}
+EMULATED = {
+    "kind": "emulated",
+    "endpoints": ["127.0.0.1:50000"],
+    "context": "emulator",
+    "faults": ["ssh-open"],
+    "variants": ["metal"],
+    "time_scale": 20.0,
+}
 
 
 def test_every_report_says_what_was_tested_and_an_emulator_cannot_be_missed() -> None:
-    run = run_info(tested=EMULATED, settings={"talos_allow": "mutating", "waivers": "w.yaml"},
-                   kit_version="9.9.9")
+    run = run_info(
+        tested=EMULATED,
+        settings={"talos_allow": "mutating", "waivers": "w.yaml"},
+        kit_version="9.9.9",
+    )
     results = build_results([record(outcome="failed")], run)
     assert results["run"]["tested"]["kind"] == "emulated"
     assert results["run"]["kit"] == {"name": "pytest-talos", "version": "9.9.9"}
@@ -434,14 +488,34 @@ def test_a_real_target_says_real_nodes_and_no_emulator_banner() -> None:
 
 def test_html_is_a_document_summary_matrix_failures_first_passes_collapsed() -> None:
     nodes = [f"node-{i:02d}" for i in range(50)]
-    records = [record(check=f"api.check-{j}", node=n, area="api",
-                      outcome="failed" if (j, n) == (3, "node-07") else "passed")
-               for j in range(5) for n in nodes]
-    records.append(record(check="cluster.etcd-healthy", node=None, outcome="skipped",
-                          message="needs os:admin", severity="high"))
+    records = [
+        record(
+            check=f"api.check-{j}",
+            node=n,
+            area="api",
+            outcome="failed" if (j, n) == (3, "node-07") else "passed",
+        )
+        for j in range(5)
+        for n in nodes
+    ]
+    records.append(
+        record(
+            check="cluster.etcd-healthy",
+            node=None,
+            outcome="skipped",
+            message="needs os:admin",
+            severity="high",
+        )
+    )
     long_line = "x" * 3000
-    records[0] = record(check="api.check-0", node="node-00", outcome="failed", message=long_line,
-                        evidence={"observed": "line\n" * 3}, notes=["images not verified"])
+    records[0] = record(
+        check="api.check-0",
+        node="node-00",
+        outcome="failed",
+        message=long_line,
+        evidence={"observed": "line\n" * 3},
+        notes=["images not verified"],
+    )
     run = run_info(targets=[TargetInfo(n, "worker", "v1.13.9") for n in nodes])
     page = render_html(build_results(records, run))
     assert '<section class="summary">' in page
@@ -462,8 +536,9 @@ def test_html_is_a_document_summary_matrix_failures_first_passes_collapsed() -> 
 
 def test_waived_failures_show_their_waiver_in_every_report() -> None:
     waiver = Waiver("api.mtls-required", "vendor ticket 42", dt.date(2026, 7, 1))
-    results = build_results([record(check="api.mtls-required", outcome="waived",
-                                    waiver=waiver)], run_info())
+    results = build_results(
+        [record(check="api.mtls-required", outcome="waived", waiver=waiver)], run_info()
+    )
     for text in (render_markdown(results), render_html(results)):
         assert "vendor ticket 42" in text
         assert "2026-07-01" in text

@@ -25,13 +25,21 @@ def _uid(*parts: str) -> str:
 
 
 def _condition(
-    kind: str, status: bool | None, reason: str, message: str, when: str,
+    kind: str,
+    status: bool | None,
+    reason: str,
+    message: str,
+    when: str,
     transition: str | None = None,
 ) -> dict[str, str]:
     text = "Unknown" if status is None else "True" if status else "False"
     return {
-        "type": kind, "status": text, "reason": reason, "message": message,
-        "lastHeartbeatTime": when, "lastTransitionTime": transition or when,
+        "type": kind,
+        "status": text,
+        "reason": reason,
+        "message": message,
+        "lastHeartbeatTime": when,
+        "lastTransitionTime": transition or when,
     }
 
 
@@ -55,7 +63,8 @@ _UNDER_PRESSURE = {
 
 def _node_addresses(name: str, addresses: Sequence[str | tuple[str, str]]) -> list[Object]:
     result = [
-        {"type": "InternalIP", "address": item} if isinstance(item, str)
+        {"type": "InternalIP", "address": item}
+        if isinstance(item, str)
         else {"type": item[0], "address": item[1]}
         for item in addresses
     ]
@@ -103,8 +112,10 @@ def make_node_object(
     created = _timestamp(creation_ts)
     beat = _timestamp(heartbeat_ts) if heartbeat_ts is not None else created
     base_labels = {
-        "beta.kubernetes.io/arch": architecture, "beta.kubernetes.io/os": "linux",
-        "kubernetes.io/arch": architecture, "kubernetes.io/hostname": name,
+        "beta.kubernetes.io/arch": architecture,
+        "beta.kubernetes.io/os": "linux",
+        "kubernetes.io/arch": architecture,
+        "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
     }
     spec: Object = {"podCIDR": pod_cidr, "podCIDRs": [pod_cidr]}
@@ -122,19 +133,32 @@ def make_node_object(
     else:
         conditions = [
             _condition(kind, False, reason, message, beat)
-            if kind not in pressure else _condition(kind, True, *_UNDER_PRESSURE[kind], beat)
+            if kind not in pressure
+            else _condition(kind, True, *_UNDER_PRESSURE[kind], beat)
             for kind, reason, message in _PRESSURE_CONDITIONS
         ]
-        conditions.append(_condition(
-            "Ready", ready,
-            ready_reason or ("KubeletReady" if ready else "KubeletNotReady"),
-            ready_message or ("kubelet is posting ready status" if ready else
-                              "container runtime network not ready: NetworkReady=false"),
-            beat,
-            _timestamp(ready_since) if ready_since is not None else None,
-        ))
-    capacity = {"cpu": "2", "ephemeral-storage": "10218772Ki", "hugepages-2Mi": "0",
-                "memory": "2048Mi", "pods": "110"}
+        conditions.append(
+            _condition(
+                "Ready",
+                ready,
+                ready_reason or ("KubeletReady" if ready else "KubeletNotReady"),
+                ready_message
+                or (
+                    "kubelet is posting ready status"
+                    if ready
+                    else "container runtime network not ready: NetworkReady=false"
+                ),
+                beat,
+                _timestamp(ready_since) if ready_since is not None else None,
+            )
+        )
+    capacity = {
+        "cpu": "2",
+        "ephemeral-storage": "10218772Ki",
+        "hugepages-2Mi": "0",
+        "memory": "2048Mi",
+        "pods": "110",
+    }
     return {
         "kind": "Node",
         "apiVersion": "v1",
@@ -202,29 +226,51 @@ def make_pod_object(
         "kind": "Pod",
         "apiVersion": "v1",
         "metadata": {
-            "name": name, "namespace": namespace, "uid": _uid("pod", namespace, name),
-            "resourceVersion": str(resource_version), "creationTimestamp": created,
+            "name": name,
+            "namespace": namespace,
+            "uid": _uid("pod", namespace, name),
+            "resourceVersion": str(resource_version),
+            "creationTimestamp": created,
             "labels": dict(labels or {}),
         },
         "spec": {
-            "nodeName": node_name, "hostNetwork": host_network, "restartPolicy": "Always",
+            "nodeName": node_name,
+            "hostNetwork": host_network,
+            "restartPolicy": "Always",
             "containers": [{"name": container, "image": image}],
         },
         "status": {
             "phase": "Running",
             "conditions": [
-                {"type": kind, "status": "True" if kind == "PodScheduled" else status_word,
-                 "lastTransitionTime": created}
-                for kind in ("PodReadyToStartContainers", "Initialized", "Ready",
-                             "ContainersReady", "PodScheduled")
+                {
+                    "type": kind,
+                    "status": "True" if kind == "PodScheduled" else status_word,
+                    "lastTransitionTime": created,
+                }
+                for kind in (
+                    "PodReadyToStartContainers",
+                    "Initialized",
+                    "Ready",
+                    "ContainersReady",
+                    "PodScheduled",
+                )
             ],
-            "hostIP": host_ip, "podIP": pod_ip, "podIPs": pod_ips, "startTime": created,
-            "containerStatuses": [{
-                "name": container, "image": image, "imageID": "", "ready": ready,
-                "started": ready, "restartCount": restart_count,
-                "containerID": f"containerd://{hashlib.sha256(name.encode()).hexdigest()}",
-                "state": {"running": {"startedAt": created}},
-            }],
+            "hostIP": host_ip,
+            "podIP": pod_ip,
+            "podIPs": pod_ips,
+            "startTime": created,
+            "containerStatuses": [
+                {
+                    "name": container,
+                    "image": image,
+                    "imageID": "",
+                    "ready": ready,
+                    "started": ready,
+                    "restartCount": restart_count,
+                    "containerID": f"containerd://{hashlib.sha256(name.encode()).hexdigest()}",
+                    "state": {"running": {"startedAt": created}},
+                }
+            ],
             "qosClass": "Burstable",
         },
     }
@@ -243,17 +289,30 @@ def version_info(
     major, minor = version.split(".")[:2]
     commit = git_commit or hashlib.sha1(version.encode(), usedforsecurity=False).hexdigest()
     return {
-        "major": major, "minor": minor, "emulationMajor": major, "emulationMinor": minor,
-        "minCompatibilityMajor": major, "minCompatibilityMinor": str(max(int(minor) - 1, 0)),
-        "gitVersion": f"v{version}", "gitCommit": commit, "gitTreeState": "clean",
-        "buildDate": build_date, "goVersion": go_version, "compiler": "gc",
+        "major": major,
+        "minor": minor,
+        "emulationMajor": major,
+        "emulationMinor": minor,
+        "minCompatibilityMajor": major,
+        "minCompatibilityMinor": str(max(int(minor) - 1, 0)),
+        "gitVersion": f"v{version}",
+        "gitCommit": commit,
+        "gitTreeState": "clean",
+        "buildDate": build_date,
+        "goVersion": go_version,
+        "compiler": "gc",
         "platform": platform,
     }
 
 
 def render_kubeconfig(
-    *, cluster_name: str, server: str, ca_pem: bytes, client_cert_pem: bytes,
-    client_key_pem: bytes, namespace: str = "default",
+    *,
+    cluster_name: str,
+    server: str,
+    ca_pem: bytes,
+    client_cert_pem: bytes,
+    client_key_pem: bytes,
+    namespace: str = "default",
 ) -> bytes:
     """An admin kubeconfig as Talos hands it out (context ``admin@<cluster>``).
 
@@ -268,13 +327,27 @@ def render_kubeconfig(
     document = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": cluster_name, "cluster": {
-            "server": server, "certificate-authority-data": b64(ca_pem)}}],
-        "users": [{"name": user, "user": {
-            "client-certificate-data": b64(client_cert_pem),
-            "client-key-data": b64(client_key_pem)}}],
-        "contexts": [{"context": {"cluster": cluster_name, "namespace": namespace,
-                                  "user": user}, "name": user}],
+        "clusters": [
+            {
+                "name": cluster_name,
+                "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)},
+            }
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {
+                    "client-certificate-data": b64(client_cert_pem),
+                    "client-key-data": b64(client_key_pem),
+                },
+            }
+        ],
+        "contexts": [
+            {
+                "context": {"cluster": cluster_name, "namespace": namespace, "user": user},
+                "name": user,
+            }
+        ],
         "current-context": user,
     }
     return yaml.safe_dump(document, sort_keys=False, width=1 << 16).encode("utf-8")

@@ -17,7 +17,7 @@ INFERRED: tuple[str, ...] = (
     "Generated configs carry no private keys: where Talos writes a key (`machine.ca.key`, "
     "`cluster.ca.key`, `cluster.aggregatorCA.key`, `cluster.serviceAccount.key`, "
     "`cluster.etcd.ca.key` on control planes) the emulator writes a base64 placeholder that "
-    "is no key; workers get `key: \"\"` as in Talos. CA `crt` fields hold the PEM passed in or "
+    'is no key; workers get `key: ""` as in Talos. CA `crt` fields hold the PEM passed in or '
     "a recognisable placeholder; tokens, `cluster.id`, `cluster.secret` and "
     "`cluster.secretboxEncryptionSecret` are derived from a hash of the cluster name "
     "(deterministic, protecting nothing).",
@@ -25,7 +25,7 @@ INFERRED: tuple[str, ...] = (
     "every field, plus commented examples).",
     "Documents other than v1alpha1: `HostnameConfig` is decoded strictly (keys `hostname`, "
     "`auto`); other Talos 1.13 kinds are accepted without looking inside; an unknown kind fails "
-    "with `\"<kind>\" \"<apiVersion>\": not registered`.",
+    'with `"<kind>" "<apiVersion>": not registered`.',
     "Strict decoding reports unknown keys as `error decoding document <apiVersion>/<kind>/"
     "<name> (line N): unknown keys found during decoding:` followed by the unknown keys as YAML "
     "(4-space indent, keys sorted, source comments dropped). Type errors read `error decoding "
@@ -34,19 +34,19 @@ INFERRED: tuple[str, ...] = (
     "yaml: line N: <problem>` with libyaml's problem text (yaml.v3 is a port of libyaml, so "
     "most texts match; PyYAML's own wording where libyaml is missing).",
     "Node labels, annotations and taints are checked like Kubernetes label keys and values, and "
-    "worded as `invalid machine node labels: <multierror>` (`name \"my label\" is invalid`, "
-    "`prefix cannot be empty: …`, `label value \"…\" is invalid`, `label value length exceeds "
+    'worded as `invalid machine node labels: <multierror>` (`name "my label" is invalid`, '
+    '`prefix cannot be empty: …`, `label value "…" is invalid`, `label value length exceeds '
     "limit of 63: …`, `invalid format: too many slashes: …`, `invalid taint effect: …`, "
-    "`annotation \"talos.dev/owned-labels\" is reserved`).",
+    '`annotation "talos.dev/owned-labels" is reserved`).',
     "`machine.kubelet.extraArgs` values must be scalars (a list or map is a type error); "
-    "`podSubnets`/`serviceSubnets` entries must be CIDRs: `invalid pod subnet \"x\": invalid "
+    '`podSubnets`/`serviceSubnets` entries must be CIDRs: `invalid pod subnet "x": invalid '
     "CIDR address: x` (and `invalid service subnet …`); a hostname must be a DNS name of "
-    "labels of at most 63 characters: `invalid hostname \"x\"`; the control-plane endpoint "
-    "must be an http(s) URL with a host: `invalid controlplane endpoint: \"x\" is not a valid "
+    'labels of at most 63 characters: `invalid hostname "x"`; the control-plane endpoint '
+    'must be an http(s) URL with a host: `invalid controlplane endpoint: "x" is not a valid '
     "endpoint URL`.",
     "`HostnameConfig` validation: `'auto' and 'hostname' cannot be set at the same time` "
     "(unless auto is `off`), `either 'auto' or 'hostname' must be set`, `invalid auto hostname "
-    "kind \"x\"`; a static hostname in both documents gives `static hostname is already set in "
+    'kind "x"`; a static hostname in both documents gives `static hostname is already set in '
     "v1alpha1 config`. Document errors are prefixed with the document kind.",
     "Immediate-apply comparison treats an absent field, null, `{}` and `[]` as equal; the "
     "`diff:` in the immediate-mode error is the unified diff of the two v1alpha1 documents "

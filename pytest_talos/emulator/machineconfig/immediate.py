@@ -16,14 +16,37 @@ from pytest_talos.patches import config_diff, dump_documents
 # Fields CanApplyImmediate copies from the running config before comparing (so they may
 # differ); `debug` and `cluster` are whole.
 IMMEDIATE_TOP_LEVEL = frozenset({"debug", "cluster"})
-IMMEDIATE_MACHINE_FIELDS = frozenset({
-    "ca", "acceptedCAs", "time", "certSANs", "install", "network", "sysfs", "sysctls",
-    "logging", "controlPlane", "kubelet", "kernel", "registries", "pods", "seccompProfiles",
-    "nodeAnnotations", "nodeLabels", "nodeTaints",
-})
-IMMEDIATE_FEATURES = frozenset({
-    "kubernetesTalosAPIAccess", "kubePrism", "hostDNS", "imageCache", "nodeAddressSortAlgorithm",
-})
+IMMEDIATE_MACHINE_FIELDS = frozenset(
+    {
+        "ca",
+        "acceptedCAs",
+        "time",
+        "certSANs",
+        "install",
+        "network",
+        "sysfs",
+        "sysctls",
+        "logging",
+        "controlPlane",
+        "kubelet",
+        "kernel",
+        "registries",
+        "pods",
+        "seccompProfiles",
+        "nodeAnnotations",
+        "nodeLabels",
+        "nodeTaints",
+    }
+)
+IMMEDIATE_FEATURES = frozenset(
+    {
+        "kubernetesTalosAPIAccess",
+        "kubePrism",
+        "hostDNS",
+        "imageCache",
+        "nodeAddressSortAlgorithm",
+    }
+)
 
 
 def _empty(value: Any) -> bool:
@@ -55,7 +78,8 @@ def _blocked_paths(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def _blocked_features(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return [
-        f"machine.features.{key}" for key in dict.fromkeys([*old, *new])
+        f"machine.features.{key}"
+        for key in dict.fromkeys([*old, *new])
         if key not in IMMEDIATE_FEATURES and _differs(old.get(key), new.get(key))
     ]
 

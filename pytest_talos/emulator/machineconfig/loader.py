@@ -24,10 +24,15 @@ from pytest_talos.emulator.machineconfig.schema import (
     SchemaType,
 )
 
-_YAML11_ONLY = frozenset({
-    "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
-    "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:value",
-})
+_YAML11_ONLY = frozenset(
+    {
+        "tag:yaml.org,2002:bool",
+        "tag:yaml.org,2002:int",
+        "tag:yaml.org,2002:float",
+        "tag:yaml.org,2002:timestamp",
+        "tag:yaml.org,2002:value",
+    }
+)
 _TAG_STR, _TAG_NULL = "tag:yaml.org,2002:str", "tag:yaml.org,2002:null"
 _TAG_BOOL, _TAG_INT = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int"
 # yaml.v3 still decodes the YAML 1.1 words into a typed bool field.
@@ -119,8 +124,11 @@ def parse_documents(data: bytes) -> list[_Document]:
         if not isinstance(node, yaml.MappingNode):
             raise invalid_argument(f"expected a YAML document at line {line}")
         doc = _Document(
-            _top_value(node, "apiVersion"), _top_value(node, "kind") or "v1alpha1",
-            _top_value(node, "name"), line, node,
+            _top_value(node, "apiVersion"),
+            _top_value(node, "kind") or "v1alpha1",
+            _top_value(node, "name"),
+            line,
+            node,
         )
         if doc.ident in seen:
             raise invalid_argument(f"duplicate document {doc.ident} is not allowed (line {line})")
@@ -252,7 +260,8 @@ def lenient_documents(data: bytes) -> tuple[dict[str, Any], ...]:
 
 def main_document(data: bytes) -> dict[str, Any]:
     for doc in lenient_documents(data):
-        if not doc.get("kind") and (doc.get("apiVersion") == "v1alpha1" or
-                                    V1ALPHA1_MARKERS & doc.keys()):
+        if not doc.get("kind") and (
+            doc.get("apiVersion") == "v1alpha1" or V1ALPHA1_MARKERS & doc.keys()
+        ):
             return doc
     return {}

@@ -74,8 +74,12 @@ def _mapping_lines(
             yield f"{pad}{key_text}:"
             yield from _block_lines(item, item_path, indent + 4, docs)
         else:
-            inline = "{}" if isinstance(item, dict) else "[]" if isinstance(item, list) else (
-                yaml_scalar(item)
+            inline = (
+                "{}"
+                if isinstance(item, dict)
+                else "[]"
+                if isinstance(item, list)
+                else (yaml_scalar(item))
             )
             yield f"{pad}{key_text}: {inline}" + (f" # {doc}" if doc else "")
 
@@ -94,7 +98,11 @@ def _block_lines(value: Any, path: str, indent: int, docs: Mapping[str, str]) ->
             yield f"{pad}-"
             yield from _block_lines(item, f"{path}[]", indent + 4, docs)
         else:
-            inline = "{}" if isinstance(item, dict) else "[]" if isinstance(item, list) else (
-                yaml_scalar(item)
+            inline = (
+                "{}"
+                if isinstance(item, dict)
+                else "[]"
+                if isinstance(item, list)
+                else (yaml_scalar(item))
             )
             yield f"{pad}- {inline}"

@@ -79,8 +79,9 @@ def _validate_cluster(cluster: Any, control_plane: bool) -> list[str]:
         return ["cluster controlplane endpoint is required"]
     errors: list[str] = []
     if not _valid_endpoint(str(endpoint)):
-        errors.append(f"invalid controlplane endpoint: {go_quote(str(endpoint))} is not a valid "
-                      "endpoint URL")
+        errors.append(
+            f"invalid controlplane endpoint: {go_quote(str(endpoint))} is not a valid endpoint URL"
+        )
     network = as_mapping(cluster.get("network"))
     domain = network.get("dnsDomain")
     if domain and not _valid_dns_name(str(domain)):
@@ -88,8 +89,9 @@ def _validate_cluster(cluster: Any, control_plane: bool) -> list[str]:
     for what, key in (("pod", "podSubnets"), ("service", "serviceSubnets")):
         for cidr in network.get(key) or ():
             if not _valid_cidr(str(cidr)):
-                errors.append(f"invalid {what} subnet {go_quote(str(cidr))}: invalid CIDR address: "
-                              f"{cidr}")
+                errors.append(
+                    f"invalid {what} subnet {go_quote(str(cidr))}: invalid CIDR address: {cidr}"
+                )
     if not control_plane and cluster.get("etcd"):
         errors.append("etcd config is only allowed on control plane machines")
     if not control_plane and as_mapping(cluster.get("ca")).get("key"):
@@ -101,11 +103,15 @@ def _container_mode_errors(machine: dict[str, Any]) -> list[str]:
     host_dns = as_mapping(as_mapping(machine.get("features")).get("hostDNS"))
     errors = []
     if host_dns.get("enabled") is not True:
-        errors.append("feature HostDNS should be enabled in container mode "
-                      "(.machine.features.hostDNS.enabled)")
+        errors.append(
+            "feature HostDNS should be enabled in container mode "
+            "(.machine.features.hostDNS.enabled)"
+        )
     if host_dns.get("forwardKubeDNSToHost") is not True:
-        errors.append("feature HostDNS should forward kube-dns to host in container mode "
-                      "(.machine.features.hostDNS.forwardKubeDNSToHost)")
+        errors.append(
+            "feature HostDNS should forward kube-dns to host in container mode "
+            "(.machine.features.hostDNS.forwardKubeDNSToHost)"
+        )
     return errors
 
 
@@ -118,11 +124,14 @@ def _machine_ca_errors(machine: dict[str, Any], cluster: dict[str, Any], mtype: 
         )
     if mtype == "worker":
         if ca.get("key"):
-            errors.append("issuing Talos API CA key is not allowed on non-controlplane nodes "
-                          "(.machine.ca)")
+            errors.append(
+                "issuing Talos API CA key is not allowed on non-controlplane nodes (.machine.ca)"
+            )
         if as_mapping(cluster.get("ca")).get("key"):
-            errors.append("issuing Kubernetes API CA key is not allowed on non-controlplane "
-                          "nodes (.cluster.ca)")
+            errors.append(
+                "issuing Kubernetes API CA key is not allowed on non-controlplane "
+                "nodes (.cluster.ca)"
+            )
     elif mtype not in ("controlplane", "init"):
         errors.append(f"unknown machine type {go_quote(mtype)}")
     return errors
@@ -148,9 +157,13 @@ _DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL}(?:\.{_DNS1123_LABEL})*$")
 _QUALIFIED_NAME = re.compile(r"^(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # Talos records what it owns on the Node in these annotations.
-_RESERVED_ANNOTATIONS = frozenset({
-    "talos.dev/owned-labels", "talos.dev/owned-annotations", "talos.dev/owned-taints",
-})
+_RESERVED_ANNOTATIONS = frozenset(
+    {
+        "talos.dev/owned-labels",
+        "talos.dev/owned-annotations",
+        "talos.dev/owned-taints",
+    }
+)
 
 
 def _qualified_name_error(value: str) -> str | None:
@@ -163,11 +176,15 @@ def _qualified_name_error(value: str) -> str | None:
         if not prefix:
             return f"prefix cannot be empty: {go_quote(value)}"
         if len(prefix) > 253:
-            return (f"prefix {go_quote(prefix)} is invalid: domain name length exceeds limit of "
-                    f"253: {go_quote(prefix)}")
+            return (
+                f"prefix {go_quote(prefix)} is invalid: domain name length exceeds limit of "
+                f"253: {go_quote(prefix)}"
+            )
         if not _DNS1123_SUBDOMAIN.match(prefix):
-            return (f"prefix {go_quote(prefix)} is invalid: domain doesn't match required format: "
-                    f"{go_quote(prefix)}")
+            return (
+                f"prefix {go_quote(prefix)} is invalid: domain doesn't match required format: "
+                f"{go_quote(prefix)}"
+            )
     if not name:
         return f"name cannot be empty: {go_quote(value)}"
     if len(name) > 63:
@@ -197,8 +214,11 @@ def _taint_errors(value: str) -> list[str]:
 
 def _label_errors(machine: dict[str, Any]) -> list[str]:
     errors: list[str] = []
-    for field_name, what in (("nodeLabels", "labels"), ("nodeAnnotations", "annotations"),
-                             ("nodeTaints", "taints")):
+    for field_name, what in (
+        ("nodeLabels", "labels"),
+        ("nodeAnnotations", "annotations"),
+        ("nodeTaints", "taints"),
+    ):
         problems: list[str] = []
         for key, value in sorted(string_map(machine.get(field_name)).items()):
             key_error = _qualified_name_error(key)

@@ -61,8 +61,6 @@ def require_control_plane(call: Call) -> None:
         raise RPCFailure("UNIMPLEMENTED", f"{api} is only available on control plane nodes")
 
 
-
-
 @dataclass(frozen=True)
 class ClientConfiguration:
     ca: bytes
