@@ -124,7 +124,7 @@ class NodeState:
             container=self.container,
         )
         self.service_faults = ServiceFaults(
-            self.services, clock=clock, fault=self.fault, powered=lambda: self.powered
+            self.services, clock=clock, quirk=self.quirk, powered=lambda: self.powered
         )
         self.host = NodeHost(
             identity,

@@ -103,6 +103,7 @@ _FAULT_FREE_SEAMS = (
     "nodeapply.py",
     "kubenode.py",
     "dispatch.py",
+    "servicefaults.py",
 )
 
 

@@ -129,6 +129,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "containerd is healthy most of the time but is killed every 30 s; the restart runner "
         "shows it Waiting and runs it again 5 s later",
         changes=(Seam.SERVICES,),
+        quirks=(Quirk.CONTAINERD_KILLED_PERIODICALLY,),
     ),
     FaultProfile(
         Fault.TRY_NO_REVERT,
@@ -275,6 +276,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.SERVICE_DOWN,
         "trustd stops 2 s after boot (Finished) and nothing starts it again",
         changes=(Seam.SERVICES,),
+        quirks=(Quirk.TRUSTD_STOPS_AFTER_BOOT,),
         scope="controlplanes",
     ),
     FaultProfile(
@@ -282,6 +284,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "2 s after boot machined's health check (a dial of its socket) starts failing on "
         "every node; machined keeps running",
         changes=(Seam.SERVICES,),
+        quirks=(Quirk.MACHINED_HEALTH_FAILS_AFTER_BOOT,),
     ),
     FaultProfile(
         Fault.ETCD_MEMBER_MISSING,
@@ -461,6 +464,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "from 2 s after boot cri's health check fails for 5 s every 20 s; cri never leaves "
         "Running (only its health flaps)",
         changes=(Seam.SERVICES,),
+        quirks=(Quirk.CRI_HEALTH_FLAPS,),
     ),
     FaultProfile(
         Fault.EMPTY_LOGS,
@@ -477,6 +481,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "2 s after boot trustd is restarted and never gets past its pre-start step (Preparing"
         " forever)",
         changes=(Seam.SERVICES,),
+        quirks=(Quirk.TRUSTD_STICKS_IN_PRE_START,),
         scope="controlplanes",
     ),
 )

@@ -112,6 +112,12 @@ class Quirk(StrEnum):
     KUBE_UNSCHEDULABLE = "kube-unschedulable"
     # Seam.AUTHORIZATION (dispatch.LocalDispatcher)
     READER_REAL_APPLY_RUNS_AS_ADMIN = "reader-real-apply-runs-as-admin"
+    # Seam.SERVICES (servicefaults.ServiceFaults)
+    MACHINED_HEALTH_FAILS_AFTER_BOOT = "machined-health-fails-after-boot"
+    CONTAINERD_KILLED_PERIODICALLY = "containerd-killed-periodically"
+    TRUSTD_STICKS_IN_PRE_START = "trustd-sticks-in-pre-start"
+    CRI_HEALTH_FLAPS = "cri-health-flaps"
+    TRUSTD_STOPS_AFTER_BOOT = "trustd-stops-after-boot"
 
 
 class Seam(StrEnum):
