@@ -137,7 +137,7 @@ class NodeState:
             store=self.store,
             config=lambda: self.active_config,
             peers=peers,
-            fault=self.fault,
+            quirk=self.quirk,
             discovery_reachable=not self.variant(Variant.DISCOVERY_UNREACHABLE),
             talos_version=lambda: self.talos_version,
         )
@@ -297,7 +297,7 @@ class NodeState:
         if message is None:
             return
         self.emit(service_event(service, message))
-        publish_service_resource(self.store, service, fault=self.fault)
+        publish_service_resource(self.store, service, quirk=self.quirk)
         if self.powered and not self.status.held:
             self._publish_machine_status()
         if self._boot_pending:
@@ -311,7 +311,7 @@ class NodeState:
         return self.logs.subscribe(subscriber)
 
     def _failure_reason(self, service_id: str) -> str | None:
-        return failure_reason(service_id, config=self.active_config, fault=self.fault)
+        return failure_reason(service_id, config=self.active_config, quirk=self.quirk)
 
     def service_start(self, service_id: str) -> str:
         return self.services.api_start(service_id)
@@ -323,7 +323,7 @@ class NodeState:
         return self.services.api_restart(service_id)
 
     def service_log(self, service_id: str) -> list[str]:
-        return service_log(self.services, service_id, fault=self.fault)
+        return service_log(self.services, service_id, quirk=self.quirk)
 
     # ---- version, host and Kubernetes views ------------------------------------------------
 

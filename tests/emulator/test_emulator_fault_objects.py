@@ -104,6 +104,8 @@ _FAULT_FREE_SEAMS = (
     "kubenode.py",
     "dispatch.py",
     "servicefaults.py",
+    "nodeservices.py",
+    "nodenet.py",
 )
 
 

@@ -123,6 +123,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "kubelet exits right after every start whatever the machine config; the restart "
         "runner shows it Waiting and runs it again every 5 s, so the boot never ends",
         changes=(Seam.SERVICES,),
+        quirks=(Quirk.KUBELET_EXITS_AFTER_START,),
     ),
     FaultProfile(
         Fault.FLAPPING_SERVICE,
@@ -178,6 +179,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "the last node's discovery (Members resources) does not list the first node",
         changes=(Seam.DISCOVERY,),
         scope="last-node",
+        quirks=(Quirk.DISCOVERY_MISSES_FIRST_NODE,),
     ),
     FaultProfile(
         Fault.MAINTENANCE_VERSION,
@@ -291,6 +293,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "the etcd member list on control planes lacks the last control plane",
         changes=(Seam.DISCOVERY,),
         scope="controlplanes",
+        quirks=(Quirk.ETCD_MEMBERS_LACK_LAST_CONTROLPLANE,),
     ),
     FaultProfile(
         Fault.CIDR_OVERLAP,
@@ -337,6 +340,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.LOGS_BROKEN,
         "Logs of the listed, running containerd service fails: log not registered",
         changes=(Seam.SERVICES,),
+        quirks=(Quirk.CONTAINERD_LOG_UNREGISTERED,),
     ),
     FaultProfile(
         Fault.COSI_WRITABLE,
@@ -363,6 +367,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.SERVICES_RESOURCE_STALE,
         "Services resources stay behind when a service stops (COSI disagrees with ServiceList)",
         changes=(Seam.SERVICES,),
+        quirks=(Quirk.SERVICE_RESOURCE_OUTLIVES_STOP,),
     ),
     FaultProfile(
         Fault.READER_WATCHES_SECRETS,
@@ -470,6 +475,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.EMPTY_LOGS,
         "the log of the running apid service reads back empty (nothing written)",
         changes=(Seam.SERVICES,),
+        quirks=(Quirk.APID_LOG_EMPTY,),
     ),
     FaultProfile(
         Fault.EVENTS_IGNORE_TAIL_SECONDS,

@@ -118,6 +118,14 @@ class Quirk(StrEnum):
     TRUSTD_STICKS_IN_PRE_START = "trustd-sticks-in-pre-start"
     CRI_HEALTH_FLAPS = "cri-health-flaps"
     TRUSTD_STOPS_AFTER_BOOT = "trustd-stops-after-boot"
+    # Seam.SERVICES (nodeservices: the Services resource, failure reasons, logs)
+    SERVICE_RESOURCE_OUTLIVES_STOP = "service-resource-outlives-stop"
+    KUBELET_EXITS_AFTER_START = "kubelet-exits-after-start"
+    CONTAINERD_LOG_UNREGISTERED = "containerd-log-unregistered"
+    APID_LOG_EMPTY = "apid-log-empty"
+    # Seam.DISCOVERY (nodenet.NodeNetworking)
+    DISCOVERY_MISSES_FIRST_NODE = "discovery-misses-first-node"
+    ETCD_MEMBERS_LACK_LAST_CONTROLPLANE = "etcd-members-lack-last-controlplane"
 
 
 class Seam(StrEnum):
