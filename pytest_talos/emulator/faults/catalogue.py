@@ -154,6 +154,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.NO_KUBECONFIG,
         "Kubeconfig returns an archive without the kubeconfig file in it",
         changes=(Seam.MACHINE_API,),
+        quirks=(Quirk.KUBECONFIG_WITHHELD,),
     ),
     FaultProfile(
         Fault.NODE_NOT_READY,
@@ -186,6 +187,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "the last node's Version answers without features (rbac), as in maintenance mode",
         changes=(Seam.MACHINE_API,),
         scope="last-node",
+        quirks=(Quirk.VERSION_OMITS_FEATURES,),
     ),
     FaultProfile(
         Fault.NO_MTLS,
@@ -335,6 +337,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.RESOURCES_UNLISTABLE,
         "COSI List of HostnameStatuses fails with an Internal error",
         changes=(Seam.COSI,),
+        quirks=(Quirk.COSI_HOSTNAME_STATUS_UNLISTABLE,),
     ),
     FaultProfile(
         Fault.LOGS_BROKEN,
@@ -346,6 +349,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.COSI_WRITABLE,
         "COSI Create/Update/Destroy are accepted instead of refused",
         changes=(Seam.COSI,),
+        quirks=(Quirk.COSI_ACCEPTS_WRITES,),
     ),
     FaultProfile(
         Fault.READER_CAN_APPLY,
@@ -357,11 +361,13 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.READER_READS_SECRETS,
         "os:reader clients may Get/List sensitive resources (MachineConfig)",
         changes=(Seam.AUTHORIZATION,),
+        quirks=(Quirk.COSI_SHOWS_SENSITIVE_TO_READERS,),
     ),
     FaultProfile(
         Fault.EVENTS_NO_HELLO,
         "the Events stream does not send the empty hello event first",
         changes=(Seam.MACHINE_API,),
+        quirks=(Quirk.EVENTS_SKIP_HELLO,),
     ),
     FaultProfile(
         Fault.SERVICES_RESOURCE_STALE,
@@ -373,6 +379,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.READER_WATCHES_SECRETS,
         "os:reader clients may Watch sensitive resources (MachineConfig); Get and List are refused",
         changes=(Seam.AUTHORIZATION,),
+        quirks=(Quirk.COSI_WATCH_SHOWS_SENSITIVE_TO_READERS,),
     ),
     FaultProfile(
         Fault.READER_GETS_KUBECONFIG,
@@ -396,21 +403,25 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.EXPIRED_CERTS_ACCEPTED,
         "apid accepts client certificates outside their validity",
         changes=(Seam.AUTHENTICATION,),
+        quirks=(Quirk.APID_IGNORES_CERT_VALIDITY,),
     ),
     FaultProfile(
         Fault.ANY_EKU_ACCEPTED,
         "apid skips its ExtKeyUsage rule: a Talos-CA certificate without ClientAuth usage passes",
         changes=(Seam.AUTHENTICATION,),
+        quirks=(Quirk.APID_SKIPS_EKU_RULE,),
     ),
     FaultProfile(
         Fault.KUBE_CA_TRUSTED,
         "apid also trusts the cluster's Kubernetes CA (cluster.ca) for client certificates",
         changes=(Seam.AUTHENTICATION,),
+        quirks=(Quirk.APID_TRUSTS_KUBERNETES_CA,),
     ),
     FaultProfile(
         Fault.COSI_CREATE_LIES,
         "COSI Create replies PermissionDenied but stores the resource all the same",
         changes=(Seam.COSI,),
+        quirks=(Quirk.COSI_CREATE_WRITES_THEN_DENIES,),
     ),
     FaultProfile(
         Fault.LATE_APPLY_ON_REJECT,
@@ -481,6 +492,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.EVENTS_IGNORE_TAIL_SECONDS,
         "the Events stream ignores tail_seconds: it sends no history, only new events",
         changes=(Seam.MACHINE_API,),
+        quirks=(Quirk.EVENTS_TAIL_SECONDS_DROPS_HISTORY,),
     ),
     FaultProfile(
         Fault.SERVICE_STUCK_PREPARING,

@@ -126,6 +126,21 @@ class Quirk(StrEnum):
     # Seam.DISCOVERY (nodenet.NodeNetworking)
     DISCOVERY_MISSES_FIRST_NODE = "discovery-misses-first-node"
     ETCD_MEMBERS_LACK_LAST_CONTROLPLANE = "etcd-members-lack-last-controlplane"
+    # Seam.COSI, Seam.AUTHORIZATION (servicers.cosi.StateServicer)
+    COSI_ACCEPTS_WRITES = "cosi-accepts-writes"
+    COSI_SHOWS_SENSITIVE_TO_READERS = "cosi-shows-sensitive-to-readers"
+    COSI_WATCH_SHOWS_SENSITIVE_TO_READERS = "cosi-watch-shows-sensitive-to-readers"
+    COSI_HOSTNAME_STATUS_UNLISTABLE = "cosi-hostname-status-unlistable"
+    COSI_CREATE_WRITES_THEN_DENIES = "cosi-create-writes-then-denies"
+    # Seam.MACHINE_API (servicers.machine_info, servicers.machine_ops)
+    VERSION_OMITS_FEATURES = "version-omits-features"
+    EVENTS_TAIL_SECONDS_DROPS_HISTORY = "events-tail-seconds-drops-history"
+    EVENTS_SKIP_HELLO = "events-skip-hello"
+    KUBECONFIG_WITHHELD = "kubeconfig-withheld"
+    # Seam.AUTHENTICATION (apidtls, server.ApidServer)
+    APID_SKIPS_EKU_RULE = "apid-skips-eku-rule"
+    APID_IGNORES_CERT_VALIDITY = "apid-ignores-cert-validity"
+    APID_TRUSTS_KUBERNETES_CA = "apid-trusts-kubernetes-ca"
 
 
 class Seam(StrEnum):
