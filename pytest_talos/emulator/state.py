@@ -68,7 +68,7 @@ from pytest_talos.emulator.variants import Variant, VariantSet
 
 __all__ = ["NodeState"]
 
-WRONG_VERSION = "v1.12.6"  # fault wrong-version
+WRONG_VERSION = "v1.12.6"  # Quirk.VERSION_TAG_WRONG
 
 
 class NodeState:
@@ -328,7 +328,7 @@ class NodeState:
     # ---- version, host and Kubernetes views ------------------------------------------------
 
     def api_version_tag(self) -> str:
-        return WRONG_VERSION if self.fault(Fault.WRONG_VERSION) else self.talos_version
+        return WRONG_VERSION if self.quirk(Quirk.VERSION_TAG_WRONG) else self.talos_version
 
     def processes(self) -> list[system.ProcessEntry]:
         return self.host.processes(

@@ -168,6 +168,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "the last node's Version API reports v1.12.6 (its Versions resource does not)",
         changes=(Seam.MACHINE_API,),
         scope="last-node",
+        quirks=(Quirk.VERSION_TAG_WRONG,),
     ),
     FaultProfile(
         Fault.LABELS_NOT_SYNCED,
@@ -193,11 +194,13 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.NO_MTLS,
         "apid accepts clients without a certificate and gives them os:admin",
         changes=(Seam.AUTHENTICATION,),
+        quirks=(Quirk.APID_CLIENT_CERT_OPTIONAL,),
     ),
     FaultProfile(
         Fault.CLIENT_CERTS_UNVERIFIED,
         "apid never asks for a client certificate, so any CA's (or none) is accepted as os:admin",
         changes=(Seam.AUTHENTICATION,),
+        quirks=(Quirk.APID_SKIPS_CLIENT_CERT_VERIFY,),
     ),
     FaultProfile(
         Fault.RW_ROOTFS,
@@ -326,6 +329,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "the last node's apid certificate lacks its hostname among the SANs",
         changes=(Seam.CERTIFICATES,),
         scope="last-node",
+        quirks=(Quirk.APID_CERT_LACKS_HOSTNAME_SAN,),
     ),
     FaultProfile(
         Fault.KUBE_CERT_EXPIRED,

@@ -141,6 +141,12 @@ class Quirk(StrEnum):
     APID_SKIPS_EKU_RULE = "apid-skips-eku-rule"
     APID_IGNORES_CERT_VALIDITY = "apid-ignores-cert-validity"
     APID_TRUSTS_KUBERNETES_CA = "apid-trusts-kubernetes-ca"
+    # Seam.AUTHENTICATION, Seam.CERTIFICATES (emulatednode.EmulatedNode: apid cert and TLS)
+    APID_CERT_LACKS_HOSTNAME_SAN = "apid-cert-lacks-hostname-san"
+    APID_CLIENT_CERT_OPTIONAL = "apid-client-cert-optional"
+    APID_SKIPS_CLIENT_CERT_VERIFY = "apid-skips-client-cert-verify"
+    # Seam.MACHINE_API (state.NodeState.api_version_tag)
+    VERSION_TAG_WRONG = "version-tag-wrong"
 
 
 class Seam(StrEnum):
