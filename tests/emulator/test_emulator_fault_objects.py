@@ -113,6 +113,7 @@ _FAULT_FREE_SEAMS = (
     "apidtls.py",
     "emulatednode.py",
     "state.py",
+    "cluster.py",
 )
 
 

@@ -304,6 +304,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.CIDR_OVERLAP,
         "the pod subnet overlaps the node addresses (127.0.0.0/8 pod CIDR)",
         changes=(Seam.GENERATED_CONFIG,),
+        quirks=(Quirk.POD_CIDR_OVERLAPS_NODES,),
     ),
     FaultProfile(
         Fault.CONFIG_DRIFT,
@@ -311,6 +312,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "(machine.sysctls, changed outside git)",
         changes=(Seam.GENERATED_CONFIG,),
         scope="last-node",
+        quirks=(Quirk.CONFIG_DRIFTS_FROM_DESIRED,),
     ),
     FaultProfile(
         Fault.CONFIG_STAGED,
@@ -318,11 +320,13 @@ PROFILES: tuple[FaultProfile, ...] = (
         "from the active one)",
         changes=(Seam.GENERATED_CONFIG,),
         scope="last-node",
+        quirks=(Quirk.CONFIG_CHANGE_STAGED_AT_START,),
     ),
     FaultProfile(
         Fault.CLIENT_CERT_EXPIRING,
         "the talosconfig's os:admin client certificate expires in 3 days",
         changes=(Seam.CERTIFICATES,),
+        quirks=(Quirk.ADMIN_CERT_EXPIRES_SOON,),
     ),
     FaultProfile(
         Fault.APID_CERT_MISSING_SAN,
@@ -336,6 +340,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "kube-apiserver's serving certificate on the control planes expired a day ago",
         changes=(Seam.CERTIFICATES,),
         scope="controlplanes",
+        quirks=(Quirk.KUBE_APISERVER_CERT_EXPIRED,),
     ),
     FaultProfile(
         Fault.RESOURCES_UNLISTABLE,

@@ -147,6 +147,12 @@ class Quirk(StrEnum):
     APID_SKIPS_CLIENT_CERT_VERIFY = "apid-skips-client-cert-verify"
     # Seam.MACHINE_API (state.NodeState.api_version_tag)
     VERSION_TAG_WRONG = "version-tag-wrong"
+    # Seam.GENERATED_CONFIG, Seam.CERTIFICATES (cluster.EmulatedCluster)
+    ADMIN_CERT_EXPIRES_SOON = "admin-cert-expires-soon"
+    CONFIG_CHANGE_STAGED_AT_START = "config-change-staged-at-start"
+    POD_CIDR_OVERLAPS_NODES = "pod-cidr-overlaps-nodes"
+    CONFIG_DRIFTS_FROM_DESIRED = "config-drifts-from-desired"
+    KUBE_APISERVER_CERT_EXPIRED = "kube-apiserver-cert-expired"
 
 
 class Seam(StrEnum):
