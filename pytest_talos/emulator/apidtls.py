@@ -21,7 +21,7 @@ from grpclib.const import Handler
 from grpclib.protocol import H2Protocol
 from grpclib.server import Server
 
-from pytest_talos.emulator.faults import Fault
+from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.tls import (
     ext_key_usage_acceptable,
     ignore_validity_period,
@@ -49,7 +49,7 @@ class Identity:
 class PeerBook:
     """The open connections of one apid and the identity each one's certificate gave."""
 
-    lax_eku: Callable[[], bool]  # fault any-eku-accepted skips apid's EKU rule
+    lax_eku: Callable[[], bool]  # Quirk.APID_SKIPS_EKU_RULE
     transports: set[asyncio.Transport] = field(default_factory=set)
     peers: dict[Any, Identity] = field(default_factory=dict)
 
@@ -71,7 +71,7 @@ def _normal_serial(text: str) -> str:
 
 def certificate_identity(cert: Mapping[str, Any] | None) -> Identity:
     """Roles (Organization values) and serial of a verified client certificate."""
-    if not cert:  # only possible with fault no-mtls
+    if not cert:  # only possible when client certificates are optional
         return Identity(frozenset({ADMIN}), "", False)
     roles = frozenset(
         value
@@ -83,7 +83,7 @@ def certificate_identity(cert: Mapping[str, Any] | None) -> Identity:
 
 
 def _kubernetes_ca_pem(config: bytes) -> bytes | None:
-    """``cluster.ca.crt`` of a machine config (base64 PEM), for fault kube-ca-trusted."""
+    """``cluster.ca.crt`` of a machine config (base64 PEM), for Quirk.APID_TRUSTS_KUBERNETES_CA."""
     for doc in yaml.safe_load_all(config):
         cluster = doc.get("cluster") if isinstance(doc, dict) else None
         ca = cluster.get("ca") if isinstance(cluster, dict) else None
@@ -94,12 +94,12 @@ def _kubernetes_ca_pem(config: bytes) -> bytes | None:
     return None
 
 
-def apply_tls_faults(tls: ssl.SSLContext, fault: Callable[[Fault], bool], config: bytes) -> None:
+def apply_tls_faults(tls: ssl.SSLContext, quirk: Callable[[Quirk], bool], config: bytes) -> None:
     """Faults of apid's client-certificate verification (healthy apid: Go crypto/tls with
     the Talos OS CA as the only client CA, internal/app/apid/pkg/provider/provider.go)."""
-    if fault(Fault.EXPIRED_CERTS_ACCEPTED):
+    if quirk(Quirk.APID_IGNORES_CERT_VALIDITY):
         ignore_validity_period(tls)
-    if fault(Fault.KUBE_CA_TRUSTED):
+    if quirk(Quirk.APID_TRUSTS_KUBERNETES_CA):
         kube_ca = _kubernetes_ca_pem(config)
         if kube_ca is not None:
             trust_also(tls, kube_ca)

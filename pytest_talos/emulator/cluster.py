@@ -34,7 +34,7 @@ from pytest_talos.emulator.calllog import CallLog, CallRecord
 from pytest_talos.emulator.clock import Clock
 from pytest_talos.emulator.clusterpki import ClusterPKI, serial_of
 from pytest_talos.emulator.emulatednode import EmulatedNode
-from pytest_talos.emulator.faults import Fault, FaultProfile, FaultSet, resolve_faults
+from pytest_talos.emulator.faults import FaultProfile, FaultSet, Quirk, resolve_faults
 from pytest_talos.emulator.identity import NodeIdentity
 from pytest_talos.emulator.kubeobjects import ClusterKubeProvider
 from pytest_talos.emulator.listeners import ListenerError
@@ -291,7 +291,7 @@ class EmulatedCluster:
     # ---- building ------------------------------------------------------------------------------
 
     def _prepare_pki(self) -> None:
-        expiring = any(p.fault is Fault.CLIENT_CERT_EXPIRING for p in self.faults)
+        expiring = any(Quirk.ADMIN_CERT_EXPIRES_SOON in p.quirks for p in self.faults)
         self.pki = ClusterPKI(client_expiring=expiring)
         self.ca, self.kube_ca = self.pki.ca, self.pki.kube_ca
         self._admin_cert = self.pki.admin
@@ -323,7 +323,7 @@ class EmulatedCluster:
         ]
         for node in self._nodes:
             node.state.boot()
-            if self.fault_set.on(Fault.CONFIG_STAGED, node.hostname):  # fault config-staged
+            if self.fault_set.quirk(Quirk.CONFIG_CHANGE_STAGED_AT_START, node.hostname):
                 staged = apply_patches(node.state.active_config, [desired.CONFIG_STAGED_PATCH])
                 node.state.apply_configuration(ApplyRequest(staged, "STAGED"))
 
@@ -333,8 +333,8 @@ class EmulatedCluster:
             endpoint=endpoint,
             ca_pem=self.ca.cert_pem,
             kube_ca_pem=self.kube_ca.cert_pem,
-            cidr_overlap=self.fault_set.on(Fault.CIDR_OVERLAP, ident.hostname),
-            drift=self.fault_set.on(Fault.CONFIG_DRIFT, ident.hostname),
+            cidr_overlap=self.fault_set.quirk(Quirk.POD_CIDR_OVERLAPS_NODES, ident.hostname),
+            drift=self.fault_set.quirk(Quirk.CONFIG_DRIFTS_FROM_DESIRED, ident.hostname),
         )
 
     def _states(self) -> list[NodeState]:
@@ -377,7 +377,9 @@ class EmulatedCluster:
 
     def kube_server(self, node: EmulatedNode) -> kubeapi.KubeAPIServer:
         ident = node.state.identity
-        expired = self.fault_set.on(Fault.KUBE_CERT_EXPIRED, ident.hostname, controlplane=True)
+        expired = self.fault_set.quirk(
+            Quirk.KUBE_APISERVER_CERT_EXPIRED, ident.hostname, controlplane=True
+        )
         cert = self.pki.kube_apiserver_cert(ident, expired=expired)
         ssl_context = kubeapi.server_ssl_context(
             cert_pem=cert.cert_pem, key_pem=cert.key_pem, client_ca_pem=self.kube_ca.cert_pem

@@ -11,7 +11,7 @@ from typing import Protocol, TypeVar
 from pytest_talos.emulator import kubeapi, pki
 from pytest_talos.emulator.calllog import CallLog
 from pytest_talos.emulator.clock import Clock
-from pytest_talos.emulator.faults import Fault, FaultSet
+from pytest_talos.emulator.faults import FaultSet, Quirk
 from pytest_talos.emulator.identity import NodeHooks, NodeIdentity
 from pytest_talos.emulator.listeners import ExtraListeners
 from pytest_talos.emulator.server import NodeServer
@@ -146,16 +146,18 @@ class EmulatedNode(NodeHooks):
             hostname=ident.hostname,
             fqdn=ident.fqdn,
             ips=[ident.address],
-            hostname_san=not cluster.fault_set.on(Fault.APID_CERT_MISSING_SAN, ident.hostname),
+            hostname_san=not cluster.fault_set.quirk(
+                Quirk.APID_CERT_LACKS_HOSTNAME_SAN, ident.hostname
+            ),
         )
-        no_mtls = cluster.fault_set.on(Fault.NO_MTLS, ident.hostname)
+        no_mtls = cluster.fault_set.quirk(Quirk.APID_CLIENT_CERT_OPTIONAL, ident.hostname)
         tls = server_tls_context(
             ca_pem=cluster.ca.cert_pem,
             cert_pem=server_cert.cert_pem,
             key_pem=server_cert.key_pem,
             require_client_cert=not no_mtls,
-            verify_client_cert=not cluster.fault_set.on(
-                Fault.CLIENT_CERTS_UNVERIFIED, ident.hostname
+            verify_client_cert=not cluster.fault_set.quirk(
+                Quirk.APID_SKIPS_CLIENT_CERT_VERIFY, ident.hostname
             ),
         )
         forward_tls = None

@@ -11,7 +11,7 @@ import ipaddress
 from collections.abc import Callable, Sequence
 
 from pytest_talos.emulator import machineconfig as mc
-from pytest_talos.emulator.faults import Fault
+from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.identity import NodeIdentity, node_id_for, node_pod_cidr
 from pytest_talos.emulator.machineconfig.accessors import (
     cni_name,
@@ -41,7 +41,7 @@ class NodeNetworking:
         store: ResourceStore,
         config: Callable[[], bytes],
         peers: Callable[[], Sequence[NodeIdentity]],
-        fault: Callable[[Fault], bool],
+        quirk: Callable[[Quirk], bool],
         discovery_reachable: bool,
         talos_version: Callable[[], str],
     ) -> None:
@@ -49,7 +49,7 @@ class NodeNetworking:
         self._store = store
         self._config = config
         self._peers = peers
-        self._fault = fault
+        self._quirk = quirk
         self._discovery_reachable = discovery_reachable
         self._talos_version = talos_version
         self.network: NodeNetwork | None = None  # the links and addresses of the booted node
@@ -137,7 +137,7 @@ class NodeNetworking:
         peers = list(self._peers())
         if not self._discovery_reachable:
             peers = [peer for peer in peers if peer.hostname == self._hostname]
-        if self._fault(Fault.MEMBER_HIDDEN):  # fault member-hidden: discovery misses node 1
+        if self._quirk(Quirk.DISCOVERY_MISSES_FIRST_NODE):
             first = self._peers()[0].hostname
             peers = [peer for peer in peers if peer.hostname != first]
         for peer in peers:
@@ -156,6 +156,6 @@ class NodeNetworking:
         """The etcd members: the control planes, named by their short hostname
         (controllers/etcd/spec.go names the member after HostnameStatus.hostname)."""
         members = [peer for peer in self._peers() if peer.controlplane]
-        if self._fault(Fault.ETCD_MEMBER_MISSING) and members:
+        if self._quirk(Quirk.ETCD_MEMBERS_LACK_LAST_CONTROLPLANE) and members:
             members = members[:-1]
         return members

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.errors import NodeFailure
 from pytest_talos.emulator.events import ServiceStatePayload
-from pytest_talos.emulator.faults import Fault
+from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.resources import T
 from pytest_talos.emulator.services import Service, ServiceManager
 from pytest_talos.emulator.store import ResourceStore
@@ -40,7 +40,7 @@ def service_event(service: Service, message: str) -> ServiceStatePayload:
 
 
 def publish_service_resource(
-    store: ResourceStore, service: Service, *, fault: Callable[[Fault], bool]
+    store: ResourceStore, service: Service, *, quirk: Callable[[Quirk], bool]
 ) -> None:
     """controllers/v1alpha1/service.go: the Services resource exists only while the service is
     Running (created or updated on each RUNNING event, else destroyed)."""
@@ -51,11 +51,11 @@ def publish_service_resource(
             "unknown": service.health.unknown,
         }
         store.put("runtime", T.SERVICES, service.id, spec, owner=OWNER_SERVICES)
-    elif not fault(Fault.SERVICES_RESOURCE_STALE):
+    elif not quirk(Quirk.SERVICE_RESOURCE_OUTLIVES_STOP):
         store.destroy("runtime", T.SERVICES, service.id)
 
 
-def failure_reason(service_id: str, *, config: bytes, fault: Callable[[Fault], bool]) -> str | None:
+def failure_reason(service_id: str, *, config: bytes, quirk: Callable[[Quirk], bool]) -> str | None:
     """Why a service cannot run right now, as the lines it logs before it exits.
 
     A kubelet given an unknown flag exits at once and is restarted every 5 s; the cause
@@ -70,7 +70,7 @@ def failure_reason(service_id: str, *, config: bytes, fault: Callable[[Fault], b
             f"Error: failed to parse kubelet flag: unknown flag: --{flag}\n"
             f'E0000 command failed err="failed to parse kubelet flag: unknown flag: --{flag}"'
         )
-    if fault(Fault.KUBELET_CRASHLOOP):
+    if quirk(Quirk.KUBELET_EXITS_AFTER_START):
         return (
             'E0000 command failed err="failed to run Kubelet: validate service connection: '
             'CRI v1 runtime API is not implemented for endpoint"'
@@ -79,17 +79,17 @@ def failure_reason(service_id: str, *, config: bytes, fault: Callable[[Fault], b
 
 
 def service_log(
-    services: ServiceManager, service_id: str, *, fault: Callable[[Fault], bool]
+    services: ServiceManager, service_id: str, *, quirk: Callable[[Quirk], bool]
 ) -> list[str]:
     """A service's log; runtime/logging/circular.go: a log exists once the service's
     runner first wrote to it, else `log "<id>" was not registered`."""
     service = services.services.get(service_id)
-    # fault logs-broken: containerd runs, but its log is not registered
-    broken = service_id == "containerd" and fault(Fault.LOGS_BROKEN)
+    # containerd runs, but its log is not registered
+    broken = service_id == "containerd" and quirk(Quirk.CONTAINERD_LOG_UNREGISTERED)
     if service is None or not service.log_registered or broken:
         raise NodeFailure("UNKNOWN", f'log "{service_id}" was not registered')
-    if service_id == "apid" and fault(Fault.EMPTY_LOGS):
-        return []  # fault empty-logs: apid runs, but its log holds nothing
+    if service_id == "apid" and quirk(Quirk.APID_LOG_EMPTY):
+        return []  # apid runs, but its log holds nothing
     return list(service.log)
 
 

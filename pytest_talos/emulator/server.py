@@ -4,8 +4,8 @@ What happens to a call, in order (``internal/app/apid/service.go``,
 ``internal/app/apid/pkg/director/director.go``,
 ``internal/app/machined/pkg/system/services/machined.go``):
 
-1. TLS: a client certificate signed by the Talos CA is required (fault ``no-mtls`` makes it
-   optional); right after the handshake the leaf certificate's ExtKeyUsage must be exactly
+1. TLS: a client certificate signed by the Talos CA is required (a fault profile can make
+   it optional); right after the handshake the leaf certificate's ExtKeyUsage must be exactly
    ``[ClientAuth]`` (apid's ``verifyExtKeyUsage``), otherwise the connection is dropped.
 2. Roles come from the certificate's Organization; a peer holding ``os:impersonator`` (a
    control plane forwarding a call) may pass the caller's roles as ``talos-role`` metadata.
@@ -44,7 +44,7 @@ from pytest_talos.emulator.apidtls import (
 )
 from pytest_talos.emulator.calllog import CallLog, CallRecord
 from pytest_talos.emulator.dispatch import LocalDispatcher, MethodTable
-from pytest_talos.emulator.faults import Fault
+from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.grpcerrors import as_grpc_error
 from pytest_talos.emulator.routing import FORWARD_TIMEOUT, Directory, Router
 from pytest_talos.emulator.servicers import MUTATING_METHODS, NodeContext
@@ -101,7 +101,7 @@ class NodeServer:
         self._tls = tls
         self._call_log = call_log
         self._server: CheckedServer | None = None
-        self._peers = PeerBook(lax_eku=lambda: context.state.fault(Fault.ANY_EKU_ACCEPTED))
+        self._peers = PeerBook(lax_eku=lambda: context.state.quirk(Quirk.APID_SKIPS_EKU_RULE))
         self._table = method_table()
         self._local = LocalDispatcher(context, self._table)
         self._router = Router(
@@ -139,7 +139,7 @@ class NodeServer:
             for path, (spec, _) in self._table.items()
         }
         state = self.context.state
-        apply_tls_faults(self._tls, state.fault, state.active_config)
+        apply_tls_faults(self._tls, state.quirk, state.active_config)
         server = CheckedServer(self._peers, mapping)
         await server.start(self.address, self.port, ssl=self._tls, reuse_address=True)
         self._server = server

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pytest_talos.emulator.clock import Cancellable, Clock
-from pytest_talos.emulator.faults import Fault
+from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.services import ServiceManager
 
 __all__ = [
@@ -23,16 +23,16 @@ __all__ = [
     "ServiceFaults",
 ]
 
-FLAP_PERIOD = 30.0  # fault flapping-service
-# fault health-flap-running: cri's health check fails for HEALTH_FLAP_DOWN s every
+FLAP_PERIOD = 30.0  # Quirk.CONTAINERD_KILLED_PERIODICALLY
+# Quirk.CRI_HEALTH_FLAPS: cri's health check fails for HEALTH_FLAP_DOWN s every
 # HEALTH_FLAP_PERIOD s (the error is what a dial of its socket says when it does not answer)
 HEALTH_FLAP_PERIOD = 20.0
 HEALTH_FLAP_DOWN = 5.0
 CRI_UNHEALTHY = "rpc error: code = DeadlineExceeded desc = context deadline exceeded"
-# faults service-down, machined-unhealthy: emulated seconds after boot the defect shows
+# emulated seconds after boot the defect shows (the quirks that act a little after boot)
 FAULT_AFTER_BOOT = 2.0
-# fault machined-unhealthy: what the dial of the machine socket says when machined's listen
-# backlog is full (INFERRED cause; the check is services/machined.go HealthFunc)
+# Quirk.MACHINED_HEALTH_FAILS_AFTER_BOOT: what the dial of the machine socket says when
+# machined's listen backlog is full (INFERRED cause; the check is services/machined.go HealthFunc)
 MACHINED_UNHEALTHY = (
     "dial unix /system/run/machined/machine.sock: connect: resource temporarily unavailable"
 )
@@ -46,37 +46,37 @@ class ServiceFaults:
         services: ServiceManager,
         *,
         clock: Clock,
-        fault: Callable[[Fault], bool],
+        quirk: Callable[[Quirk], bool],
         powered: Callable[[], bool],
     ) -> None:
         self._services = services
         self._clock = clock
-        self._fault = fault
+        self._quirk = quirk
         self._powered = powered
         self._flap_timer: Cancellable | None = None
-        self._health_flap_timer: Cancellable | None = None  # fault health-flap-running
+        self._health_flap_timer: Cancellable | None = None  # Quirk.CRI_HEALTH_FLAPS
 
     def arm_after_boot(self) -> None:
         """Schedule what the active faults do to the freshly booted services."""
         services = self._services
-        if self._fault(Fault.MACHINED_UNHEALTHY):
-            # fault machined-unhealthy: a little after boot, machined's health check (a dial
+        if self._quirk(Quirk.MACHINED_HEALTH_FAILS_AFTER_BOOT):
+            # a little after boot, machined's health check (a dial
             # of its socket, services/machined.go HealthFunc) starts failing; it keeps running
             services.health_fault_later("machined", FAULT_AFTER_BOOT, MACHINED_UNHEALTHY)
-        if self._fault(Fault.FLAPPING_SERVICE):
+        if self._quirk(Quirk.CONTAINERD_KILLED_PERIODICALLY):
             self._schedule_flap()
-        if self._fault(Fault.SERVICE_STUCK_PREPARING) and "trustd" in services.services:
-            # fault service-stuck-preparing: trustd is restarted a little after boot and its
+        if self._quirk(Quirk.TRUSTD_STICKS_IN_PRE_START) and "trustd" in services.services:
+            # trustd is restarted a little after boot and its
             # pre-start step never returns
             services.stick_later("trustd", FAULT_AFTER_BOOT)
-        if self._fault(Fault.HEALTH_FLAP_RUNNING) and "cri" in services.services:
+        if self._quirk(Quirk.CRI_HEALTH_FLAPS) and "cri" in services.services:
             self._schedule_health_flap(FAULT_AFTER_BOOT, failing=True)
-        if self._fault(Fault.SERVICE_DOWN) and "trustd" in services.services:
-            # fault service-down: trustd stops a little after boot and nothing starts it again
+        if self._quirk(Quirk.TRUSTD_STOPS_AFTER_BOOT) and "trustd" in services.services:
+            # trustd stops a little after boot and nothing starts it again
             services.stop_later("trustd", FAULT_AFTER_BOOT)
 
     def _schedule_flap(self) -> None:
-        # fault flapping-service: containerd is killed every FLAP_PERIOD s; the restart runner
+        # containerd is killed every FLAP_PERIOD s; the restart runner
         # brings it back 5 s later (runner/restart/restart.go)
         def flap() -> None:
             service = self._services.services["containerd"]
@@ -87,7 +87,7 @@ class ServiceFaults:
         self._flap_timer = self._clock.call_later(FLAP_PERIOD, flap)
 
     def _schedule_health_flap(self, delay: float, *, failing: bool) -> None:
-        # fault health-flap-running: cri keeps running; its health check fails, then passes
+        # cri keeps running; its health check fails, then passes
         # again (system/health/check.go reports each change, service_runner.go healthUpdate
         # records it as a Running event)
         def flip() -> None:

@@ -68,7 +68,7 @@ from pytest_talos.emulator.variants import Variant, VariantSet
 
 __all__ = ["NodeState"]
 
-WRONG_VERSION = "v1.12.6"  # fault wrong-version
+WRONG_VERSION = "v1.12.6"  # Quirk.VERSION_TAG_WRONG
 
 
 class NodeState:
@@ -124,7 +124,7 @@ class NodeState:
             container=self.container,
         )
         self.service_faults = ServiceFaults(
-            self.services, clock=clock, fault=self.fault, powered=lambda: self.powered
+            self.services, clock=clock, quirk=self.quirk, powered=lambda: self.powered
         )
         self.host = NodeHost(
             identity,
@@ -137,7 +137,7 @@ class NodeState:
             store=self.store,
             config=lambda: self.active_config,
             peers=peers,
-            fault=self.fault,
+            quirk=self.quirk,
             discovery_reachable=not self.variant(Variant.DISCOVERY_UNREACHABLE),
             talos_version=lambda: self.talos_version,
         )
@@ -297,7 +297,7 @@ class NodeState:
         if message is None:
             return
         self.emit(service_event(service, message))
-        publish_service_resource(self.store, service, fault=self.fault)
+        publish_service_resource(self.store, service, quirk=self.quirk)
         if self.powered and not self.status.held:
             self._publish_machine_status()
         if self._boot_pending:
@@ -311,7 +311,7 @@ class NodeState:
         return self.logs.subscribe(subscriber)
 
     def _failure_reason(self, service_id: str) -> str | None:
-        return failure_reason(service_id, config=self.active_config, fault=self.fault)
+        return failure_reason(service_id, config=self.active_config, quirk=self.quirk)
 
     def service_start(self, service_id: str) -> str:
         return self.services.api_start(service_id)
@@ -323,12 +323,12 @@ class NodeState:
         return self.services.api_restart(service_id)
 
     def service_log(self, service_id: str) -> list[str]:
-        return service_log(self.services, service_id, fault=self.fault)
+        return service_log(self.services, service_id, quirk=self.quirk)
 
     # ---- version, host and Kubernetes views ------------------------------------------------
 
     def api_version_tag(self) -> str:
-        return WRONG_VERSION if self.fault(Fault.WRONG_VERSION) else self.talos_version
+        return WRONG_VERSION if self.quirk(Quirk.VERSION_TAG_WRONG) else self.talos_version
 
     def processes(self) -> list[system.ProcessEntry]:
         return self.host.processes(

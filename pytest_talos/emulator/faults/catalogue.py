@@ -123,12 +123,14 @@ PROFILES: tuple[FaultProfile, ...] = (
         "kubelet exits right after every start whatever the machine config; the restart "
         "runner shows it Waiting and runs it again every 5 s, so the boot never ends",
         changes=(Seam.SERVICES,),
+        quirks=(Quirk.KUBELET_EXITS_AFTER_START,),
     ),
     FaultProfile(
         Fault.FLAPPING_SERVICE,
         "containerd is healthy most of the time but is killed every 30 s; the restart runner "
         "shows it Waiting and runs it again 5 s later",
         changes=(Seam.SERVICES,),
+        quirks=(Quirk.CONTAINERD_KILLED_PERIODICALLY,),
     ),
     FaultProfile(
         Fault.TRY_NO_REVERT,
@@ -152,6 +154,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.NO_KUBECONFIG,
         "Kubeconfig returns an archive without the kubeconfig file in it",
         changes=(Seam.MACHINE_API,),
+        quirks=(Quirk.KUBECONFIG_WITHHELD,),
     ),
     FaultProfile(
         Fault.NODE_NOT_READY,
@@ -165,6 +168,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "the last node's Version API reports v1.12.6 (its Versions resource does not)",
         changes=(Seam.MACHINE_API,),
         scope="last-node",
+        quirks=(Quirk.VERSION_TAG_WRONG,),
     ),
     FaultProfile(
         Fault.LABELS_NOT_SYNCED,
@@ -177,22 +181,26 @@ PROFILES: tuple[FaultProfile, ...] = (
         "the last node's discovery (Members resources) does not list the first node",
         changes=(Seam.DISCOVERY,),
         scope="last-node",
+        quirks=(Quirk.DISCOVERY_MISSES_FIRST_NODE,),
     ),
     FaultProfile(
         Fault.MAINTENANCE_VERSION,
         "the last node's Version answers without features (rbac), as in maintenance mode",
         changes=(Seam.MACHINE_API,),
         scope="last-node",
+        quirks=(Quirk.VERSION_OMITS_FEATURES,),
     ),
     FaultProfile(
         Fault.NO_MTLS,
         "apid accepts clients without a certificate and gives them os:admin",
         changes=(Seam.AUTHENTICATION,),
+        quirks=(Quirk.APID_CLIENT_CERT_OPTIONAL,),
     ),
     FaultProfile(
         Fault.CLIENT_CERTS_UNVERIFIED,
         "apid never asks for a client certificate, so any CA's (or none) is accepted as os:admin",
         changes=(Seam.AUTHENTICATION,),
+        quirks=(Quirk.APID_SKIPS_CLIENT_CERT_VERIFY,),
     ),
     FaultProfile(
         Fault.RW_ROOTFS,
@@ -275,6 +283,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.SERVICE_DOWN,
         "trustd stops 2 s after boot (Finished) and nothing starts it again",
         changes=(Seam.SERVICES,),
+        quirks=(Quirk.TRUSTD_STOPS_AFTER_BOOT,),
         scope="controlplanes",
     ),
     FaultProfile(
@@ -282,17 +291,20 @@ PROFILES: tuple[FaultProfile, ...] = (
         "2 s after boot machined's health check (a dial of its socket) starts failing on "
         "every node; machined keeps running",
         changes=(Seam.SERVICES,),
+        quirks=(Quirk.MACHINED_HEALTH_FAILS_AFTER_BOOT,),
     ),
     FaultProfile(
         Fault.ETCD_MEMBER_MISSING,
         "the etcd member list on control planes lacks the last control plane",
         changes=(Seam.DISCOVERY,),
         scope="controlplanes",
+        quirks=(Quirk.ETCD_MEMBERS_LACK_LAST_CONTROLPLANE,),
     ),
     FaultProfile(
         Fault.CIDR_OVERLAP,
         "the pod subnet overlaps the node addresses (127.0.0.0/8 pod CIDR)",
         changes=(Seam.GENERATED_CONFIG,),
+        quirks=(Quirk.POD_CIDR_OVERLAPS_NODES,),
     ),
     FaultProfile(
         Fault.CONFIG_DRIFT,
@@ -300,6 +312,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "(machine.sysctls, changed outside git)",
         changes=(Seam.GENERATED_CONFIG,),
         scope="last-node",
+        quirks=(Quirk.CONFIG_DRIFTS_FROM_DESIRED,),
     ),
     FaultProfile(
         Fault.CONFIG_STAGED,
@@ -307,38 +320,45 @@ PROFILES: tuple[FaultProfile, ...] = (
         "from the active one)",
         changes=(Seam.GENERATED_CONFIG,),
         scope="last-node",
+        quirks=(Quirk.CONFIG_CHANGE_STAGED_AT_START,),
     ),
     FaultProfile(
         Fault.CLIENT_CERT_EXPIRING,
         "the talosconfig's os:admin client certificate expires in 3 days",
         changes=(Seam.CERTIFICATES,),
+        quirks=(Quirk.ADMIN_CERT_EXPIRES_SOON,),
     ),
     FaultProfile(
         Fault.APID_CERT_MISSING_SAN,
         "the last node's apid certificate lacks its hostname among the SANs",
         changes=(Seam.CERTIFICATES,),
         scope="last-node",
+        quirks=(Quirk.APID_CERT_LACKS_HOSTNAME_SAN,),
     ),
     FaultProfile(
         Fault.KUBE_CERT_EXPIRED,
         "kube-apiserver's serving certificate on the control planes expired a day ago",
         changes=(Seam.CERTIFICATES,),
         scope="controlplanes",
+        quirks=(Quirk.KUBE_APISERVER_CERT_EXPIRED,),
     ),
     FaultProfile(
         Fault.RESOURCES_UNLISTABLE,
         "COSI List of HostnameStatuses fails with an Internal error",
         changes=(Seam.COSI,),
+        quirks=(Quirk.COSI_HOSTNAME_STATUS_UNLISTABLE,),
     ),
     FaultProfile(
         Fault.LOGS_BROKEN,
         "Logs of the listed, running containerd service fails: log not registered",
         changes=(Seam.SERVICES,),
+        quirks=(Quirk.CONTAINERD_LOG_UNREGISTERED,),
     ),
     FaultProfile(
         Fault.COSI_WRITABLE,
         "COSI Create/Update/Destroy are accepted instead of refused",
         changes=(Seam.COSI,),
+        quirks=(Quirk.COSI_ACCEPTS_WRITES,),
     ),
     FaultProfile(
         Fault.READER_CAN_APPLY,
@@ -350,21 +370,25 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.READER_READS_SECRETS,
         "os:reader clients may Get/List sensitive resources (MachineConfig)",
         changes=(Seam.AUTHORIZATION,),
+        quirks=(Quirk.COSI_SHOWS_SENSITIVE_TO_READERS,),
     ),
     FaultProfile(
         Fault.EVENTS_NO_HELLO,
         "the Events stream does not send the empty hello event first",
         changes=(Seam.MACHINE_API,),
+        quirks=(Quirk.EVENTS_SKIP_HELLO,),
     ),
     FaultProfile(
         Fault.SERVICES_RESOURCE_STALE,
         "Services resources stay behind when a service stops (COSI disagrees with ServiceList)",
         changes=(Seam.SERVICES,),
+        quirks=(Quirk.SERVICE_RESOURCE_OUTLIVES_STOP,),
     ),
     FaultProfile(
         Fault.READER_WATCHES_SECRETS,
         "os:reader clients may Watch sensitive resources (MachineConfig); Get and List are refused",
         changes=(Seam.AUTHORIZATION,),
+        quirks=(Quirk.COSI_WATCH_SHOWS_SENSITIVE_TO_READERS,),
     ),
     FaultProfile(
         Fault.READER_GETS_KUBECONFIG,
@@ -388,21 +412,25 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.EXPIRED_CERTS_ACCEPTED,
         "apid accepts client certificates outside their validity",
         changes=(Seam.AUTHENTICATION,),
+        quirks=(Quirk.APID_IGNORES_CERT_VALIDITY,),
     ),
     FaultProfile(
         Fault.ANY_EKU_ACCEPTED,
         "apid skips its ExtKeyUsage rule: a Talos-CA certificate without ClientAuth usage passes",
         changes=(Seam.AUTHENTICATION,),
+        quirks=(Quirk.APID_SKIPS_EKU_RULE,),
     ),
     FaultProfile(
         Fault.KUBE_CA_TRUSTED,
         "apid also trusts the cluster's Kubernetes CA (cluster.ca) for client certificates",
         changes=(Seam.AUTHENTICATION,),
+        quirks=(Quirk.APID_TRUSTS_KUBERNETES_CA,),
     ),
     FaultProfile(
         Fault.COSI_CREATE_LIES,
         "COSI Create replies PermissionDenied but stores the resource all the same",
         changes=(Seam.COSI,),
+        quirks=(Quirk.COSI_CREATE_WRITES_THEN_DENIES,),
     ),
     FaultProfile(
         Fault.LATE_APPLY_ON_REJECT,
@@ -461,22 +489,26 @@ PROFILES: tuple[FaultProfile, ...] = (
         "from 2 s after boot cri's health check fails for 5 s every 20 s; cri never leaves "
         "Running (only its health flaps)",
         changes=(Seam.SERVICES,),
+        quirks=(Quirk.CRI_HEALTH_FLAPS,),
     ),
     FaultProfile(
         Fault.EMPTY_LOGS,
         "the log of the running apid service reads back empty (nothing written)",
         changes=(Seam.SERVICES,),
+        quirks=(Quirk.APID_LOG_EMPTY,),
     ),
     FaultProfile(
         Fault.EVENTS_IGNORE_TAIL_SECONDS,
         "the Events stream ignores tail_seconds: it sends no history, only new events",
         changes=(Seam.MACHINE_API,),
+        quirks=(Quirk.EVENTS_TAIL_SECONDS_DROPS_HISTORY,),
     ),
     FaultProfile(
         Fault.SERVICE_STUCK_PREPARING,
         "2 s after boot trustd is restarted and never gets past its pre-start step (Preparing"
         " forever)",
         changes=(Seam.SERVICES,),
+        quirks=(Quirk.TRUSTD_STICKS_IN_PRE_START,),
         scope="controlplanes",
     ),
 )

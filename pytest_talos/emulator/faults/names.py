@@ -112,6 +112,47 @@ class Quirk(StrEnum):
     KUBE_UNSCHEDULABLE = "kube-unschedulable"
     # Seam.AUTHORIZATION (dispatch.LocalDispatcher)
     READER_REAL_APPLY_RUNS_AS_ADMIN = "reader-real-apply-runs-as-admin"
+    # Seam.SERVICES (servicefaults.ServiceFaults)
+    MACHINED_HEALTH_FAILS_AFTER_BOOT = "machined-health-fails-after-boot"
+    CONTAINERD_KILLED_PERIODICALLY = "containerd-killed-periodically"
+    TRUSTD_STICKS_IN_PRE_START = "trustd-sticks-in-pre-start"
+    CRI_HEALTH_FLAPS = "cri-health-flaps"
+    TRUSTD_STOPS_AFTER_BOOT = "trustd-stops-after-boot"
+    # Seam.SERVICES (nodeservices: the Services resource, failure reasons, logs)
+    SERVICE_RESOURCE_OUTLIVES_STOP = "service-resource-outlives-stop"
+    KUBELET_EXITS_AFTER_START = "kubelet-exits-after-start"
+    CONTAINERD_LOG_UNREGISTERED = "containerd-log-unregistered"
+    APID_LOG_EMPTY = "apid-log-empty"
+    # Seam.DISCOVERY (nodenet.NodeNetworking)
+    DISCOVERY_MISSES_FIRST_NODE = "discovery-misses-first-node"
+    ETCD_MEMBERS_LACK_LAST_CONTROLPLANE = "etcd-members-lack-last-controlplane"
+    # Seam.COSI, Seam.AUTHORIZATION (servicers.cosi.StateServicer)
+    COSI_ACCEPTS_WRITES = "cosi-accepts-writes"
+    COSI_SHOWS_SENSITIVE_TO_READERS = "cosi-shows-sensitive-to-readers"
+    COSI_WATCH_SHOWS_SENSITIVE_TO_READERS = "cosi-watch-shows-sensitive-to-readers"
+    COSI_HOSTNAME_STATUS_UNLISTABLE = "cosi-hostname-status-unlistable"
+    COSI_CREATE_WRITES_THEN_DENIES = "cosi-create-writes-then-denies"
+    # Seam.MACHINE_API (servicers.machine_info, servicers.machine_ops)
+    VERSION_OMITS_FEATURES = "version-omits-features"
+    EVENTS_TAIL_SECONDS_DROPS_HISTORY = "events-tail-seconds-drops-history"
+    EVENTS_SKIP_HELLO = "events-skip-hello"
+    KUBECONFIG_WITHHELD = "kubeconfig-withheld"
+    # Seam.AUTHENTICATION (apidtls, server.ApidServer)
+    APID_SKIPS_EKU_RULE = "apid-skips-eku-rule"
+    APID_IGNORES_CERT_VALIDITY = "apid-ignores-cert-validity"
+    APID_TRUSTS_KUBERNETES_CA = "apid-trusts-kubernetes-ca"
+    # Seam.AUTHENTICATION, Seam.CERTIFICATES (emulatednode.EmulatedNode: apid cert and TLS)
+    APID_CERT_LACKS_HOSTNAME_SAN = "apid-cert-lacks-hostname-san"
+    APID_CLIENT_CERT_OPTIONAL = "apid-client-cert-optional"
+    APID_SKIPS_CLIENT_CERT_VERIFY = "apid-skips-client-cert-verify"
+    # Seam.MACHINE_API (state.NodeState.api_version_tag)
+    VERSION_TAG_WRONG = "version-tag-wrong"
+    # Seam.GENERATED_CONFIG, Seam.CERTIFICATES (cluster.EmulatedCluster)
+    ADMIN_CERT_EXPIRES_SOON = "admin-cert-expires-soon"
+    CONFIG_CHANGE_STAGED_AT_START = "config-change-staged-at-start"
+    POD_CIDR_OVERLAPS_NODES = "pod-cidr-overlaps-nodes"
+    CONFIG_DRIFTS_FROM_DESIRED = "config-drifts-from-desired"
+    KUBE_APISERVER_CERT_EXPIRED = "kube-apiserver-cert-expired"
 
 
 class Seam(StrEnum):

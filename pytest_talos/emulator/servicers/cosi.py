@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 
 from pytest_talos._proto.v1alpha1 import resource_pb2 as r
 from pytest_talos._proto.v1alpha1 import state_pb2 as s
-from pytest_talos.emulator.faults import Fault
+from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.resources import DEFINITIONS, NAMESPACES, ResourceDefinition
 from pytest_talos.emulator.servicers import Call, RPCFailure
 from pytest_talos.emulator.servicers.messages import timestamp
@@ -86,7 +86,7 @@ def _matches(resource: Resource, queries: Iterable[r.LabelQuery], id_regexp: str
     return matches_label_query(queries, resource.labels)
 
 
-UNLISTABLE_TYPE = "HostnameStatuses.net.talos.dev"  # fault resources-unlistable
+UNLISTABLE_TYPE = "HostnameStatuses.net.talos.dev"  # Quirk.COSI_HOSTNAME_STATUS_UNLISTABLE
 
 
 def _not_found(namespace: str, type_: str, id_: str) -> RPCFailure:
@@ -109,15 +109,14 @@ class StateServicer:
         lower-cased type, the definition's id); a sensitive type needs os:admin; last the
         namespace must exist."""
         state = call.state
-        if write and not state.fault(Fault.COSI_WRITABLE):
+        if write and not state.quirk(Quirk.COSI_ACCEPTS_WRITES):
             raise RPCFailure("PERMISSION_DENIED", "write access is not allowed")
         definition = _DEFINITIONS_BY_ID.get(type_.lower())
         if definition is None:
             raise RPCFailure("PERMISSION_DENIED", f'resource type "{type_}" is not supported')
-        # fault reader-reads-secrets lets readers see sensitive types
-        leaky = state.fault(Fault.READER_READS_SECRETS)
-        # fault reader-watches-secrets: only Watch forgets the sensitivity rule
-        leaky = leaky or (watch and state.fault(Fault.READER_WATCHES_SECRETS))
+        leaky = state.quirk(Quirk.COSI_SHOWS_SENSITIVE_TO_READERS)
+        # only Watch forgets the sensitivity rule
+        leaky = leaky or (watch and state.quirk(Quirk.COSI_WATCH_SHOWS_SENSITIVE_TO_READERS))
         if definition.sensitive and not call.admin and not leaky:
             raise RPCFailure("PERMISSION_DENIED", "not authorized")
         if namespace not in NAMESPACES:
@@ -133,8 +132,8 @@ class StateServicer:
 
     async def List(self, request: s.ListRequest, call: Call) -> AsyncIterator[s.ListResponse]:
         self._check_access(call, request.namespace, request.type)
-        state = call.state  # fault resources-unlistable
-        broken = state.fault(Fault.RESOURCES_UNLISTABLE)
+        state = call.state
+        broken = state.quirk(Quirk.COSI_HOSTNAME_STATUS_UNLISTABLE)
         if broken and request.type == UNLISTABLE_TYPE:
             raise RPCFailure("INTERNAL", f"failed to list {request.type}: controller not running")
         options = request.options
@@ -142,13 +141,13 @@ class StateServicer:
             if _matches(resource, options.label_query, options.id_query.regexp):
                 yield s.ListResponse(resource=encode_resource(resource))
 
-    # ---- writes: refused unless fault cosi-writable --------------------------------------
+    # ---- writes: refused unless Quirk.COSI_ACCEPTS_WRITES ---------------------------------
 
     async def Create(self, request: s.CreateRequest, call: Call) -> s.CreateResponse:
         md = request.resource.metadata
         state = call.state
-        if state.fault(Fault.COSI_CREATE_LIES):
-            # fault cosi-create-lies: the write goes through, the reply says it was refused
+        if state.quirk(Quirk.COSI_CREATE_WRITES_THEN_DENIES):
+            # the write goes through, the reply says it was refused
             self._store_raw(call, request.resource)
             raise RPCFailure("PERMISSION_DENIED", "write access is not allowed")
         self._check_access(call, md.namespace, md.type, write=True)

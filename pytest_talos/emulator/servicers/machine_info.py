@@ -20,7 +20,7 @@ from pytest_talos.emulator.events import (
     RuntimeEvent,
     new_xid,
 )
-from pytest_talos.emulator.faults import Fault
+from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.servicers import Call, RPCFailure
 from pytest_talos.emulator.servicers.messages import (
     at_max_depth,
@@ -81,8 +81,8 @@ class MachineInfoMixin:
             platform=m.PlatformInfo(name=platform, mode=platform),
             features=m.FeaturesInfo(rbac=True),  # a config is loaded: rbac on
         )
-        if state.fault(Fault.MAINTENANCE_VERSION):
-            version.ClearField("features")  # fault maintenance-version: answers like maintenance
+        if state.quirk(Quirk.VERSION_OMITS_FEATURES):
+            version.ClearField("features")  # answers like maintenance mode
         return m.VersionResponse(messages=[version])
 
     async def Hostname(self, request: empty_pb2.Empty, call: Call) -> m.HostnameResponse:
@@ -139,7 +139,7 @@ class MachineInfoMixin:
                     listener, call.state.identity.address, pids if request.feature.pid else None
                 )
                 for listener in call.state.listeners()
-                if not listener.hidden  # fault hidden-listener
+                if not listener.hidden  # FaultProfile.hidden_ports
                 and getattr(request.l4proto, listener.l4proto, False)
                 and (
                     netns.hostnetwork
@@ -318,11 +318,11 @@ class MachineInfoMixin:
             tail_seconds=request.tail_seconds,
             now=call.node.clock.time(),
         )
-        if request.tail_seconds and state.fault(Fault.EVENTS_IGNORE_TAIL_SECONDS):
-            backlog = []  # fault events-ignore-tail-seconds: no history, only new events
+        if request.tail_seconds and state.quirk(Quirk.EVENTS_TAIL_SECONDS_DROPS_HISTORY):
+            backlog = []  # no history, only new events
         actor = request.with_actor_id
         try:
-            if not state.fault(Fault.EVENTS_NO_HELLO):
+            if not state.quirk(Quirk.EVENTS_SKIP_HELLO):
                 # v1alpha1_server.go Events: an empty "hello" event first (actor id as asked)
                 yield m.Event(
                     data=any_pb2.Any(), id=new_xid(call.node.clock.time()), actor_id=actor

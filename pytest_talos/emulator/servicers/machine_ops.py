@@ -13,7 +13,7 @@ from google.protobuf import empty_pb2
 
 from pytest_talos._proto.common import common_pb2
 from pytest_talos._proto.machine import machine_pb2 as m
-from pytest_talos.emulator.faults import Fault
+from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.identity import etcd_member_id
 from pytest_talos.emulator.nodeapply import ApplyRequest
 from pytest_talos.emulator.servicers import Call, RPCFailure, require_control_plane
@@ -85,7 +85,7 @@ class MachineOpsMixin:
     ) -> AsyncIterator[common_pb2.Data]:
         require_control_plane(call)
         state = call.state
-        withheld = state.fault(Fault.NO_KUBECONFIG)
+        withheld = state.quirk(Quirk.KUBECONFIG_WITHHELD)
         archive = kubeconfig_archive(None if withheld else call.node.kubeconfig())
         for start in range(0, len(archive), CHUNK):
             yield common_pb2.Data(bytes=archive[start : start + CHUNK])
