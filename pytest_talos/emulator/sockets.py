@@ -20,6 +20,8 @@ import uuid
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
+from pytest_talos.emulator.faults.catalogue import EXTRA_PORT, SSH_PORT
+
 __all__ = [
     "CRI_STREAM_PORT",
     "EXTRA_PORT",
@@ -31,8 +33,6 @@ __all__ = [
     "pod_listeners",
 ]
 
-SSH_PORT = 22
-EXTRA_PORT = 8080
 # internal/app/machined/pkg/controllers/network/hostdns_config.go (constants.HostDNSAddress):
 # host DNS also answers here, on lo with scope host, so pods can reach it.
 HOST_DNS_ADDRESS = "169.254.116.108"

@@ -17,7 +17,20 @@ from dataclasses import dataclass
 
 from pytest_talos.emulator.faults.names import Fault, Quirk, Scope, Seam
 
-__all__ = ["FAULTS", "PROFILES", "AddedListener", "FaultProfile", "HostProcess"]
+__all__ = [
+    "EXTRA_PORT",
+    "FAULTS",
+    "PROFILES",
+    "SSH_PORT",
+    "AddedListener",
+    "FaultProfile",
+    "HostProcess",
+]
+
+# The ports the listener faults open (a healthy Talos node opens neither); the emulator's
+# listeners answer on them with an SSH banner and an HTTP reply.
+SSH_PORT = 22
+EXTRA_PORT = 8080
 
 
 @dataclass(frozen=True)
@@ -77,7 +90,7 @@ PROFILES: tuple[FaultProfile, ...] = (
             Seam.LISTENERS,
         ),
         rootfs_executables=("/usr/bin/sshd",),
-        listeners=(AddedListener(22, "sshd", "0.0.0.0"),),
+        listeners=(AddedListener(SSH_PORT, "sshd", "0.0.0.0"),),
         # /usr/sbin/sshd is /usr/bin/sshd in the usr-merged root
         host_processes=(HostProcess("/usr/sbin/sshd", "/usr/bin/sshd", ("-D",)),),
     ),
@@ -104,7 +117,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.EXTRA_PORT,
         "every node also listens on TCP port 8080, which Talos never opens",
         changes=(Seam.LISTENERS,),
-        listeners=(AddedListener(8080, "python3", "0.0.0.0"),),
+        listeners=(AddedListener(EXTRA_PORT, "python3", "0.0.0.0"),),
     ),
     FaultProfile(
         Fault.LENIENT_VALIDATION,
