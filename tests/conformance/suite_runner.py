@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -74,6 +75,7 @@ class SuiteRun:
     returncode: int
     output: str
     results: dict[str, Any] | None
+    seconds: float = 0.0  # the run's wall time (for the fault matrix's timing table)
 
     @property
     def checks(self) -> list[dict[str, Any]]:
@@ -129,6 +131,7 @@ def run_suite(
         *scale,
         *args,
     )
+    started = time.monotonic()
     try:
         done = subprocess.run(
             [sys.executable, "-m", "pytest", *argv],
@@ -141,10 +144,11 @@ def run_suite(
         )
     except subprocess.TimeoutExpired as exc:
         output = (exc.stdout or "") if isinstance(exc.stdout, str) else ""
-        return SuiteRun(tuple(argv), -1, f"timed out after {timeout:g}s\n{output}", None)
+        return SuiteRun(tuple(argv), -1, f"timed out after {timeout:g}s\n{output}", None, timeout)
     results_file = report_dir / "results.json"
     results = json.loads(results_file.read_text()) if results_file.exists() else None
-    return SuiteRun(tuple(argv), done.returncode, done.stdout + done.stderr, results)
+    output = done.stdout + done.stderr
+    return SuiteRun(tuple(argv), done.returncode, output, results, time.monotonic() - started)
 
 
 def target_args(emulator: Any) -> list[str]:

@@ -10,14 +10,16 @@ matrix once, not once per worker.
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from pytest_talos.emulator.faults import fault_names
 from pytest_talos.emulator.variants import variant_names
+from pytest_talos.plugin.conformance.catalogue import AREAS
 from tests.conformance.fault_matrix import (
     FAULT_MATRIX,
     HEALTHY_VARIANTS,
@@ -25,7 +27,7 @@ from tests.conformance.fault_matrix import (
     PROVED_ELSEWHERE,
     FaultCase,
 )
-from tests.conformance.suite_runner import MATRIX_ARGS, SuiteRun, run_suite
+from tests.conformance.suite_runner import MATRIX_ARGS, SUITE, SuiteRun, run_suite
 
 # The first test to use matrix_runs waits for every run (minutes on 2 loaded cores).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -69,8 +71,14 @@ def _args(case: FaultCase | tuple[str, ...] | None) -> list[str]:
     return args + list(case.extra_args if case else ())
 
 
+def _paths(case: FaultCase | tuple[str, ...] | None) -> tuple[str, ...]:
+    """The healthy runs cover the whole suite; a fault's run the areas it targets."""
+    areas = case.areas if isinstance(case, FaultCase) else None
+    return (str(SUITE),) if areas is None else tuple(str(SUITE / area) for area in areas)
+
+
 @pytest.fixture(scope="module")
-def matrix_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, SuiteRun]]:
+def matrix_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SuiteRun]:
     cases: dict[str, FaultCase | tuple[str, ...] | None] = {
         HEALTHY: None,
         **FAULT_MATRIX,
@@ -86,10 +94,16 @@ def matrix_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     }
 
     def run(name: str) -> SuiteRun:
-        return run_suite(_args(cases[name]), reports[name])
+        return run_suite(_args(cases[name]), reports[name], paths=_paths(cases[name]))
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        yield dict(zip(cases, pool.map(run, cases), strict=True))
+        runs = dict(zip(cases, pool.map(run, cases), strict=True))
+    # Each run's wall time, slowest first, for whoever tunes the matrix (not asserted).
+    timings = {name: round(r.seconds, 1) for name, r in runs.items()}
+    (tmp_path_factory.getbasetemp() / "fault-matrix-seconds.json").write_text(
+        json.dumps(dict(sorted(timings.items(), key=lambda kv: -kv[1])), indent=1)
+    )
+    return runs
 
 
 def test_every_emulator_fault_has_a_row() -> None:
@@ -110,6 +124,19 @@ def test_every_check_can_be_shown_to_fail_or_is_a_known_gap(
     assert every - accounted == set(), "checks no fault breaks and no test proves failing"
     assert accounted - every == set(), "the matrix names checks the suite does not have"
     assert broken_by_faults & set(NO_FAULT_YET) == set(), "a gap is closed: update NO_FAULT_YET"
+
+
+def test_each_fault_runs_the_areas_of_its_checks() -> None:
+    for name, case in FAULT_MATRIX.items():
+        if case.areas is None:
+            assert case.broken == {} or case.whole_suite, name
+            continue
+        assert set(case.areas) <= set(AREAS), name
+        assert all((SUITE / area).is_dir() for area in case.areas), name
+        assert {check.split(".", 1)[0] for check in case.broken} <= set(case.areas), name
+    assert _paths(None) == (str(SUITE),)
+    assert _paths(HEALTHY_VARIANTS["domain"]) == (str(SUITE),)
+    assert _paths(FAULT_MATRIX["rw-rootfs"]) == (str(SUITE / "immutability"),)
 
 
 def test_every_healthy_variant_is_in_the_matrix() -> None:
