@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import string
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -131,11 +132,14 @@ def test_shards_split_the_nodes_and_merge_into_one_report(
     assert "Talos conformance report" in (tmp_path / "merged" / "report.html").read_text()
 
 
+@pytest.mark.slow  # three default-suite runs at once: about 20 s on 2 loaded CPUs
 def test_the_merged_shards_of_a_run_are_the_run_unsharded(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    whole = run_suite(["--talos-emulator"], tmp_path / "whole")
-    shards = [shard_run(tmp_path, f"{i}/2") for i in (1, 2)]
+    with ThreadPoolExecutor(3) as pool:  # the runs mostly wait on the emulator's timers
+        whole_run = pool.submit(run_suite, ["--talos-emulator"], tmp_path / "whole")
+        shard_runs = [pool.submit(shard_run, tmp_path, f"{i}/2") for i in (1, 2)]
+        whole, shards = whole_run.result(), [run.result() for run in shard_runs]
     assert whole.returncode == 0, whole.describe()
     code, output = merge(tmp_path, *(report_dir(tmp_path, f"{i}/2") for i in (1, 2)), capsys=capsys)
     assert code == 0, output

@@ -31,7 +31,10 @@ FILES = (
     "machine:\n  files:\n    - content: probe\n      permissions: 0o644\n"
     "      path: /var/pytest-talos-probe\n      op: create\n"
 )
-SCALE = 40.0  # the 2 node-second delay is 50 ms
+SCALE = 40.0  # try windows of 2 node seconds last 50 ms
+# The late faults' first read must come before their 2 node seconds are up: at 2x that is a
+# second of real time, which a loaded machine's reply and read stay well within.
+LATE_SCALE = 2.0
 
 Setup = Callable[..., tuple[EmulatedCluster, RawClient, str]]
 
@@ -40,8 +43,8 @@ Setup = Callable[..., tuple[EmulatedCluster, RawClient, str]]
 def setup(
     make_cluster: Callable[..., EmulatedCluster], client_for: Callable[..., RawClient]
 ) -> Setup:
-    def make(*faults: str) -> tuple[EmulatedCluster, RawClient, str]:
-        cluster = make_cluster(faults=list(faults), workers=0, time_scale=SCALE)
+    def make(*faults: str, time_scale: float = SCALE) -> tuple[EmulatedCluster, RawClient, str]:
+        cluster = make_cluster(faults=list(faults), workers=0, time_scale=time_scale)
         return cluster, client_for(cluster), cluster.nodes[-1].address
 
     return make
@@ -72,7 +75,7 @@ def _apply(
 
 
 def test_late_apply_on_reject_refuses_then_applies(setup: Setup) -> None:
-    cluster, client, address = setup("late-apply-on-reject")
+    cluster, client, address = setup("late-apply-on-reject", time_scale=LATE_SCALE)
     original = _active(cluster, address)
     patched = apply_patches(original, [BAD_LABEL])
     with pytest.raises(GRPCError) as refused:
@@ -83,7 +86,7 @@ def test_late_apply_on_reject_refuses_then_applies(setup: Setup) -> None:
 
 
 def test_late_apply_on_reject_leaves_reboot_refusals_alone(setup: Setup) -> None:
-    cluster, client, address = setup("late-apply-on-reject")
+    cluster, client, address = setup("late-apply-on-reject", time_scale=LATE_SCALE)
     original = _active(cluster, address)
     with pytest.raises(GRPCError) as refused:
         _apply(client, address, apply_patches(original, [ENV]), NO_REBOOT)
@@ -93,7 +96,7 @@ def test_late_apply_on_reject_leaves_reboot_refusals_alone(setup: Setup) -> None
 
 
 def test_dry_run_applies_late(setup: Setup) -> None:
-    cluster, client, address = setup("dry-run-applies-late")
+    cluster, client, address = setup("dry-run-applies-late", time_scale=LATE_SCALE)
     original = _active(cluster, address)
     patched = apply_patches(original, [LABEL])
     reply = _apply(client, address, patched, NO_REBOOT, dry_run=True)
