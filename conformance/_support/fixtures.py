@@ -82,18 +82,34 @@ def _conformance_watch(request: pytest.FixtureRequest) -> None:
         return
     window: WatchWindow = request.getfixturevalue("talos_watch")
     if changes_level(item) is not None:
+        _say_wait(request.config, window, "a check that changes nodes")
         window.wait()
 
 
+def _say_wait(
+    config: pytest.Config, window: WatchWindow, who: str, part: str | None = None
+) -> None:
+    """A progress line when a check is about to block on the window, and on how much of it."""
+    count = window.still_watched(part)
+    if count:
+        watch = {"restarts": "restart watch", "machine": "machine hold"}.get(part or "", "watch")
+        nodes = f"{count} node{'' if count == 1 else 's'}"
+        progress(config, f"conformance: {who} waits for the {watch} of {nodes} to end")
+
+
 @pytest.fixture(scope="session")
-def talos_observations(talos_watch: WatchWindow) -> dict[str, Observation]:
+def talos_observations(
+    request: pytest.FixtureRequest, talos_watch: WatchWindow
+) -> dict[str, Observation]:
     """Service state events of every node: recent history plus the run's watch window."""
+    _say_wait(request.config, talos_watch, "the service restart check", "restarts")
     return talos_watch.observations()
 
 
 @pytest.fixture(scope="session")
-def talos_machine_watch(talos_watch: WatchWindow) -> WatchWindow:
+def talos_machine_watch(request: pytest.FixtureRequest, talos_watch: WatchWindow) -> WatchWindow:
     """The run's watch window, with every node's machine hold (``.machine(name)``)."""
+    _say_wait(request.config, talos_watch, "the machine hold check", "machine")
     return talos_watch
 
 

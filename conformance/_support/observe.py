@@ -317,11 +317,17 @@ class WatchWindow:
             )
         return text
 
-    def seconds_left(self) -> float:
-        """Real seconds until every watch has ended at the latest (0 when done)."""
-        if self._deadline is None or self.done():
-            return 0.0
-        return max(0.0, self._deadline - time.monotonic())
+    def still_watched(self, part: str | None = None) -> int:
+        """How many nodes' watches still run: ``"restarts"``, ``"machine"`` or either."""
+        futures = {"restarts": self._restarts, "machine": self._holds}
+        running = {
+            name
+            for key, by_node in futures.items()
+            if part in (None, key)
+            for name, future in by_node.items()
+            if not future.done()
+        }
+        return len(running)
 
     def _futures(self) -> list[Future[Any]]:
         return [*self._restarts.values(), *self._holds.values()]

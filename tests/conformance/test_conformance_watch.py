@@ -61,7 +61,17 @@ def test_every_node_is_held_and_observed_in_one_shared_window(targets: TalosClus
     assert _overlapping(holds), "a node's hold began after another's had ended"
     assert _overlapping(list(observations.values()))
     assert window.done()
-    assert window.seconds_left() == 0
+    assert window.still_watched() == 0
+
+
+def test_the_nodes_still_watched_are_counted_by_part(targets: TalosCluster) -> None:
+    window = _window(targets, observe=10, hold=READY_STABLE_FOR)
+    # The machine hold (36 node seconds) outlasts the restart watch (10): at the start both run.
+    assert window.still_watched("machine") == window.still_watched() == 3
+    window.observations()
+    assert window.still_watched("restarts") == 0
+    window.wait()
+    assert window.still_watched("machine") == 0
 
 
 def test_the_progress_line_names_nodes_node_time_and_the_rate(targets: TalosCluster) -> None:
