@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
@@ -319,14 +319,12 @@ class WatchWindow:
 
     def still_watched(self, part: str | None = None) -> int:
         """How many nodes' watches still run: ``"restarts"``, ``"machine"`` or either."""
-        futures = {"restarts": self._restarts, "machine": self._holds}
-        running = {
-            name
-            for key, by_node in futures.items()
-            if part in (None, key)
-            for name, future in by_node.items()
-            if not future.done()
-        }
+        watches: list[Mapping[str, Future[Any]]] = []
+        if part in (None, "restarts"):
+            watches.append(self._restarts)
+        if part in (None, "machine"):
+            watches.append(self._holds)
+        running = {name for by_node in watches for name, f in by_node.items() if not f.done()}
         return len(running)
 
     def _futures(self) -> list[Future[Any]]:
