@@ -16,6 +16,7 @@ import base64
 import binascii
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
 
@@ -71,7 +72,7 @@ class TalosCluster:
         )
         try:
             addresses = list(nodes) or list(config.context.nodes) or _discover(client)
-            found = [_describe_node(client, address, scan_baseline) for address in addresses]
+            found = _describe_nodes(client, addresses, scan_baseline)
         except BaseException:
             client.close()
             raise
@@ -237,6 +238,23 @@ def _endpoint_host(endpoint: str) -> str:
         return split_host_port(endpoint)[0] or endpoint
     except ValueError:  # a malformed bracket: the text as given
         return endpoint
+
+
+# Nodes described at once when connecting: each takes two calls' round trips, so a fleet read
+# one node after another spends seconds waiting (100 emulated nodes: 2.8 s, against 0.3 s).
+DESCRIBE_AT_ONCE = 16
+
+
+def _describe_nodes(
+    client: TalosClient, addresses: Sequence[str], scan_baseline: str | None
+) -> list[TalosNode]:
+    """Every node described (:func:`_describe_node`), several at once, in the given order.
+    The threads only wait: the client's calls all run on its one event loop."""
+    if len(addresses) <= 1:
+        return [_describe_node(client, address, scan_baseline) for address in addresses]
+    workers = min(DESCRIBE_AT_ONCE, len(addresses))
+    with ThreadPoolExecutor(workers, thread_name_prefix="talos-describe") as pool:
+        return list(pool.map(lambda a: _describe_node(client, a, scan_baseline), addresses))
 
 
 def _describe_node(client: TalosClient, address: str, scan_baseline: str | None) -> TalosNode:
