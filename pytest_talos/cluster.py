@@ -240,8 +240,9 @@ def _endpoint_host(endpoint: str) -> str:
         return endpoint
 
 
-# Nodes described at once when connecting: each takes two calls' round trips, so a fleet read
-# one node after another spends seconds waiting (100 emulated nodes: 2.8 s, against 0.3 s).
+# Nodes described at once when connecting: each takes two calls, the first to a node also
+# sets up apid's way to it, so a fleet read one node after another waits on each in turn
+# (100 emulated nodes, a fresh connection: 2.9 s one at a time, 1.2 s sixteen at a time).
 DESCRIBE_AT_ONCE = 16
 
 
