@@ -25,6 +25,12 @@ leaves no ``TIME_WAIT`` sockets behind. A connection the kernel made to itself (
 address and port equal to the destination's, possible when scanning ``127.0.0.1`` in the
 ephemeral range) is not a listener and counts as closed.
 
+Several hosts (:func:`scan_many`). The hosts are scanned a few at a time on one event loop,
+their sweeps taking turns batch by batch and sharing one bound on the probes waiting for
+an answer (so the file-descriptor limit is respected exactly as for one scan); each sweep
+keeps its own batch of refused sockets for reuse when the limit allows it, else one batch
+is shared out among them. Results come back in the order the hosts were given.
+
 Loopback proof (``baseline_host``). Emulated Talos nodes live on their own loopback
 addresses (``127.0.0.N``). An unrelated program listening on the wildcard address
 (``0.0.0.0:2024``) answers on every ``127.0.0.N`` as well, so an open port on a node
@@ -50,7 +56,8 @@ exit status 0, or 2 with a one-line error for bad input.
 
 Layout: ``results`` (:class:`PortResult`, :class:`ScanResult`), ``targets`` (port specs,
 host resolution), ``sweep`` (the connect engine), ``filelimit`` (the file-descriptor limit
-for the time of a scan), ``scanner`` (:func:`scan_async`, :func:`scan`), ``cli`` (the
+for the time of a scan), ``scanner`` (:func:`scan_async`, :func:`scan`, and
+:func:`scan_many_async`, :func:`scan_many` for several hosts at once), ``cli`` (the
 ``talos-portscan`` command line).
 """
 
@@ -58,15 +65,19 @@ from pytest_talos.ports.cli import main
 from pytest_talos.ports.results import PortResult, PortState, ScanResult
 from pytest_talos.ports.scanner import (
     DEFAULT_CONCURRENCY,
+    DEFAULT_HOSTS_AT_ONCE,
     DEFAULT_PORTS,
     DEFAULT_TIMEOUT,
     scan,
     scan_async,
+    scan_many,
+    scan_many_async,
 )
 from pytest_talos.ports.targets import parse_ports
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
+    "DEFAULT_HOSTS_AT_ONCE",
     "DEFAULT_PORTS",
     "DEFAULT_TIMEOUT",
     "PortResult",
@@ -76,4 +87,6 @@ __all__ = [
     "parse_ports",
     "scan",
     "scan_async",
+    "scan_many",
+    "scan_many_async",
 ]

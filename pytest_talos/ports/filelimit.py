@@ -15,8 +15,8 @@ except ImportError:  # not a Unix
     resource = None  # type: ignore[assignment]
 
 # File descriptors left for everything else in the process while a scan runs, on top of
-# the refused sockets a sweep keeps for reuse (at most one batch of them).
-_FD_RESERVE = 64 + BATCH
+# the refused sockets the sweeps keep for reuse (``kept``: at most one batch per sweep).
+_FD_RESERVE = 64
 
 
 def _open_fd_count() -> int:
@@ -43,12 +43,13 @@ class _FileLimit:
         self._original: int | None = None  # the soft limit before we raised it
         self._raised_to: int | None = None
 
-    def acquire(self, wanted: int) -> int:
-        """Register a scan wanting ``wanted`` probes in flight; returns the usable number."""
+    def acquire(self, wanted: int, kept: int = BATCH) -> int:
+        """Register a scan wanting ``wanted`` probes in flight, keeping up to ``kept``
+        refused sockets for reuse besides; returns the usable number of probes."""
         with self._lock:
             self._users += 1
             try:
-                return self._usable(wanted)
+                return self._usable(wanted, _FD_RESERVE + kept)
             except BaseException:
                 self._release_locked()
                 raise
@@ -57,19 +58,19 @@ class _FileLimit:
         with self._lock:
             self._release_locked()
 
-    def _usable(self, wanted: int) -> int:
+    def _usable(self, wanted: int, reserve: int) -> int:
         if resource is None:  # not a Unix: no limit we can see or move
             return wanted
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft == resource.RLIM_INFINITY:
             return wanted
         in_use = _open_fd_count()
-        needed = in_use + wanted + _FD_RESERVE
+        needed = in_use + wanted + reserve
         if soft < needed:
             target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
             if target > soft and self._raise(soft, target, hard):
                 soft = target
-        return max(1, min(wanted, soft - in_use - _FD_RESERVE))
+        return max(1, min(wanted, soft - in_use - reserve))
 
     def _raise(self, soft: int, target: int, hard: int) -> bool:
         assert resource is not None
@@ -98,9 +99,10 @@ _FILE_LIMIT = _FileLimit()
 
 
 @contextlib.contextmanager
-def file_limit_for(wanted: int) -> Iterator[int]:
-    """The usable concurrency, with the soft file limit raised only inside the block."""
-    usable = _FILE_LIMIT.acquire(wanted)
+def file_limit_for(wanted: int, kept: int = BATCH) -> Iterator[int]:
+    """The usable concurrency, with the soft file limit raised only inside the block;
+    ``kept``: the refused sockets the scan's sweeps may keep for reuse (one batch each)."""
+    usable = _FILE_LIMIT.acquire(wanted, kept)
     try:
         yield usable
     finally:
