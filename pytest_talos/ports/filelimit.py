@@ -34,7 +34,9 @@ class _FileLimit:
     A library call must not change its process for good: the first scan that needs more
     file descriptors raises the soft limit toward the hard one, and the last scan to end
     puts the old value back (unless something else moved the limit meanwhile: then it
-    is left alone). Scans may run at once on several threads and loops; a lock keeps count.
+    is left alone). Scans may run at once on several threads and loops; a lock keeps count,
+    and each scan is granted room beside what the scans still running were granted (their
+    probes and kept sockets), so that together they stay within the limit.
     """
 
     def __init__(self) -> None:
@@ -42,21 +44,25 @@ class _FileLimit:
         self._users = 0
         self._original: int | None = None  # the soft limit before we raised it
         self._raised_to: int | None = None
+        self._granted = 0  # descriptors the running scans may still open (probes + kept)
 
-    def acquire(self, wanted: int, kept: int = BATCH) -> int:
+    def acquire(self, wanted: int, kept: int = BATCH) -> tuple[int, int]:
         """Register a scan wanting ``wanted`` probes in flight, keeping up to ``kept``
-        refused sockets for reuse besides; returns the usable number of probes."""
+        refused sockets for reuse besides: (the usable number of probes, the grant to
+        hand back to :meth:`release`)."""
         with self._lock:
             self._users += 1
             try:
-                return self._usable(wanted, _FD_RESERVE + kept)
+                usable = self._usable(wanted, self._granted + _FD_RESERVE + kept)
             except BaseException:
-                self._release_locked()
+                self._release_locked(0)
                 raise
+            self._granted += usable + kept
+            return usable, usable + kept
 
-    def release(self) -> None:
+    def release(self, grant: int) -> None:
         with self._lock:
-            self._release_locked()
+            self._release_locked(grant)
 
     def _usable(self, wanted: int, reserve: int) -> int:
         if resource is None:  # not a Unix: no limit we can see or move
@@ -64,7 +70,7 @@ class _FileLimit:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft == resource.RLIM_INFINITY:
             return wanted
-        in_use = _open_fd_count()
+        in_use = _open_fd_count()  # counts the running scans' open sockets twice: room to spare
         needed = in_use + wanted + reserve
         if soft < needed:
             target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
@@ -83,8 +89,9 @@ class _FileLimit:
         self._raised_to = target
         return True
 
-    def _release_locked(self) -> None:
+    def _release_locked(self, grant: int) -> None:
         self._users -= 1
+        self._granted -= grant
         if self._users or self._original is None or resource is None:
             return
         original, raised_to = self._original, self._raised_to
@@ -102,8 +109,8 @@ _FILE_LIMIT = _FileLimit()
 def file_limit_for(wanted: int, kept: int = BATCH) -> Iterator[int]:
     """The usable concurrency, with the soft file limit raised only inside the block;
     ``kept``: the refused sockets the scan's sweeps may keep for reuse (one batch each)."""
-    usable = _FILE_LIMIT.acquire(wanted, kept)
+    usable, grant = _FILE_LIMIT.acquire(wanted, kept)
     try:
         yield usable
     finally:
-        _FILE_LIMIT.release()
+        _FILE_LIMIT.release(grant)

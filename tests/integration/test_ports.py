@@ -543,7 +543,24 @@ def test_the_limit_stays_raised_until_the_last_of_overlapping_scans_ends() -> No
             assert raised > 512
             with filelimit.file_limit_for(4096):
                 pass
-            assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == raised
+            assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= raised  # still raised
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (512, hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_overlapping_scans_are_granted_room_beside_each_other() -> None:
+    """Two scans at once (say on two threads): the second is granted room beside all the
+    first may still open, its probes and its kept sockets."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 8192:
+        pytest.skip("the hard file limit leaves no room for two scans of 3000")
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
+        with filelimit.file_limit_for(3000) as first, filelimit.file_limit_for(3000) as second:
+            assert first == second == 3000
+            inside, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            assert inside - _open_fds() >= first + second + 2 * sweep.BATCH
         assert resource.getrlimit(resource.RLIMIT_NOFILE) == (512, hard)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
