@@ -46,6 +46,20 @@ and macOS, not Windows' proactor loop.
 Hosts may be IPv4 or IPv6 addresses (``::1`` and ``[::1]`` both work) or names; a name is
 resolved once, before the scan, and the first address returned is scanned.
 
+From Python::
+
+    from pytest_talos.ports import scan, scan_many
+
+    scan("10.5.0.2", "1-65535").open_ports           # (50000, 50001, 6443, ...)
+    for result in scan_many(["10.5.0.2", "10.5.0.3", "10.5.0.4"], "1-65535"):
+        print(result.summary())                        # in the order given
+
+:func:`scan_many` scans ``hosts_at_once`` hosts (default 4) at a time; ``concurrency`` is
+then the bound for all of them together. Against real nodes, whose answers take a network
+round trip (and whose firewalls may never answer), that overlaps the waiting. On loopback
+it gains little: the cost is the kernel's work per port, on this machine's CPUs
+(``benchmarks/portscan_many.py`` measures both).
+
 Command line::
 
     python -m pytest_talos.ports HOST [--ports 1-65535] [--timeout S] [--concurrency N]
