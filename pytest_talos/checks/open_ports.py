@@ -1,6 +1,7 @@
 """Only the ports a healthy node opens are open: by a TCP scan of each of the node's
 addresses and by the node's own Netstat, which must agree
-(:func:`assert_only_expected_ports`); the strict form for nodes without Kubernetes
+(:func:`assert_only_expected_ports`, which is :func:`observe_ports`, the I/O, then
+:func:`judge_ports`, the verdict); the strict form for nodes without Kubernetes
 (:func:`assert_only_api_port`); and the UDP sockets a node may bind
 (:func:`expected_udp_ports_for`).
 """
