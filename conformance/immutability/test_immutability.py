@@ -13,17 +13,20 @@ from typing import Any
 
 import pytest
 
+from conformance._support.fanout import FanOut
 from conformance._support.settings import SuiteSettings
+from conformance.immutability.port_reads import PortRead, port_fanout, read_ports
 from conformance.immutability.rules import (
     PACKAGE_DIRECTORIES,
     PACKAGE_MANAGERS,
     is_machined,
     writable_image_mounts,
 )
-from conformance.kubernetes.node_addresses import ADDRESSES, LINKS, host_addresses
 from pytest_talos.checks import assert_no_shell, assert_only_expected_ports, find_programs
+from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import ConformanceFailure, TalosError
 from pytest_talos.node import TalosNode
+from pytest_talos.plugin.conformance import is_worker
 
 
 @pytest.mark.talos_check(
@@ -129,17 +132,36 @@ def test_pid1_is_machined(talos_node: TalosNode, talos_evidence: dict[str, Any])
     "no UDP socket off loopback but the CNI's and KubeSpan's",
 )
 def test_only_expected_ports_are_open(
-    talos_node: TalosNode, talos_evidence: dict[str, Any]
+    talos_node: TalosNode, talos_evidence: dict[str, Any], port_reads: FanOut[PortRead]
 ) -> None:
-    # The node's own addresses, CNI links left out (their pod-CIDR addresses are not the
-    # node's); AddressStatuses is readable with os:reader.
     try:
-        report = host_addresses(talos_node.resources(*ADDRESSES), talos_node.resources(*LINKS))
-        addresses: tuple[str, ...] = report.kept
-    except TalosError as exc:
-        addresses = ()
-        talos_evidence["addresses"] = f"AddressStatuses unreadable ({exc}): node address only"
-    result = assert_only_expected_ports(talos_node, addresses=addresses)
+        read = port_reads.get(talos_node)  # observed with the others, or now if not fresh
+    except TalosError:  # the earlier read failed: read now, and let that one speak
+        read = read_ports(talos_node, None)
+    if read.addresses_note is not None:
+        talos_evidence["addresses"] = read.addresses_note
+    result = assert_only_expected_ports(
+        talos_node, addresses=read.addresses, observation=read.observation
+    )
     talos_evidence.update(result.evidence)
     if result.notes:
         talos_evidence["port notes"] = result.notes
+
+
+@pytest.fixture(scope="module")
+def port_reads(request: pytest.FixtureRequest, talos_cluster: TalosCluster) -> FanOut[PortRead]:
+    """Every node this run's port check runs on, observed at once by its first test. Not
+    under pytest-xdist: its workers already check nodes side by side, and which nodes a
+    worker gets is not known beforehand (each would scan them all)."""
+    if is_worker(request.config):
+        return port_fanout([], talos_cluster.client.change_gate)  # each test reads its own
+    checked = {
+        item.callspec.params.get("talos_node")
+        for item in request.session.items
+        if isinstance(item, pytest.Function)
+        and item.module is request.module
+        and item.originalname == test_only_expected_ports_are_open.__name__
+        and hasattr(item, "callspec")
+    }
+    nodes = [node for node in talos_cluster.reachable if node.name in checked]
+    return port_fanout(nodes, talos_cluster.client.change_gate)

@@ -35,11 +35,14 @@ from pytest_talos.checks.open_ports import CUSTOM_CNI_UDP_PORTS as CUSTOM_CNI_UD
 from pytest_talos.checks.open_ports import DHCP_CLIENT_PORTS as DHCP_CLIENT_PORTS
 from pytest_talos.checks.open_ports import FLANNEL_VXLAN_PORT as FLANNEL_VXLAN_PORT
 from pytest_talos.checks.open_ports import KUBESPAN_PORT as KUBESPAN_PORT
+from pytest_talos.checks.open_ports import PortObservation as PortObservation
 from pytest_talos.checks.open_ports import (
     assert_only_api_port,
     assert_only_expected_ports,
     expected_udp_ports_for,
 )
+from pytest_talos.checks.open_ports import judge_ports as judge_ports
+from pytest_talos.checks.open_ports import observe_ports as observe_ports
 from pytest_talos.checks.result import CheckResult
 from pytest_talos.checks.shell import REMOTE_ACCESS_PROCESSES as REMOTE_ACCESS_PROCESSES
 from pytest_talos.checks.shell import (
@@ -57,7 +60,8 @@ from pytest_talos.guard import ConfigGuard
 from pytest_talos.node import default_expected_ports
 
 # Also importable from here, outside __all__ as before (the ``X as X`` imports): the shell
-# helpers the conformance suite uses, the SSH port and the UDP port constants.
+# helpers the conformance suite uses, the SSH port, the UDP port constants and the two halves
+# of assert_only_expected_ports (observe_ports, judge_ports).
 __all__ = [
     "DEFAULT_STABLE_FOR",
     "SHELL_DIRECTORIES",

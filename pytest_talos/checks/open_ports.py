@@ -1,6 +1,7 @@
 """Only the ports a healthy node opens are open: by a TCP scan of each of the node's
 addresses and by the node's own Netstat, which must agree
-(:func:`assert_only_expected_ports`); the strict form for nodes without Kubernetes
+(:func:`assert_only_expected_ports`, which is :func:`observe_ports`, the I/O, then
+:func:`judge_ports`, the verdict); the strict form for nodes without Kubernetes
 (:func:`assert_only_api_port`); and the UDP sockets a node may bind
 (:func:`expected_udp_ports_for`).
 """
@@ -8,6 +9,7 @@ addresses and by the node's own Netstat, which must agree
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_talos import models, ports
@@ -34,9 +36,12 @@ __all__ = [
     "DHCP_CLIENT_PORTS",
     "FLANNEL_VXLAN_PORT",
     "KUBESPAN_PORT",
+    "PortObservation",
     "assert_only_api_port",
     "assert_only_expected_ports",
     "expected_udp_ports_for",
+    "judge_ports",
+    "observe_ports",
 ]
 
 
@@ -49,6 +54,7 @@ def assert_only_expected_ports(
     concurrency: int = ports.DEFAULT_CONCURRENCY,
     addresses: Iterable[str] = (),
     allowed_udp: Iterable[int] | None = None,
+    observation: PortObservation | None = None,
 ) -> CheckResult:
     """Only allowed ports are open on any of the node's addresses, by a scan and by Netstat.
 
@@ -77,11 +83,75 @@ def assert_only_expected_ports(
       link-local (host DNS on 127.0.0.53 and 169.254.116.108 is neither reachable nor
       reported), on a port outside ``allowed_udp``, fails. ``allowed_udp`` defaults to
       :func:`expected_udp_ports_for`.
+
+    ``observation`` is one :func:`observe_ports` made earlier (a caller that observes many
+    nodes at once hands each its own); the node is then not read or scanned again, and
+    ``addresses``, ``port_spec``, ``timeout`` and ``concurrency`` are those it was made with.
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     allow = _allowlist(node, allowed)
     udp_allow = expected_udp_ports_for(node) if allowed_udp is None else frozenset(allowed_udp)
-    return _check_all_addresses(node, allow, udp_allow, addresses, port_spec, timeout, concurrency)
+    if observation is None:
+        observation = observe_ports(
+            node, addresses=addresses, port_spec=port_spec, timeout=timeout, concurrency=concurrency
+        )
+    elif observation.host != node.host:
+        raise ValueError(
+            f"the observation is of {observation.host}, not of {node.name} ({node.host}); "
+            "pass the node's own observation"
+        )
+    return judge_ports(node, observation, allow, udp_allow, expected_ports_for(node) & allow)
+
+
+@dataclass(frozen=True)
+class PortObservation:
+    """What :func:`judge_ports` needs of one node, read by :func:`observe_ports`: the
+    node's Netstat listeners before and after the scans, each scanned address's result
+    (in scan order, the node's own address first), the extra addresses skipped and why,
+    and the addresses the caller named as the node's own."""
+
+    host: str
+    before: tuple[models.ConnectRecord, ...]
+    after: tuple[models.ConnectRecord, ...]
+    scans: tuple[tuple[str, ports.ScanResult], ...]  # (address scanned, names resolved)
+    skipped: tuple[tuple[str, str], ...]  # (address, why it was not scanned)
+    addresses: tuple[str, ...]
+
+
+def observe_ports(
+    node: TalosNode,
+    *,
+    addresses: Iterable[str] = (),
+    port_spec: str | Iterable[int] = ports.DEFAULT_PORTS,
+    timeout: float = ports.DEFAULT_TIMEOUT,
+    concurrency: int = ports.DEFAULT_CONCURRENCY,
+) -> PortObservation:
+    """The I/O of :func:`assert_only_expected_ports` for one node, and nothing else: its
+    Netstat, a TCP scan of its address and of each of ``addresses`` where apid's port
+    answers, and its Netstat again. Every call carries its deadline (the client's for
+    Netstat, ``timeout`` per probe for the scans)."""
+    own = tuple(addresses)
+    before = tuple(node.listeners)
+    scans: dict[str, ports.ScanResult] = {}  # by the address scanned (names resolved)
+    skipped: dict[str, str] = {}
+    for index, address in enumerate(_scan_targets(node, own)):
+        baseline = _baseline_for(node, address)
+        if index:
+            probe = ports.scan(address, [APID_PORT], timeout=timeout, baseline_host=baseline)
+            if probe.state_of(APID_PORT) != "open":
+                skipped[address] = (
+                    f"apid's port {APID_PORT} is {probe.state_of(APID_PORT)} there: "
+                    "not reachable from this machine, not scanned"
+                )
+                continue
+        scan = ports.scan(
+            address, port_spec, timeout=timeout, concurrency=concurrency, baseline_host=baseline
+        )
+        scans[scan.address or address] = scan
+    after = tuple(node.listeners)
+    return PortObservation(
+        node.host, before, after, tuple(scans.items()), tuple(skipped.items()), own
+    )
 
 
 def expected_udp_ports_for(node: TalosNode) -> frozenset[int]:
@@ -135,37 +205,25 @@ def _baseline_for(node: TalosNode, address: str) -> str | None:
     return baseline
 
 
-def _check_all_addresses(
+def judge_ports(
     node: TalosNode,
+    observation: PortObservation,
     allow: frozenset[int],
     udp_allow: frozenset[int],
-    addresses: Iterable[str],
-    port_spec: str | Iterable[int],
-    timeout: float,
-    concurrency: int,
+    talos_ports: frozenset[int],
 ) -> CheckResult:
+    """The verdict of :func:`assert_only_expected_ports` on an observation, with no I/O:
+    the CheckResult, or :class:`ConformanceFailure`. ``allow`` and ``udp_allow`` are the
+    TCP and UDP allow-lists, ``talos_ports`` the allowed ports Talos itself opens (those
+    must show in Netstat); ``node`` gives its name only."""
+    __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     check = "immutability.only-expected-ports"
-    before = node.listeners
-    scans: dict[str, ports.ScanResult] = {}  # by the address scanned (names resolved)
-    skipped: dict[str, str] = {}
-    for index, address in enumerate(_scan_targets(node, addresses)):
-        baseline = _baseline_for(node, address)
-        if index:
-            probe = ports.scan(address, [APID_PORT], timeout=timeout, baseline_host=baseline)
-            if probe.state_of(APID_PORT) != "open":
-                skipped[address] = (
-                    f"apid's port {APID_PORT} is {probe.state_of(APID_PORT)} there: "
-                    "not reachable from this machine, not scanned"
-                )
-                continue
-        scan = ports.scan(
-            address, port_spec, timeout=timeout, concurrency=concurrency, baseline_host=baseline
-        )
-        scans[scan.address or address] = scan
-    after = node.listeners
+    before, after = list(observation.before), list(observation.after)
+    scans = dict(observation.scans)
+    skipped = dict(observation.skipped)
+    addresses = observation.addresses
     stable = stable_listeners(before, after)
     tcp_either = [r for r in [*before, *after] if r.l4proto.startswith("tcp") and not r.netns]
-    talos_ports = expected_ports_for(node) & allow
     own = {normal_address(address_of(text)) for text in addresses}
 
     found = {port for scan in scans.values() for port in scan.open_ports}

@@ -25,11 +25,22 @@ def _plain(needed: ChangeLevel, method: str, node: str | None) -> str:
 
 
 class ChangeGate:
-    """An allow level (``none``, ``mutating``, ``disruptive``) and how a refusal reads."""
+    """An allow level (``none``, ``mutating``, ``disruptive``) and how a refusal reads.
+
+    ``changes`` counts the changing calls let through, and the changes announced by
+    :meth:`note_change`: a reader that keeps what it read for later compares the count
+    then and now to know whether anything was changed in between.
+    """
 
     def __init__(self, allowed: str = "disruptive", explain: Explainer = _plain) -> None:
         self.allowed = allowed
         self.explain = explain
+        self.changes = 0
+
+    def note_change(self) -> None:
+        """Count a change that may not pass through this gate (the plugin calls it when a
+        test allowed to change the cluster starts: it may use other means than the API)."""
+        self.changes += 1
 
     @property
     def allowed(self) -> str:
@@ -44,7 +55,10 @@ class ChangeGate:
     def check(self, method: str, request: Any, node: str | None) -> None:
         """Raise :class:`ChangeNotAllowed` (nothing is sent) unless the level covers the call."""
         needed = change_level(method, request)
-        if needed is None or permits(self._allowed, needed):
+        if needed is None:
+            return
+        if permits(self._allowed, needed):
+            self.changes += 1  # counted before it is sent: a read begun earlier is now old
             return
         name = method.rsplit("/", 1)[-1]
         raise ChangeNotAllowed(

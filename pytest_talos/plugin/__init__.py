@@ -321,6 +321,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     # The clients refuse what the test's marker does not declare (its setup and call); a
     # marker above --talos-allow has skipped the test already.
     talos.gate.allowed = changes_level(item) or "none"
+    if changes_level(item) is not None:
+        talos.gate.note_change()  # what it changes, readers kept from before must not trust
     talos.in_test = True
     emulator = talos.emulator
     if emulator is not None:

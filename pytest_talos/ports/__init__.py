@@ -25,6 +25,12 @@ leaves no ``TIME_WAIT`` sockets behind. A connection the kernel made to itself (
 address and port equal to the destination's, possible when scanning ``127.0.0.1`` in the
 ephemeral range) is not a listener and counts as closed.
 
+Several hosts (:func:`scan_many`). The hosts are scanned a few at a time on one event loop,
+their sweeps taking turns batch by batch and sharing one bound on the probes waiting for
+an answer (so the file-descriptor limit is respected exactly as for one scan); each sweep
+keeps its own batch of refused sockets for reuse when the limit allows it, else one batch
+is shared out among them. Results come back in the order the hosts were given.
+
 Loopback proof (``baseline_host``). Emulated Talos nodes live on their own loopback
 addresses (``127.0.0.N``). An unrelated program listening on the wildcard address
 (``0.0.0.0:2024``) answers on every ``127.0.0.N`` as well, so an open port on a node
@@ -40,6 +46,20 @@ and macOS, not Windows' proactor loop.
 Hosts may be IPv4 or IPv6 addresses (``::1`` and ``[::1]`` both work) or names; a name is
 resolved once, before the scan, and the first address returned is scanned.
 
+From Python::
+
+    from pytest_talos.ports import scan, scan_many
+
+    scan("10.5.0.2", "1-65535").open_ports           # (50000, 50001, 6443, ...)
+    for result in scan_many(["10.5.0.2", "10.5.0.3", "10.5.0.4"], "1-65535"):
+        print(result.summary())                        # in the order given
+
+:func:`scan_many` scans ``hosts_at_once`` hosts (default 4) at a time; ``concurrency`` is
+then the bound for all of them together. Against real nodes, whose answers take a network
+round trip (and whose firewalls may never answer), that overlaps the waiting. On loopback
+it gains little: the cost is the kernel's work per port, on this machine's CPUs
+(``benchmarks/portscan_many.py`` measures both).
+
 Command line::
 
     python -m pytest_talos.ports HOST [--ports 1-65535] [--timeout S] [--concurrency N]
@@ -50,7 +70,8 @@ exit status 0, or 2 with a one-line error for bad input.
 
 Layout: ``results`` (:class:`PortResult`, :class:`ScanResult`), ``targets`` (port specs,
 host resolution), ``sweep`` (the connect engine), ``filelimit`` (the file-descriptor limit
-for the time of a scan), ``scanner`` (:func:`scan_async`, :func:`scan`), ``cli`` (the
+for the time of a scan), ``scanner`` (:func:`scan_async`, :func:`scan`, and
+:func:`scan_many_async`, :func:`scan_many` for several hosts at once), ``cli`` (the
 ``talos-portscan`` command line).
 """
 
@@ -58,15 +79,19 @@ from pytest_talos.ports.cli import main
 from pytest_talos.ports.results import PortResult, PortState, ScanResult
 from pytest_talos.ports.scanner import (
     DEFAULT_CONCURRENCY,
+    DEFAULT_HOSTS_AT_ONCE,
     DEFAULT_PORTS,
     DEFAULT_TIMEOUT,
     scan,
     scan_async,
+    scan_many,
+    scan_many_async,
 )
 from pytest_talos.ports.targets import parse_ports
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
+    "DEFAULT_HOSTS_AT_ONCE",
     "DEFAULT_PORTS",
     "DEFAULT_TIMEOUT",
     "PortResult",
@@ -76,4 +101,6 @@ __all__ = [
     "parse_ports",
     "scan",
     "scan_async",
+    "scan_many",
+    "scan_many_async",
 ]

@@ -1,22 +1,28 @@
-"""The public scan: :func:`scan_async` and its blocking twin :func:`scan`."""
+"""The public scans: :func:`scan_async` and its blocking twin :func:`scan` (one host), and
+:func:`scan_many_async` / :func:`scan_many` (several hosts at once on one event loop)."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from pytest_talos.errors import ConfigError
 from pytest_talos.ports.filelimit import file_limit_for
 from pytest_talos.ports.results import PortResult, PortState, ScanResult
-from pytest_talos.ports.sweep import Sweep
+from pytest_talos.ports.sweep import BATCH, ProbeBudget, Sweep
 from pytest_talos.ports.targets import Target, normalise_ports, resolve
+
+T = TypeVar("T")
 
 DEFAULT_PORTS = "1-65535"
 DEFAULT_TIMEOUT = 1.0
 DEFAULT_CONCURRENCY = 2048
+DEFAULT_HOSTS_AT_ONCE = 4
 
 
 def _check_timeout(timeout: float) -> float:
@@ -77,17 +83,25 @@ async def _sweep_with_baseline(
     *,
     timeout: float,
     concurrency: int,
+    budget: ProbeBudget | None = None,
+    spares: int = BATCH,
 ) -> tuple[dict[int, PortState], tuple[int, ...]]:
     """Every port's state on ``target``, and the open ones that are open on ``baseline``
-    too (those are set to closed)."""
+    too (those are set to closed). ``budget`` and ``spares``: see :class:`Sweep`."""
     loop = asyncio.get_running_loop()
-    states = await Sweep(loop, target, timeout=timeout, concurrency=concurrency).run(port_list)
+
+    def sweep(where: Target) -> Sweep:
+        return Sweep(
+            loop, where, timeout=timeout, concurrency=concurrency, budget=budget, spares=spares
+        )
+
+    states = await sweep(target).run(port_list)
     if baseline is None:
         return states, ()
     open_here = [port for port in port_list if states[port] == "open"]
     if not open_here:
         return states, ()
-    there = await Sweep(loop, baseline, timeout=timeout, concurrency=concurrency).run(open_here)
+    there = await sweep(baseline).run(open_here)
     shared = tuple(port for port in open_here if there[port] == "open")
     for port in shared:
         states[port] = "closed"
@@ -128,6 +142,133 @@ def scan(
             )
         )
 
+    return _run_blocking(run)
+
+
+def _check_hosts_at_once(hosts_at_once: int) -> int:
+    if isinstance(hosts_at_once, bool) or not isinstance(hosts_at_once, int) or hosts_at_once < 1:
+        raise ConfigError(
+            f"bad hosts_at_once {hosts_at_once!r}: give a whole number of hosts to scan at "
+            f"once, e.g. {DEFAULT_HOSTS_AT_ONCE}"
+        )
+    return hosts_at_once
+
+
+async def scan_many_async(
+    hosts: Iterable[str],
+    ports: str | Iterable[int],
+    *,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    timeout: float = DEFAULT_TIMEOUT,
+    baseline_host: str | None = None,
+    hosts_at_once: int = DEFAULT_HOSTS_AT_ONCE,
+) -> list[ScanResult]:
+    """:func:`scan_async` of each of ``hosts``, up to ``hosts_at_once`` of them at a time on
+    this event loop; the results in the order of ``hosts``.
+
+    ``concurrency`` bounds the probes waiting for an answer across all the hosts together
+    (capped below the file descriptor limit exactly as for one scan): the scans share it,
+    so a call holds no more sockets in flight than one :func:`scan_async` would (besides a
+    batch of refused sockets per host at once, kept for reuse). ``timeout`` bounds
+    every probe; ``baseline_host`` serves every host (of its address family). Every host is
+    resolved, and checked against the baseline, before any is scanned: a bad one raises
+    the :class:`~pytest_talos.errors.ConfigError` (or ConnectError) its own scan would,
+    and nothing is scanned. Each result's ``elapsed`` is its own host's scan, from the
+    moment its turn came.
+
+    Against real hosts, whose answers take a network round trip, scanning several at once
+    saves most of the waiting; on loopback the answers come at once and the cost is the
+    connect() system calls, so one loop gains little over scanning one host after another.
+    """
+    port_list = normalise_ports(ports)
+    timeout = _check_timeout(timeout)
+    wanted = _check_concurrency(concurrency)
+    at_once = _check_hosts_at_once(hosts_at_once)
+    targets = [await resolve(host) for host in hosts]
+    baselines = [await _resolve_baseline(baseline_host, target) for target in targets]
+    if not targets:
+        return []
+    at_once = min(at_once, len(targets))
+    turns = asyncio.Semaphore(at_once)
+
+    async def one(
+        target: Target, baseline: Target | None, budget: ProbeBudget, spares: int
+    ) -> ScanResult:
+        async with turns:
+            started = time.perf_counter()
+            states, shared = await _sweep_with_baseline(
+                target,
+                baseline,
+                port_list,
+                timeout=timeout,
+                concurrency=budget.limit,
+                budget=budget,
+                spares=spares,
+            )
+            return ScanResult(
+                host=target.host,
+                results=tuple(PortResult(port, states[port]) for port in port_list),
+                elapsed=time.perf_counter() - started,
+                shared=shared,
+                address=target.address,
+                baseline_host=None if baseline is None else baseline.address,
+            )
+
+    with contextlib.ExitStack() as limit:
+        usable, spares = _budget_within_limit(limit, wanted, at_once)
+        budget = ProbeBudget(usable)
+        tasks = [
+            asyncio.ensure_future(one(target, baseline, budget, spares))
+            for target, baseline in zip(targets, baselines, strict=True)
+        ]
+        try:
+            return list(await asyncio.gather(*tasks))
+        finally:
+            for task in tasks:  # one failed: the others end too (their sockets closed)
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _budget_within_limit(limit: contextlib.ExitStack, wanted: int, at_once: int) -> tuple[int, int]:
+    """(probes in flight, refused sockets each sweep keeps) for ``at_once`` sweeps, with the
+    file limit raised in ``limit``: a batch of spares each (reuse saves a socket() and a
+    close() per closed port) where the limit allows it, else one batch shared among them,
+    which is what a single scan keeps."""
+    usable = limit.enter_context(file_limit_for(wanted, kept=at_once * BATCH))
+    if at_once == 1 or usable >= min(wanted, BATCH):
+        return usable, BATCH
+    limit.close()  # too tight for a batch each
+    return limit.enter_context(file_limit_for(wanted)), BATCH // at_once
+
+
+def scan_many(
+    hosts: Iterable[str],
+    ports: str | Iterable[int],
+    *,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    timeout: float = DEFAULT_TIMEOUT,
+    baseline_host: str | None = None,
+    hosts_at_once: int = DEFAULT_HOSTS_AT_ONCE,
+) -> list[ScanResult]:
+    """Blocking :func:`scan_many_async`; also works while an event loop runs in this thread."""
+    host_list = list(hosts)
+
+    def run() -> list[ScanResult]:
+        return asyncio.run(
+            scan_many_async(
+                host_list,
+                ports,
+                concurrency=concurrency,
+                timeout=timeout,
+                baseline_host=baseline_host,
+                hosts_at_once=hosts_at_once,
+            )
+        )
+
+    return _run_blocking(run)
+
+
+def _run_blocking(run: Callable[[], T]) -> T:
     if not _loop_running_here():
         return run()
     # A loop already runs here and cannot be re-entered: scan on a private thread.

@@ -78,8 +78,46 @@ class _Probe:
         self.timer: asyncio.TimerHandle | None = None
 
 
+class ProbeBudget:
+    """The probes waiting for an answer, bounded; shared by the sweeps of one event loop
+    that scan several addresses at once (:func:`~pytest_talos.ports.scan_many_async`), so
+    that together they hold no more sockets than one sweep would."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.pending = 0
+        self._waiters: list[asyncio.Future[None]] = []
+
+    @property
+    def free(self) -> int:
+        return self.limit - self.pending
+
+    def take(self) -> None:
+        self.pending += 1
+
+    def give(self) -> None:
+        self.pending -= 1
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Until some probe of any sweep sharing the budget has its answer."""
+        waiter = loop.create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+
 class Sweep:
-    """Probe a list of ports on one address, at most ``concurrency`` pending at a time."""
+    """Probe a list of ports on one address, at most ``concurrency`` pending at a time
+    (or, given a shared ``budget``, at most what it has free; ``spares`` then bounds the
+    refused sockets this sweep keeps for reuse, so that the sweeps sharing the budget
+    keep no more than one sweep alone)."""
 
     def __init__(
         self,
@@ -88,16 +126,18 @@ class Sweep:
         *,
         timeout: float,
         concurrency: int,
+        budget: ProbeBudget | None = None,
+        spares: int = BATCH,
     ) -> None:
         self._loop = loop
         self._target = target
         self._timeout = timeout
-        self._concurrency = concurrency
+        self._budget = ProbeBudget(concurrency) if budget is None else budget
+        self._max_spares = max(0, min(spares, BATCH))
         self._linux = LINUX_CONNECT
         self._states: dict[int, PortState] = {}
         self._watched: dict[int, _Probe] = {}  # by file descriptor
         self._spares: list[_RawSocket] = []  # refused sockets ready for another port
-        self._wakeup: asyncio.Future[None] | None = None
         # Born non-blocking where the OS allows it: saves a system call per probe.
         self._born_nonblocking = hasattr(socket, "SOCK_NONBLOCK")
         self._sock_type = socket.SOCK_STREAM | getattr(socket, "SOCK_NONBLOCK", 0)
@@ -110,10 +150,12 @@ class Sweep:
                 issued, short = 0, False
                 if queue and self._capacity() > 0:
                     started, deadline, issued, short = self._start_batch(queue)
-                    # One turn of the loop: loopback answers arrive meanwhile, and other
-                    # tasks sharing this loop get to run.
-                    await asyncio.sleep(0)
-                    self._settle(started, deadline)
+                    try:
+                        # One turn of the loop: loopback answers arrive meanwhile, and other
+                        # tasks sharing this loop get to run.
+                        await asyncio.sleep(0)
+                    finally:  # even when cancelled: every socket is then watched or closed
+                        self._settle(started, deadline)
                 starved = short and not issued
                 starved_rounds = starved_rounds + 1 if starved else 0
                 if starved_rounds > _MAX_STARVED_ROUNDS:
@@ -122,7 +164,9 @@ class Sweep:
                         "machine is out of sockets or local ports; lower the concurrency"
                     )
                 if self._watched and (not queue or self._capacity() == 0 or starved):
-                    await self._wait_for_a_finish()
+                    await self._budget.wait(self._loop)
+                elif queue and self._capacity() <= 0:
+                    await self._budget.wait(self._loop)  # the other sweeps hold the budget
                 elif starved:
                     await asyncio.sleep(_STARVED_PAUSE)
         finally:
@@ -130,7 +174,7 @@ class Sweep:
         return self._states
 
     def _capacity(self) -> int:
-        return self._concurrency - len(self._watched)
+        return self._budget.free
 
     def _start_batch(self, queue: deque[int]) -> tuple[list[_Probe], float, int, bool]:
         """Issue up to a batch of connects: (still pending, their deadline, how many were
@@ -146,10 +190,20 @@ class Sweep:
             except _LocalShortage:
                 queue.appendleft(port)
                 return started, deadline, issued, True
+            except BaseException:
+                self._drop(started)
+                raise
             issued += 1
             if probe is not None:
+                self._budget.take()  # pending: counted until its answer is recorded
                 started.append(probe)
         return started, deadline, issued, False
+
+    def _drop(self, started: list[_Probe]) -> None:
+        """Close the pending probes of a batch that failed, and give back their budget."""
+        for probe in started:
+            _close(probe.sock, connected=False)
+            self._budget.give()
 
     def _start(self, port: int) -> _Probe | None:
         """Begin one connect; returns the probe if its outcome is not known yet."""
@@ -196,6 +250,7 @@ class Sweep:
                 self._watch(probe, deadline)
             else:
                 self._record(probe, code)
+                self._budget.give()
 
     def _outcome(self, probe: _Probe) -> int | None:
         """An errno-style outcome of a pending connect, or ``None`` while it is pending."""
@@ -236,8 +291,7 @@ class Sweep:
         probe = self._watched.pop(fd)
         self._unwatch(fd, probe)
         self._record(probe, code)
-        if self._wakeup is not None and not self._wakeup.done():
-            self._wakeup.set_result(None)
+        self._budget.give()  # wakes this sweep (and any other waiting for room)
 
     def _unwatch(self, fd: int, probe: _Probe) -> None:
         self._loop.remove_writer(fd)
@@ -246,23 +300,17 @@ class Sweep:
 
     def _record(self, probe: _Probe, code: int) -> None:
         self._states[probe.port] = state_for(code)
-        if code == errno.ECONNREFUSED and self._linux and len(self._spares) < BATCH:
+        if code == errno.ECONNREFUSED and self._linux and len(self._spares) < self._max_spares:
             self._spares.append(probe.sock)  # refused: reusable for the next port
         else:
             _close(probe.sock, connected=code in (0, SELF_CONNECTED))
-
-    async def _wait_for_a_finish(self) -> None:
-        self._wakeup = self._loop.create_future()
-        try:
-            await self._wakeup
-        finally:
-            self._wakeup = None
 
     def _abandon_all(self) -> None:
         """Close every socket still held (the sweep ended, was cancelled or failed)."""
         for fd, probe in list(self._watched.items()):
             self._unwatch(fd, probe)
             _close(probe.sock, connected=False)
+            self._budget.give()
         self._watched.clear()
         self._close_spares()
 

@@ -16,6 +16,9 @@ from pytest_talos.checks import (
     assert_only_api_port,
     assert_only_expected_ports,
     default_expected_ports,
+    expected_udp_ports_for,
+    judge_ports,
+    observe_ports,
 )
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import APIError, ConformanceFailure, NotFound, PermissionDenied, Unknown
@@ -358,3 +361,81 @@ def test_which_listeners_answer_where() -> None:
     assert not covers(record("10.5.0.3"), "10.5.0.2")
     assert not any(map(exposed, ["127.0.0.53", "169.254.116.108", "::1", "fe80::1"]))
     assert all(map(exposed, ["0.0.0.0", "::", "10.5.0.2", "2001:db8::2"]))
+
+
+# --------------------------------------------------------------------------- observe, then judge
+
+_ELAPSED = re.compile(r" in \d+\.\d\ds")
+
+
+def _untimed(value: Any) -> Any:
+    """Evidence with the scans' durations taken out (two scans never take the same time)."""
+    if isinstance(value, str):
+        return _ELAPSED.sub(" in -s", value)
+    if isinstance(value, dict):
+        return {key: _untimed(item) for key, item in value.items()}
+    if isinstance(value, tuple | list):
+        return type(value)(_untimed(item) for item in value)
+    return value
+
+
+def _outcome(run: Any) -> tuple[str, Any]:
+    try:
+        result = run()
+    except ConformanceFailure as failure:
+        return "failed", _untimed(
+            (
+                failure.check,
+                failure.node,
+                str(failure),  # the message, expected, observed and evidence as shown
+                failure.evidence,
+            )
+        )
+    return "passed", _untimed((result.check, result.node, result.evidence, result.notes))
+
+
+def _judged(node: TalosNode, **observe: Any) -> tuple[str, Any]:
+    allow = expected_ports_for(node)
+    observation = observe_ports(node, port_spec=TALOS_RANGE, **observe)
+    return _outcome(
+        lambda: judge_ports(node, observation, allow, expected_udp_ports_for(node), allow)
+    )
+
+
+@pytest.mark.parametrize(
+    "fault", [None, "extra-port", "hidden-listener", "udp-listener", "netstat-ghost"]
+)
+def test_observe_then_judge_gives_what_the_check_gives(fault: str | None) -> None:
+    """The two halves, called apart, give the check's verdict, message and evidence; so does
+    the check handed an observation made earlier."""
+    with connected([fault] if fault else []) as (_, cluster):
+        for node in (cluster.worker(), cluster.controlplane()):
+            whole = _outcome(lambda n=node: assert_only_expected_ports(n, port_spec=TALOS_RANGE))
+            assert whole[0] == ("passed" if fault is None else "failed")
+            assert _judged(node) == whole
+            earlier = observe_ports(node, port_spec=TALOS_RANGE)
+            handed = _outcome(
+                lambda n=node, o=earlier: assert_only_expected_ports(n, observation=o)
+            )
+            assert handed == whole
+
+
+def test_an_observation_keeps_the_extra_addresses_it_did_not_scan(healthy: TalosCluster) -> None:
+    worker = healthy.worker()
+    observation = observe_ports(worker, port_spec=TALOS_RANGE, addresses=["127.0.0.253/8"])
+    assert [address for address, _ in observation.scans] == [worker.host]
+    assert [address for address, _ in observation.skipped] == ["127.0.0.253"]
+    assert observation.addresses == ("127.0.0.253/8",)
+    assert observation.before  # Netstat read before the scans
+    assert observation.after  # and after them
+    result = assert_only_expected_ports(worker, observation=observation)
+    assert result.notes == [
+        "127.0.0.253: apid's port 50000 is closed there: not reachable from this machine, "
+        "not scanned"
+    ]
+
+
+def test_another_nodes_observation_is_refused(healthy: TalosCluster) -> None:
+    observation = observe_ports(healthy.worker(), port_spec="50000")
+    with pytest.raises(ValueError, match="pass the node's own observation"):
+        assert_only_expected_ports(healthy.controlplane(), observation=observation)

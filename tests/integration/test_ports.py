@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,6 +32,8 @@ from pytest_talos.ports import (
     parse_ports,
     scan,
     scan_async,
+    scan_many,
+    scan_many_async,
     sweep,
     targets,
 )
@@ -540,7 +543,24 @@ def test_the_limit_stays_raised_until_the_last_of_overlapping_scans_ends() -> No
             assert raised > 512
             with filelimit.file_limit_for(4096):
                 pass
-            assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == raised
+            assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= raised  # still raised
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (512, hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_overlapping_scans_are_granted_room_beside_each_other() -> None:
+    """Two scans at once (say on two threads): the second is granted room beside all the
+    first may still open, its probes and its kept sockets."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 8192:
+        pytest.skip("the hard file limit leaves no room for two scans of 3000")
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
+        with filelimit.file_limit_for(3000) as first, filelimit.file_limit_for(3000) as second:
+            assert first == second == 3000
+            inside, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            assert inside - _open_fds() >= first + second + 2 * sweep.BATCH
         assert resource.getrlimit(resource.RLIMIT_NOFILE) == (512, hard)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
@@ -606,6 +626,149 @@ def test_a_full_scan_under_a_file_limit_of_1024_is_correct_and_leaves_the_limit_
     assert report["before"][0] == 1024
     assert report["after"] == report["before"]
     assert report["found"] == {"first": report["listening"], "second": report["listening"]}
+
+
+# --------------------------------------------------------------------------- several hosts
+
+
+def test_scan_many_finds_each_hosts_listeners_in_the_order_given(
+    listen: Listen, reserve: Reserve
+) -> None:
+    hosts = [f"127.0.0.{n}" for n in (105, 103, 104, 106, 102)]
+    wildcard = listen("0.0.0.0")
+    own = {host: sorted([listen(host), listen(host)]) for host in hosts}
+    refused = {host: reserve(host) for host in hosts}
+    spec = sorted({wildcard, *refused.values(), *(p for ports in own.values() for p in ports)})
+
+    results = scan_many(hosts, spec, baseline_host=BASELINE, hosts_at_once=2)
+
+    assert [result.host for result in results] == hosts
+    for host, result in zip(hosts, results, strict=True):
+        assert list(result.open_ports) == own[host]
+        assert refused[host] in result.closed
+        assert result.shared == (wildcard,)
+        assert result.baseline_host == BASELINE
+
+
+def test_scan_many_full_range_equals_one_scan_after_another(listen: Listen) -> None:
+    hosts = [f"127.0.0.{n}" for n in range(107, 109)]
+    for host in hosts:
+        listen(host)
+        listen(host)
+
+    together = scan_many(hosts, "1-65535", baseline_host=BASELINE)
+    alone = [scan(host, "1-65535", baseline_host=BASELINE) for host in hosts]
+
+    assert [r.results for r in together] == [r.results for r in alone]
+    assert all(len(r.open_ports) == 2 for r in together)
+
+
+def test_scan_many_shares_one_bound_on_probes_in_flight(unanswered: Unanswered) -> None:
+    """Three scans at once of 20 ports that never answer, 8 probes in flight in all: the
+    process never holds more than 8 probe sockets (no refused ones are kept, nothing
+    answers), and it does hold 8 at a time (the budget is used, not serialised)."""
+    host, silent = unanswered(20)
+    before = _open_fds()
+    most = 0
+
+    async def scan_while_counting() -> list[ScanResult]:
+        nonlocal most
+        scanning = asyncio.ensure_future(
+            scan_many_async([host] * 3, silent, timeout=0.1, concurrency=8, hosts_at_once=3)
+        )
+        while not scanning.done():
+            most = max(most, _open_fds() - before)
+            await asyncio.sleep(0.005)
+        return await scanning
+
+    results = asyncio.run(scan_while_counting())
+
+    assert [r.filtered for r in results] == [tuple(sorted(silent))] * 3
+    assert 8 <= most <= 8 + 4  # the probes, and the loop's own few descriptors
+    assert _open_fds() == before
+
+
+def test_scan_many_bad_host_raises_what_one_scan_would_and_scans_nothing(
+    listen: Listen,
+) -> None:
+    for bad in ("[]", "::1"):
+        with pytest.raises(ConfigError) as alone:
+            scan(bad, [1], baseline_host=BASELINE)
+        with pytest.raises(ConfigError) as together:
+            scan_many(["127.0.0.111", bad], [1], baseline_host=BASELINE)
+        assert str(together.value) == str(alone.value)
+        assert "\n" not in str(together.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"hosts_at_once": 0}, "bad hosts_at_once 0"),
+        ({"hosts_at_once": True}, "bad hosts_at_once True"),
+        ({"concurrency": 0}, "bad concurrency 0"),
+        ({"timeout": -1}, "bad timeout -1"),
+    ],
+)
+def test_scan_many_bad_settings_are_config_errors(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        scan_many(["127.0.0.1"], [1], **kwargs)
+
+
+def test_scan_many_of_no_hosts_is_empty_and_works_inside_a_loop(listen: Listen) -> None:
+    port = listen("127.0.0.112")
+
+    async def synchronous_caller() -> list[ScanResult]:
+        return scan_many(["127.0.0.112"], [port])  # blocks this loop; runs on a thread
+
+    assert scan_many([], "1-1024") == []
+    assert [r.open_ports for r in asyncio.run(synchronous_caller())] == [(port,)]
+
+
+_LOW_LIMIT_SCAN_MANY = """
+import json, resource, socket, sys
+from pytest_talos.ports import scan_many
+hosts, baseline = sys.argv[1].split(","), sys.argv[2]
+listeners = {}
+for host in hosts:
+    for _ in range(3):
+        sock = socket.socket()
+        sock.bind((host, 0))
+        sock.listen(64)
+        listeners.setdefault(host, []).append(sock)
+expected = [sorted(s.getsockname()[1] for s in listeners[h]) for h in hosts]
+report = {"expected": expected}
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+for name, limit in (("soft 1024", (1024, hard)), ("soft and hard 1024", (1024, 1024))):
+    resource.setrlimit(resource.RLIMIT_NOFILE, limit)
+    found = [list(r.open_ports) for r in scan_many(hosts, "1-65535", baseline_host=baseline)]
+    report[name] = {"found": found, "after": list(resource.getrlimit(resource.RLIMIT_NOFILE))}
+print(json.dumps(report))
+"""
+
+
+def test_scan_many_under_a_file_limit_of_1024_is_correct_and_leaves_the_limit_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """Four full scans at once in a process whose soft RLIMIT_NOFILE is 1024, then whose
+    hard limit is 1024 too (so it cannot be raised: the spares are shared out); in a
+    subprocess, so this process's limit is never touched."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    hosts = ",".join(f"127.0.0.{n}" for n in range(113, 117))
+    done = subprocess.run(
+        [sys.executable, "-c", _LOW_LIMIT_SCAN_MANY, hosts, BASELINE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    report = json.loads(done.stdout)
+
+    assert report["soft 1024"]["found"] == report["expected"]
+    assert report["soft 1024"]["after"][0] == 1024
+    assert report["soft and hard 1024"]["found"] == report["expected"]
+    assert report["soft and hard 1024"]["after"] == [1024, 1024]
 
 
 # --------------------------------------------------------------------------- CLI

@@ -148,3 +148,25 @@ def test_marked_test_changes_and_the_guard_restores(
             assert talos_node.machine_config.raw == ORIGINAL["raw"]  # the guard restored it
     """)
     emulator_run("--talos-allow", "mutating").assert_outcomes(passed=2)
+
+
+def test_a_test_allowed_to_change_the_cluster_counts_as_a_change(
+    run: Run, pytester: pytest.Pytester
+) -> None:
+    """Readers that keep what they read for later (the port check's fan-out) compare the
+    gate's count: a marked test may change the cluster by other means than the API."""
+    pytester.makepyfile("""
+        import pytest
+        from pytest_talos.plugin.session import session_of
+
+        def test_a_reader(request):
+            assert session_of(request.config).gate.changes == 0
+
+        @pytest.mark.talos_mutating
+        def test_b_changer():
+            pass
+
+        def test_c_reader(request):
+            assert session_of(request.config).gate.changes == 1
+    """)
+    run("--talos-allow", "mutating").assert_outcomes(passed=3)

@@ -1,0 +1,85 @@
+"""The port check's per-node reads, made for every node it checks at once.
+
+``immutability.only-expected-ports`` reads a node's own addresses (AddressStatuses, CNI
+links left out), then observes it (:func:`~pytest_talos.checks.observe_ports`: Netstat, a
+full TCP scan of each address, Netstat again). Against real nodes the scans wait on the
+network, so the first node's test observes every node the check will run on, two at a
+time (:class:`~conformance._support.fanout.FanOut`), and each later test judges its node's
+observation. An observation is used only if nothing was changed since it began (the change
+gate's count of changes, :attr:`~pytest_talos.client.ChangeGate.changes`, is the same) and
+it is at most :data:`FANOUT_MAX_AGE` real seconds old; otherwise the test observes its node
+itself, as it would without the fan-out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from conformance._support.fanout import FanOut
+from conformance.kubernetes.node_addresses import ADDRESSES, LINKS, host_addresses
+from pytest_talos.checks import PortObservation, observe_ports
+from pytest_talos.client import ChangeGate
+from pytest_talos.errors import TalosError
+from pytest_talos.node import TalosNode
+
+__all__ = ["FANOUT_MAX_AGE", "READERS", "PortRead", "changes_made", "port_fanout", "read_ports"]
+
+# Real seconds an observation stays usable when nothing was changed meanwhile: a port a
+# healthy node opens or closes by itself would show in a read a minute later as well.
+FANOUT_MAX_AGE = 120.0
+# Nodes observed at once: against real nodes their scans' network waits overlap; on a
+# loopback emulator the scans are CPU-bound (kernel time per port) and share this
+# machine's CPUs and the GIL, so more at once only contends (measured on 2 CPUs, 100
+# emulated nodes: 2 or 4 at once took about as long as one after another, within noise).
+READERS = 2
+
+
+@dataclass(frozen=True)
+class PortRead:
+    """One node's read: the gate's change count when it began, the node's own addresses
+    (or why they could not be read), and the observation of them."""
+
+    changes: int
+    addresses: tuple[str, ...]
+    addresses_note: str | None
+    observation: PortObservation
+
+
+def changes_made(gate: ChangeGate | None) -> int:
+    """Changes let through the gate (and announced to it) so far; 0 without a gate."""
+    return 0 if gate is None else gate.changes
+
+
+def read_ports(node: TalosNode, gate: ChangeGate | None) -> PortRead:
+    """The node's own addresses, then its observation (every call with its deadline)."""
+    changes = changes_made(gate)
+    note = None
+    try:
+        # CNI links left out (their pod-CIDR addresses are not the node's); AddressStatuses
+        # is readable with os:reader.
+        report = host_addresses(node.resources(*ADDRESSES), node.resources(*LINKS))
+        addresses: tuple[str, ...] = tuple(report.kept)
+    except TalosError as exc:
+        addresses = ()
+        note = f"AddressStatuses unreadable ({exc}): node address only"
+    return PortRead(changes, addresses, note, observe_ports(node, addresses=addresses))
+
+
+def port_fanout(
+    nodes: Sequence[TalosNode],
+    gate: ChangeGate | None,
+    *,
+    max_age: float = FANOUT_MAX_AGE,
+    readers: int = READERS,
+    read: Callable[[TalosNode, ChangeGate | None], PortRead] = read_ports,
+) -> FanOut[PortRead]:
+    """Every one of ``nodes`` read at once (``readers`` at a time); a read is served to its
+    node's test only while no change was made since it began and within ``max_age``."""
+    return FanOut(
+        nodes,
+        lambda node: read(node, gate),
+        max_age=max_age,
+        usable=lambda done: done.changes == changes_made(gate),
+        readers=readers,
+    )
