@@ -165,6 +165,7 @@ def test_a_test_without_a_node_in_every_shard_is_kept_once_with_its_worst_outcom
     assert [c["outcome"] for c in merged["checks"]] == ["error"]
 
 
+@pytest.mark.slow  # two suite runs: 5 s alone, 21 s on 2 busy CPUs
 def test_merging_a_failing_shard_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # wrong-version: only the last node (the worker, in shard 1) reports another version.
     selection = ("--talos-emulator-fault", "wrong-version", "-k", "pid1 or version_api_matches")

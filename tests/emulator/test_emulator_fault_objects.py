@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from mypy import api as mypy_api
 
 from pytest_talos.emulator.faults import (
@@ -47,6 +48,7 @@ def test_list_faults_shows_the_declared_seams() -> None:
     assert line.endswith("[rootfs, processes, listeners]")
 
 
+@pytest.mark.slow  # mypy over the emulator: 14 s alone, 28 s on 2 busy CPUs
 def test_a_misspelt_fault_fails_type_checking(tmp_path: Path) -> None:
     source = tmp_path / "typo.py"
     source.write_text(

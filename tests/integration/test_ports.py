@@ -746,6 +746,7 @@ print(json.dumps(report))
 """
 
 
+@pytest.mark.slow  # full scans of several addresses: 8 s alone, 44 s on 2 busy CPUs
 def test_scan_many_under_a_file_limit_of_1024_is_correct_and_leaves_the_limit_as_it_was(
     tmp_path: Path,
 ) -> None:
