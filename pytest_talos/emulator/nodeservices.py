@@ -103,6 +103,11 @@ class LogFanout:
         for subscriber in list(self._subscribers):
             subscriber(service.id, line)
 
+    @property
+    def subscriber_count(self) -> int:
+        """How many Logs streams with follow are open on the node."""
+        return len(self._subscribers)
+
     def subscribe(self, subscriber: Callable[[str, str], None]) -> Callable[[], None]:
         """Call ``subscriber(service_id, line)`` for every new service log line."""
         self._subscribers.append(subscriber)

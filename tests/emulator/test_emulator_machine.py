@@ -216,15 +216,20 @@ def test_logs_follow_delivers_new_lines(
     client, address = client_for(cluster), cluster.nodes[0].address
     request = m.LogsRequest(namespace="system", id="kubelet", follow=True, tail_lines=0)
 
+    restart_requested = False
+
     def restarted(frames: list[common_pb2.Data]) -> bool:
+        # First asked once the stream is open: restart kubelet when the node follows its
+        # log (a restart before that is not "new lines" for tail_lines=0).
+        nonlocal restart_requested
+        if not restart_requested:
+            node = cluster.node(address)
+            wait_for(lambda: node.run(lambda st: st.logs.subscriber_count), what="a log follower")
+            node.run(lambda st: st.services.restart_if_running("kubelet"))
+            restart_requested = True
         text = b"".join(f.bytes for f in frames)
         return b"received stop signal" in text and b"kubelet: starting" in text
 
-    cluster.node(address).run(
-        lambda state: state.clock.call_later(
-            0.5, lambda: state.services.restart_if_running("kubelet")
-        )
-    )
     text = b"".join(f.bytes for f in client.collect(address, M + "Logs", request, until=restarted))
     # tail_lines=0: no backlog, only what was logged while following, in order.
     assert text.index(b"received stop signal") < text.index(b"kubelet: starting")
