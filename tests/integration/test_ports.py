@@ -532,51 +532,55 @@ def test_concurrency_stays_below_the_file_descriptor_limit_and_the_limit_is_put_
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def test_the_limit_stays_raised_until_the_last_of_overlapping_scans_ends() -> None:
+@pytest.fixture
+def soft_limit_512() -> Iterator[int]:
+    """The soft RLIMIT_NOFILE at 512 for the test (the hard one, returned, is left alone),
+    and put back afterwards."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard <= 512:
-        pytest.skip("the hard file limit leaves no room to raise the soft one")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
     try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
-        with filelimit.file_limit_for(4096):
-            raised, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-            assert raised > 512
-            with filelimit.file_limit_for(4096):
-                pass
-            assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= raised  # still raised
-        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (512, hard)
+        yield hard
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def test_overlapping_scans_are_granted_room_beside_each_other() -> None:
+def _room_above(hard: int, needed: int, what: str) -> None:
+    if hard != resource.RLIM_INFINITY and hard <= needed:
+        pytest.skip(f"the hard file limit leaves no room {what}")
+
+
+def test_the_limit_stays_raised_until_the_last_of_overlapping_scans_ends(
+    soft_limit_512: int,
+) -> None:
+    hard = soft_limit_512
+    _room_above(hard, 512, "to raise the soft one")
+    with filelimit.file_limit_for(4096):
+        raised, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        assert raised > 512
+        with filelimit.file_limit_for(4096):
+            pass
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= raised  # still raised
+    assert resource.getrlimit(resource.RLIMIT_NOFILE) == (512, hard)
+
+
+def test_overlapping_scans_are_granted_room_beside_each_other(soft_limit_512: int) -> None:
     """Two scans at once (say on two threads): the second is granted room beside all the
     first may still open, its probes and its kept sockets."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard <= 8192:
-        pytest.skip("the hard file limit leaves no room for two scans of 3000")
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
-        with filelimit.file_limit_for(3000) as first, filelimit.file_limit_for(3000) as second:
-            assert first == second == 3000
-            inside, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-            assert inside - _open_fds() >= first + second + 2 * sweep.BATCH
-        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (512, hard)
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    hard = soft_limit_512
+    _room_above(hard, 8192, "for two scans of 3000")
+    with filelimit.file_limit_for(3000) as first, filelimit.file_limit_for(3000) as second:
+        assert first == second == 3000
+        inside, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        assert inside - _open_fds() >= first + second + 2 * sweep.BATCH
+    assert resource.getrlimit(resource.RLIMIT_NOFILE) == (512, hard)
 
 
-def test_a_limit_someone_else_moved_during_the_scan_is_left_alone() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard <= 600:
-        pytest.skip("the hard file limit leaves no room to raise the soft one")
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
-        with filelimit.file_limit_for(4096):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (600, hard))  # the caller's own move
-        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (600, hard)
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+def test_a_limit_someone_else_moved_during_the_scan_is_left_alone(soft_limit_512: int) -> None:
+    hard = soft_limit_512
+    _room_above(hard, 600, "to raise the soft one")
+    with filelimit.file_limit_for(4096):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (600, hard))  # the caller's own move
+    assert resource.getrlimit(resource.RLIMIT_NOFILE) == (600, hard)
 
 
 _LOW_LIMIT_SCAN = """
