@@ -51,20 +51,25 @@ def test_readme_command_passes_and_names_the_flag_that_enables_skipped_checks(
     assert "--talos-profile" in skipped["vendor.platform"]
 
 
-@pytest.mark.slow
-def test_active_waiver_turns_the_failure_into_a_waived_one(tmp_path: Path) -> None:
-    path = waivers(
-        tmp_path, {"check": PORTS_CHECK, "reason": "agent on 8080 (OPS-7)", "expires": FAR_FUTURE}
-    )
-    result = run(
+def run_extra_port_with_waivers(tmp_path: Path, waivers_file: str) -> SuiteRun:
+    """The port check alone against an emulator with an extra open port, under a waivers file."""
+    return run(
         tmp_path,
         "--talos-emulator-fault",
         "extra-port",
         "-k",
         "only_expected_ports",
         "--talos-waivers",
-        path,
+        waivers_file,
     )
+
+
+@pytest.mark.slow
+def test_active_waiver_turns_the_failure_into_a_waived_one(tmp_path: Path) -> None:
+    path = waivers(
+        tmp_path, {"check": PORTS_CHECK, "reason": "agent on 8080 (OPS-7)", "expires": FAR_FUTURE}
+    )
+    result = run_extra_port_with_waivers(tmp_path, path)
     assert result.returncode == 0, result.describe()
     assert set(outcomes(result, PORTS_CHECK).values()) == {"waived"}
     assert f"waived until {FAR_FUTURE}: agent on 8080 (OPS-7)" in result.output
@@ -88,15 +93,7 @@ def test_node_waiver_covers_only_its_node(tmp_path: Path) -> None:
             "expires": FAR_FUTURE,
         },
     )
-    result = run(
-        tmp_path,
-        "--talos-emulator-fault",
-        "extra-port",
-        "-k",
-        "only_expected_ports",
-        "--talos-waivers",
-        path,
-    )
+    result = run_extra_port_with_waivers(tmp_path, path)
     assert result.returncode == 1, result.describe()
     assert outcomes(result, PORTS_CHECK) == {
         "talos-default-controlplane-1": "failed",
@@ -109,15 +106,7 @@ def test_expired_waiver_fails_and_says_so(tmp_path: Path) -> None:
     path = waivers(
         tmp_path, {"check": PORTS_CHECK, "reason": "vendor fix pending", "expires": YESTERDAY}
     )
-    result = run(
-        tmp_path,
-        "--talos-emulator-fault",
-        "extra-port",
-        "-k",
-        "only_expected_ports",
-        "--talos-waivers",
-        path,
-    )
+    result = run_extra_port_with_waivers(tmp_path, path)
     assert result.returncode == 1, result.describe()
     assert set(outcomes(result, PORTS_CHECK).values()) == {"failed"}
     assert (
