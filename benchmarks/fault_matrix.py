@@ -55,12 +55,10 @@ def _children_cpu() -> float:
 
 
 def run_once(case: FaultCase, paths: tuple[str, ...], scratch: Path) -> Timed:
-    args = ["--talos-emulator", "--talos-allow", "disruptive", *MATRIX_ARGS]
-    for fault in case.faults:
-        args += ["--talos-emulator-fault", fault]
+    args = ["--talos-emulator", "--talos-allow", "disruptive", *MATRIX_ARGS, *case.fault_args()]
     report = Path(tempfile.mkdtemp(dir=scratch)) / "report"
     cpu, started = _children_cpu(), time.monotonic()
-    run = run_suite([*args, *case.extra_args], report, paths=paths)
+    run = run_suite(args, report, paths=paths)
     wall, used = time.monotonic() - started, _children_cpu() - cpu
     return Timed(wall, used, run.results is not None and run.broken() == dict(case.broken))
 
@@ -83,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             case = FAULT_MATRIX[name]
             areas = case.areas or ()
-            targeted = tuple(str(SUITE / a) for a in areas) or (str(SUITE),)
+            targeted = case.paths(SUITE)
             runs: dict[str, list[Timed]] = {"whole": [], "areas": []}
             for _ in range(options.rounds):
                 runs["whole"].append(run_once(case, (str(SUITE),), Path(scratch)))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 __all__ = ["FAULT_MATRIX", "HEALTHY_VARIANTS", "NO_FAULT_YET", "PROVED_ELSEWHERE", "FaultCase"]
@@ -45,6 +46,16 @@ class FaultCase:
         if not self.broken or self.whole_suite:
             return None
         return tuple(sorted({c.split(".", 1)[0] for c in self.broken} | set(self.also_areas)))
+
+    def fault_args(self) -> list[str]:
+        """The suite options that turn the faults on (plus any the row needs)."""
+        args = [arg for fault in self.faults for arg in ("--talos-emulator-fault", fault)]
+        return args + list(self.extra_args)
+
+    def paths(self, suite: Path) -> tuple[str, ...]:
+        """What the run collects: the targeted areas of ``suite``, or all of it."""
+        areas = self.areas
+        return (str(suite),) if areas is None else tuple(str(suite / a) for a in areas)
 
 
 def _failed(*checks: str) -> dict[str, Outcome]:

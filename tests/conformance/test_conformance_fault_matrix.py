@@ -68,15 +68,12 @@ def _args(case: FaultCase | tuple[str, ...] | None) -> list[str]:
         for variant in case:
             args += ["--talos-emulator-variant", variant]
         return args
-    for fault in case.faults if case else ():
-        args += ["--talos-emulator-fault", fault]
-    return args + list(case.extra_args if case else ())
+    return args + (case.fault_args() if case else [])
 
 
 def _paths(case: FaultCase | tuple[str, ...] | None) -> tuple[str, ...]:
     """The healthy runs cover the whole suite; a fault's run the areas it targets."""
-    areas = case.areas if isinstance(case, FaultCase) else None
-    return (str(SUITE),) if areas is None else tuple(str(SUITE / area) for area in areas)
+    return case.paths(SUITE) if isinstance(case, FaultCase) else (str(SUITE),)
 
 
 def _longest_first(name: str) -> int:
