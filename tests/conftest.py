@@ -32,8 +32,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: two workers a CPU. Most tests wait (on suite runs in subprocesses, on the
     emulator's timers, on the fault matrix's runs): one worker a CPU leaves the CPUs half idle
-    (measured: 445 CPU seconds in 433 s on 2 CPUs)."""
-    return 2 * (os.cpu_count() or 1)
+    (measured: 445 CPU seconds in 433 s on 2 CPUs). At most 32: each worker collects and
+    imports everything again."""
+    return min(32, 2 * (os.cpu_count() or 1))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
