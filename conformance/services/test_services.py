@@ -525,24 +525,39 @@ def test_every_service_log_is_readable(
 
 
 def _disagreements(node: TalosNode) -> dict[str, str]:
-    listed = {s.id: s for s in node.services}
+    """The services whose Services resource agrees with neither ServiceList read around it.
+
+    ServiceList is read before and after the resources: a service that changed state in
+    between (a crash loop's restart) may have had either state when its resource was read,
+    so the resource is judged against both. A stale or missing resource disagrees with both.
+    """
+    before = {s.id: s for s in node.services}
     resources = {
         r.id: r.typed_spec for r in node.resources("Services.v1alpha1.talos.dev", "runtime")
     }
+    after = {s.id: s for s in node.services}
     found = {}
-    for name in sorted(set(listed) | set(resources)):
-        service, spec = listed.get(name), resources.get(name)
-        running = service is not None and service.running
-        if running != (spec is not None):
-            state = service.state if service else "not listed"
-            found[name] = f"ServiceList {state}, resource {'present' if spec else 'absent'}"
-        elif (
-            service is not None
-            and isinstance(spec, models.ServiceSpec)
-            and service.healthy != spec.healthy
-        ):
-            found[name] = f"ServiceList healthy={service.healthy}, resource healthy={spec.healthy}"
+    for name in sorted(set(before) | set(resources) | set(after)):
+        spec = resources.get(name)
+        verdicts = [_resource_verdict(listed.get(name), spec) for listed in (before, after)]
+        if all(verdicts):
+            found[name] = verdicts[-1]
     return found
+
+
+def _resource_verdict(service: models.ServiceInfo | None, spec: object) -> str:
+    """What is wrong with a service's resource against one ServiceList read ("": nothing)."""
+    running = service is not None and service.running
+    if running != (spec is not None):
+        state = service.state if service else "not listed"
+        return f"ServiceList {state}, resource {'present' if spec else 'absent'}"
+    if (
+        service is not None
+        and isinstance(spec, models.ServiceSpec)
+        and service.healthy != spec.healthy
+    ):
+        return f"ServiceList healthy={service.healthy}, resource healthy={spec.healthy}"
+    return ""
 
 
 @pytest.mark.talos_check(
