@@ -27,7 +27,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.conformance.fault_matrix import FAULT_MATRIX, FaultCase  # noqa: E402
+from tests.conformance.forkserver import OFF_SWITCH  # noqa: E402
 from tests.conformance.suite_runner import MATRIX_ARGS, SUITE, run_suite  # noqa: E402
+
+# Each run a plain `python -m pytest` subprocess (not forked from the tests' fork server), so
+# that its CPU is this process's RUSAGE_CHILDREN.
+PLAIN_PROCESS = {OFF_SWITCH: "0"}
 
 # One fault for each area the matrix targets, and one that needs two areas.
 DEFAULT_FAULTS = (
@@ -58,7 +63,7 @@ def run_once(case: FaultCase, paths: tuple[str, ...], scratch: Path) -> Timed:
     args = ["--talos-emulator", "--talos-allow", "disruptive", *MATRIX_ARGS, *case.fault_args()]
     report = Path(tempfile.mkdtemp(dir=scratch)) / "report"
     cpu, started = _children_cpu(), time.monotonic()
-    run = run_suite(args, report, paths=paths)
+    run = run_suite(args, report, paths=paths, env=PLAIN_PROCESS)
     wall, used = time.monotonic() - started, _children_cpu() - cpu
     return Timed(wall, used, run.results is not None and run.broken() == dict(case.broken))
 

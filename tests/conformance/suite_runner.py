@@ -1,8 +1,12 @@
-"""Run the conformance suite in a subprocess, as a user would, and read its results.json.
+"""Run the conformance suite in a new process, as a user would, and read its results.json.
 
-Every run gets ``-p no:cacheprovider`` (no .pytest_cache in the checkout), a report
-directory, and a deadline. The plugin is loaded through its entry point when pytest-talos
-is installed, else with ``-p pytest_talos.plugin``.
+The process is forked from a server that has the heavy third-party libraries imported
+already (:mod:`tests.conformance.forkserver`, which says when a plain ``python -m pytest``
+subprocess is used instead). Every run gets ``-p no:cacheprovider`` (no .pytest_cache in
+the checkout), ``-p no:hypothesispytest`` (the suite has no use for hypothesis's plugin,
+which costs 0.2 s of CPU a run to import), a report directory, and a deadline. The plugin
+is loaded through its entry point when pytest-talos is installed, else with
+``-p pytest_talos.plugin``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from tests.conformance import forkserver
 
 __all__ = [
     "MATRIX_ARGS",
@@ -76,6 +82,7 @@ class SuiteRun:
     output: str
     results: dict[str, Any] | None
     seconds: float = 0.0  # the run's wall time (for the fault matrix's timing table)
+    cpu_seconds: float | None = None  # a forked run's CPU, as it reported (else unknown)
 
     @property
     def checks(self) -> list[dict[str, Any]]:
@@ -122,6 +129,8 @@ def run_suite(
         *paths,
         "-p",
         "no:cacheprovider",
+        "-p",
+        "no:hypothesispytest",
         "-o",
         "filterwarnings=",
         "-q",
@@ -132,11 +141,40 @@ def run_suite(
         *args,
     )
     started = time.monotonic()
+    run_env = subprocess_env(env)
+    run_cwd = cwd or report_dir.parent
+    if forkserver.usable(run_env):
+        ended = _forked(argv, run_cwd, run_env, timeout)
+    else:
+        ended = _subprocess(argv, run_cwd, run_env, timeout)
+    if ended.timed_out:
+        output = f"timed out after {timeout:g}s\n{ended.output}"
+        return SuiteRun(tuple(argv), -1, output, None, timeout)
+    results_file = report_dir / "results.json"
+    results = json.loads(results_file.read_text()) if results_file.exists() else None
+    seconds = time.monotonic() - started
+    return SuiteRun(tuple(argv), ended.returncode, ended.output, results, seconds, ended.cpu)
+
+
+@dataclass(frozen=True)
+class _Ended:
+    returncode: int
+    output: str  # stdout, then stderr
+    timed_out: bool
+    cpu: float | None = None
+
+
+def _forked(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float) -> _Ended:
+    run = forkserver.run_forked(argv, cwd=cwd, env=env, timeout=timeout)
+    return _Ended(run.returncode, run.stdout + run.stderr, run.timed_out, run.cpu_seconds)
+
+
+def _subprocess(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float) -> _Ended:
     try:
         done = subprocess.run(
             [sys.executable, "-m", "pytest", *argv],
-            cwd=cwd or report_dir.parent,
-            env=subprocess_env(env),
+            cwd=cwd,
+            env=env,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -144,11 +182,8 @@ def run_suite(
         )
     except subprocess.TimeoutExpired as exc:
         output = (exc.stdout or "") if isinstance(exc.stdout, str) else ""
-        return SuiteRun(tuple(argv), -1, f"timed out after {timeout:g}s\n{output}", None, timeout)
-    results_file = report_dir / "results.json"
-    results = json.loads(results_file.read_text()) if results_file.exists() else None
-    output = done.stdout + done.stderr
-    return SuiteRun(tuple(argv), done.returncode, output, results, time.monotonic() - started)
+        return _Ended(-1, output, timed_out=True)
+    return _Ended(done.returncode, done.stdout + done.stderr, timed_out=False)
 
 
 def target_args(emulator: Any) -> list[str]:
