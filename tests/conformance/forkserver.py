@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -322,8 +323,12 @@ class _Lines:
 def serve(path: str) -> None:
     """Preload, then fork a child for each connection until stdin closes. A child never
     returns from here: it leaves by SystemExit, so nothing below runs in it."""
+    gc.disable()  # no collection while preloading: what is imported stays
     for name in (*PRELOAD, *_kit_modules()):
         importlib.import_module(name)
+    # The preloaded objects live as long as the server: out of the collector's sight, so a
+    # child's collections neither walk them nor touch (and so copy) their pages.
+    gc.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
@@ -382,6 +387,7 @@ def _receive_request(conn: socket.socket) -> dict[str, Any] | None:
 
 def _child(conn: socket.socket, request: dict[str, Any]) -> NoReturn:
     """Become the run: ``python -m pytest`` in the request's directory and environment."""
+    gc.enable()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the run waits for its own subprocesses
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter has
     _redirect(0, os.devnull, os.O_RDONLY)
