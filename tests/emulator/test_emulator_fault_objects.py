@@ -48,20 +48,35 @@ def test_list_faults_shows_the_declared_seams() -> None:
     assert line.endswith("[rootfs, processes, listeners]")
 
 
-@pytest.mark.slow  # mypy over the emulator: 14 s alone, 28 s on 2 busy CPUs
+# mypy analyses the faults package and nothing else: the kit's other modules (pulled in by
+# pytest_talos/__init__.py's TYPE_CHECKING imports) are skipped, so the check takes seconds
+# instead of analysing the whole kit; Fault and FaultSet are defined in the package itself.
+_FAULTS_ONLY = """\
+[mypy]
+strict = True
+follow_imports = skip
+[mypy-pytest_talos.emulator.faults.*]
+follow_imports = silent
+"""
+
+
 def test_a_misspelt_fault_fails_type_checking(tmp_path: Path) -> None:
     source = tmp_path / "typo.py"
     source.write_text(
         "from pytest_talos.emulator.faults import Fault, FaultSet\n"
         "FaultSet().on(Fault.SSH_OEPN, 'node')\n"
         "FaultSet().on('ssh-open', 'node')\n"
+        "FaultSet().on(Fault.SSH_OPEN, 'node')\n"
     )
+    config = tmp_path / "mypy.ini"
+    config.write_text(_FAULTS_ONLY)
     out, _, status = mypy_api.run(
-        ["--strict", "--follow-imports=silent", "--cache-dir", str(tmp_path / "cache"), str(source)]
+        ["--config-file", str(config), "--cache-dir", str(tmp_path / "cache"), str(source)]
     )
     assert status == 1
     assert '"type[Fault]" has no attribute "SSH_OEPN"' in out
     assert 'incompatible type "str"; expected "Fault"' in out
+    assert "Found 2 errors in 1 file" in out, out  # the right member is fine
 
 
 def test_fault_docs_are_current() -> None:
