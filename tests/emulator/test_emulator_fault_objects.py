@@ -6,7 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from mypy import api as mypy_api
 
 from pytest_talos.emulator.faults import (
