@@ -193,12 +193,12 @@ def print_table(rows: Sequence[Row], expected: Sequence[int]) -> None:
             f"{row.tool:<{width}}  {row.best:7.2f}  {row.median:8.2f}  {len(row.times):4d}  {found}"
         )
     by_tool = {row.tool: row for row in rows}
-    mine = by_tool["pytest_talos.ports"]
+    ours = by_tool["pytest_talos.ports"]
     theirs = next((row for row in rows if row.tool.startswith("nmap")), None)
     if theirs is not None:
         print(
-            f"ours / nmap (median): {mine.median / theirs.median:.2f}  "
-            f"(best: {mine.best / theirs.best:.2f})"
+            f"ours / nmap (median): {ours.median / theirs.median:.2f}  "
+            f"(best: {ours.best / theirs.best:.2f})"
         )
 
 
