@@ -31,11 +31,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-try:
-    from pytest_talos.ports import DEFAULT_HOSTS_AT_ONCE, ScanResult, scan, scan_many
-except ImportError:  # run from a checkout without installing the package
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from pytest_talos.ports import DEFAULT_HOSTS_AT_ONCE, ScanResult, scan, scan_many
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout: tests/
+
+from pytest_talos.ports import DEFAULT_HOSTS_AT_ONCE, ScanResult, scan, scan_many
+from tests.integration.silent_ports import make_silent_port, why_no_silent_ports
 
 BASELINE = "127.0.0.254"
 LISTENERS = 4
@@ -47,46 +46,24 @@ Way = Callable[[list[str], float], list[ScanResult]]
 
 
 @contextmanager
-def listeners(address: str, count: int) -> Iterator[list[int]]:
-    """``count`` listeners on ``address`` for the duration of the block."""
+def ports_on(
+    address: str, count: int, make: Callable[[str, list[socket.socket]], int]
+) -> Iterator[list[int]]:
+    """``count`` ports on ``address``, each from ``make``, for the duration of the block."""
     opened: list[socket.socket] = []
     try:
-        for _ in range(count):
-            sock = socket.socket()
-            opened.append(sock)
-            sock.bind((address, 0))
-            sock.listen(128)
-        yield sorted(sock.getsockname()[1] for sock in opened)
+        yield sorted(make(address, opened) for _ in range(count))
     finally:
         for sock in opened:
             sock.close()
 
 
-@contextmanager
-def silent_ports(address: str, count: int) -> Iterator[list[int]]:
-    """``count`` ports on ``address`` that never answer: a listen(0) listener holding one
-    queued connection drops every further SYN (with tcp_abort_on_overflow 0)."""
-    opened: list[socket.socket] = []
-    ports = []
-    try:
-        for _ in range(count):
-            listener = socket.socket()
-            opened.append(listener)
-            listener.bind((address, 0))
-            listener.listen(0)
-            port = int(listener.getsockname()[1])
-            opened.append(socket.create_connection((address, port), timeout=5))
-            ports.append(port)
-        time.sleep(0.05)  # the queued handshakes complete
-        yield sorted(ports)
-    finally:
-        for sock in opened:
-            sock.close()
-
-
-def silent_ports_work() -> bool:
-    overflow = Path("/proc/sys/net/ipv4/tcp_abort_on_overflow")
-    return overflow.exists() and overflow.read_text().strip() == "0"
+def listener(address: str, opened: list[socket.socket]) -> int:
+    sock = socket.socket()
+    opened.append(sock)
+    sock.bind((address, 0))
+    sock.listen(128)
+    return int(sock.getsockname()[1])
 
 
 def one_after_another(hosts: list[str], timeout: float) -> list[ScanResult]:
@@ -135,9 +112,9 @@ def time_ways(
 
 def run_shape(name: str, hosts: list[str], silent: int, ways: dict[str, Way], runs: int) -> None:
     with ExitStack() as stack:
-        expected = [stack.enter_context(listeners(host, LISTENERS)) for host in hosts]
+        expected = [stack.enter_context(ports_on(host, LISTENERS, listener)) for host in hosts]
         for host in hosts if silent else ():
-            stack.enter_context(silent_ports(host, silent))
+            stack.enter_context(ports_on(host, silent, make_silent_port))
         timeout = SILENT_TIMEOUT
         times = time_ways(ways, hosts, timeout, expected, runs)
     base = statistics.median(times["one after another"])
@@ -163,10 +140,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     print(f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f} at the start")
     run_shape("loopback", hosts, 0, ways, args.runs)
-    if silent_ports_work():
+    why_not = why_no_silent_ports()
+    if why_not is None:
         run_shape(f"loopback + {SILENT} silent ports", hosts, SILENT, ways, args.runs)
     else:
-        print("\n(tcp_abort_on_overflow is set: no silent ports, that shape is left out)")
+        print(f"\n(no silent ports here, that shape is left out: {why_not})")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
     return 0
 

@@ -13,10 +13,8 @@ import json
 import os
 import resource
 import socket
-import struct
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +34,11 @@ from pytest_talos.ports import (
     scan_many_async,
     sweep,
     targets,
+)
+from tests.integration.silent_ports import (
+    SilentPortsUnavailable,
+    make_silent_port,
+    why_no_silent_ports,
 )
 
 PROG = "python -m pytest_talos.ports"
@@ -101,48 +104,41 @@ def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def _accept_queue(listener: socket.socket) -> int:
-    """Connections waiting in a Linux listener's accept queue (TCP_INFO tcpi_unacked)."""
-    info = listener.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
-    return int(struct.unpack_from("I", info, 24)[0])
-
-
 @pytest.fixture
 def unanswered() -> Iterator[Callable[[int], tuple[str, list[int]]]]:
-    """Make ports whose SYNs are dropped: Linux listeners with a full accept queue.
-
-    ``listen(0)`` admits one connection; once that one sits in the queue the kernel drops
-    further SYNs (with ``tcp_abort_on_overflow`` 0), so a connect neither succeeds nor is
-    refused until the client gives up. The queue is checked through TCP_INFO, not assumed.
-    """
-    overflow = Path("/proc/sys/net/ipv4/tcp_abort_on_overflow")
-    if not sys.platform.startswith("linux") or not overflow.exists():
-        pytest.skip("needs Linux accept-queue behaviour to make a port that never answers")
-    if overflow.read_text().strip() != "0":
-        pytest.skip("tcp_abort_on_overflow is set: a full accept queue answers with a reset")
+    """Make ports whose SYNs are dropped (tests/integration/silent_ports.py)."""
+    why_not = why_no_silent_ports()
+    if why_not:
+        pytest.skip(why_not)
     host = "127.0.0.23"
     opened: list[socket.socket] = []
 
     def _make(count: int) -> tuple[str, list[int]]:
-        made = []
-        for _ in range(count):
-            listener = socket.socket()
-            opened.append(listener)
-            listener.bind((host, 0))
-            listener.listen(0)
-            port = int(listener.getsockname()[1])
-            opened.append(socket.create_connection((host, port), timeout=5))
-            deadline = time.monotonic() + 5
-            while _accept_queue(listener) < 1 and time.monotonic() < deadline:
-                time.sleep(0.01)
-            if _accept_queue(listener) < 1:
-                pytest.skip("could not fill an accept queue")
-            made.append(port)
-        return host, made
+        try:
+            return host, [make_silent_port(host, opened) for _ in range(count)]
+        except SilentPortsUnavailable as exc:
+            pytest.skip(str(exc))
 
     yield _make
     for sock in opened:
         sock.close()
+
+
+def _low_limit_report(script: str, tmp_path: Path, *args: str) -> dict[str, Any]:
+    """Run ``script`` (which lowers its own RLIMIT_NOFILE) in a subprocess, so this process's
+    limit is never touched, and read the JSON report it prints."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
 
 
 # --------------------------------------------------------------------------- parse_ports
@@ -615,17 +611,7 @@ def test_a_full_scan_under_a_file_limit_of_1024_is_correct_and_leaves_the_limit_
 ) -> None:
     """Two full scans at once, in a process whose soft RLIMIT_NOFILE is 1024 (set in a
     subprocess, so this process's limit is never touched)."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    done = subprocess.run(
-        [sys.executable, "-c", _LOW_LIMIT_SCAN, "127.0.0.94", BASELINE],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-        env=env,
-        cwd=tmp_path,
-    )
-    report = json.loads(done.stdout)
+    report = _low_limit_report(_LOW_LIMIT_SCAN, tmp_path, "127.0.0.94", BASELINE)
 
     assert report["before"][0] == 1024
     assert report["after"] == report["before"]
@@ -757,18 +743,8 @@ def test_scan_many_under_a_file_limit_of_1024_is_correct_and_leaves_the_limit_as
     """Four full scans at once in a process whose soft RLIMIT_NOFILE is 1024, then whose
     hard limit is 1024 too (so it cannot be raised: the spares are shared out); in a
     subprocess, so this process's limit is never touched."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     hosts = ",".join(f"127.0.0.{n}" for n in range(113, 117))
-    done = subprocess.run(
-        [sys.executable, "-c", _LOW_LIMIT_SCAN_MANY, hosts, BASELINE],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-        env=env,
-        cwd=tmp_path,
-    )
-    report = json.loads(done.stdout)
+    report = _low_limit_report(_LOW_LIMIT_SCAN_MANY, tmp_path, hosts, BASELINE)
 
     assert report["soft 1024"]["found"] == report["expected"]
     assert report["soft 1024"]["after"][0] == 1024
