@@ -70,7 +70,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-__all__ = ["PRELOAD", "ForkedRun", "run_forked", "usable"]
+__all__ = ["PRELOAD", "EndedRun", "run_forked", "usable"]
 
 # Heavy third-party modules a suite run imports (found with -X importtime and a dump of
 # sys.modules after a run). None is a pytest plugin distribution's: see the module docstring.
@@ -122,7 +122,9 @@ _KILLED_GRACE = 10.0  # after SIGKILL, until the child's connection ends
 
 
 @dataclass(frozen=True)
-class ForkedRun:
+class EndedRun:
+    """How a suite run ended, forked or (tests/conformance/suite_runner.py) a subprocess."""
+
     returncode: int  # -9 when the deadline passed and the child was killed
     stdout: str
     stderr: str
@@ -159,6 +161,7 @@ class _Server:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._dir: Path | None = None
+        atexit.register(self.stop)
 
     def socket_path(self) -> Path:
         with self._lock:
@@ -168,6 +171,8 @@ class _Server:
             return self._dir / "socket"
 
     def _start(self) -> None:
+        if self._dir is not None:  # a server that died: its directory goes with it
+            shutil.rmtree(self._dir, ignore_errors=True)
         self._dir = Path(tempfile.mkdtemp(prefix="pytest-talos-fork-"))  # 0700
         path = self._dir / "socket"
         repo = Path(__file__).resolve().parents[2]
@@ -183,7 +188,6 @@ class _Server:
         if ready != "ready":
             self._proc.kill()
             raise RuntimeError(f"the suite-run fork server did not start (said {ready!r})")
-        atexit.register(self.stop)
 
     def stop(self) -> None:
         with self._lock:
@@ -225,14 +229,14 @@ def _read_line(fd: int, timeout: float) -> str:
 
 def run_forked(
     argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float
-) -> ForkedRun:
+) -> EndedRun:
     """``python -m pytest <argv>`` in a child forked from the server, within ``timeout``."""
     with tempfile.TemporaryDirectory(prefix="pytest-talos-run-") as tmp:
         out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
         request = {"argv": list(argv), "cwd": str(cwd), "env": dict(env)}
         request |= {"stdout": str(out), "stderr": str(err)}
         code, cpu, timed_out = _request(request, timeout)
-        return ForkedRun(code, _text(out), _text(err), timed_out, cpu)
+        return EndedRun(code, _text(out), _text(err), timed_out, cpu)
 
 
 def _text(path: Path) -> str:

@@ -144,32 +144,21 @@ def run_suite(
     run_env = subprocess_env(env)
     run_cwd = cwd or report_dir.parent
     if forkserver.usable(run_env):
-        ended = _forked(argv, run_cwd, run_env, timeout)
+        ended = forkserver.run_forked(argv, cwd=run_cwd, env=run_env, timeout=timeout)
     else:
         ended = _subprocess(argv, run_cwd, run_env, timeout)
+    output = ended.stdout + ended.stderr
     if ended.timed_out:
-        output = f"timed out after {timeout:g}s\n{ended.output}"
-        return SuiteRun(tuple(argv), -1, output, None, timeout)
+        return SuiteRun(tuple(argv), -1, f"timed out after {timeout:g}s\n{output}", None, timeout)
     results_file = report_dir / "results.json"
     results = json.loads(results_file.read_text()) if results_file.exists() else None
     seconds = time.monotonic() - started
-    return SuiteRun(tuple(argv), ended.returncode, ended.output, results, seconds, ended.cpu)
+    return SuiteRun(tuple(argv), ended.returncode, output, results, seconds, ended.cpu_seconds)
 
 
-@dataclass(frozen=True)
-class _Ended:
-    returncode: int
-    output: str  # stdout, then stderr
-    timed_out: bool
-    cpu: float | None = None
-
-
-def _forked(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float) -> _Ended:
-    run = forkserver.run_forked(argv, cwd=cwd, env=env, timeout=timeout)
-    return _Ended(run.returncode, run.stdout + run.stderr, run.timed_out, run.cpu_seconds)
-
-
-def _subprocess(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float) -> _Ended:
+def _subprocess(
+    argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float
+) -> forkserver.EndedRun:
     try:
         done = subprocess.run(
             [sys.executable, "-m", "pytest", *argv],
@@ -182,8 +171,8 @@ def _subprocess(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout:
         )
     except subprocess.TimeoutExpired as exc:
         output = (exc.stdout or "") if isinstance(exc.stdout, str) else ""
-        return _Ended(-1, output, timed_out=True)
-    return _Ended(done.returncode, done.stdout + done.stderr, timed_out=False)
+        return forkserver.EndedRun(-1, output, "", timed_out=True)
+    return forkserver.EndedRun(done.returncode, done.stdout, done.stderr, timed_out=False)
 
 
 def target_args(emulator: Any) -> list[str]:
