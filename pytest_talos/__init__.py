@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "TalosError": "pytest_talos.errors",
     "TalosNode": "pytest_talos.node",
     "TransportError": "pytest_talos.errors",
+    "WaitCancelled": "pytest_talos.errors",
     "WaitTimeout": "pytest_talos.errors",
     "apply_patches": "pytest_talos.patches",
     "load_talosconfig": "pytest_talos.talosconfig",
@@ -52,6 +53,7 @@ __all__ = [
     "TalosError",
     "TalosNode",
     "TransportError",
+    "WaitCancelled",
     "WaitTimeout",
     "__version__",
     "apply_patches",
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
         NodeError,
         TalosError,
         TransportError,
+        WaitCancelled,
         WaitTimeout,
     )
     from pytest_talos.node import TalosNode

@@ -17,6 +17,7 @@ test failure rather than an error)::
     +-- NodeError                   an error carried in one node's reply metadata
     +-- ConfigRestoreError          a guard could not put a node's config back
     +-- WaitTimeout                 .last_observation, .elapsed
+    +-- WaitCancelled               the waiter was told to stop (a run that is stopping)
     ConformanceFailure(AssertionError)  .node, .check, .expected, .observed, .evidence
 
 This module imports nothing from the package, so every layer may use it.
@@ -53,6 +54,7 @@ __all__ = [
     "Unavailable",
     "Unimplemented",
     "Unknown",
+    "WaitCancelled",
     "WaitTimeout",
     "api_error_for_code",
 ]
@@ -281,6 +283,10 @@ class WaitTimeout(TalosError):
         )
         self.last_observation = last_observation
         self.elapsed = elapsed
+
+
+class WaitCancelled(TalosError):
+    """A wait ended early because its caller asked it to stop (the run is stopping)."""
 
 
 class ConformanceFailure(AssertionError):

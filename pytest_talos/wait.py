@@ -7,8 +7,10 @@
   backoff.
 
 Every wait ends with :class:`~pytest_talos.errors.WaitTimeout` carrying the last observation
-and the time waited. Observations never include config bytes (they hold secrets): configs are
-summarised by version, size and digest.
+and the time waited. Given ``cancelled`` (a callable), a wait also asks it at least every
+``CANCEL_CHECK`` seconds and ends with :class:`~pytest_talos.errors.WaitCancelled` once it
+says so: how a check run on a thread is stopped when its run stops. Observations never
+include config bytes (they hold secrets): configs are summarised by version, size and digest.
 """
 
 from __future__ import annotations
@@ -20,12 +22,20 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from pytest_talos import models
-from pytest_talos.errors import DeadlineExceeded, NotFound, TalosError, WaitTimeout
+from pytest_talos.errors import (
+    DeadlineExceeded,
+    NotFound,
+    TalosError,
+    WaitCancelled,
+    WaitTimeout,
+)
 from pytest_talos.node import TalosNode
 
 __all__ = [
+    "CANCEL_CHECK",
     "MACHINE_CONFIG_RESOURCE",
     "SERVICES_RESOURCE",
+    "Cancelled",
     "ServiceState",
     "StabilityReport",
     "config_summary",
@@ -37,11 +47,19 @@ __all__ = [
 
 T = TypeVar("T")
 Clock = Callable[[], float]
+Cancelled = Callable[[], bool]
 
 SERVICES_RESOURCE = ("Services.v1alpha1.talos.dev", "runtime")
 MACHINE_CONFIG_RESOURCE = ("MachineConfigs.config.talos.dev", "v1alpha1", "config")
 # A watch shorter than this is not worth opening (a proxied one may not even connect in time).
 _MIN_WATCH = 0.25
+# Real seconds a cancellable wait goes at most without asking whether it should stop.
+CANCEL_CHECK = 1.0
+
+
+def _stop_if_cancelled(cancelled: Cancelled | None, description: str, node: str | None) -> None:
+    if cancelled is not None and cancelled():
+        raise WaitCancelled(f"stopped waiting for {description}: the run is stopping", node=node)
 
 
 @dataclass(frozen=True)
@@ -248,15 +266,21 @@ def wait_for_config(
     timeout: float,
     description: str = "the machine config to change",
     clock: Clock = time.monotonic,
+    cancelled: Cancelled | None = None,
 ) -> bytes:
-    """Until the active machine config's bytes satisfy ``predicate``; returns them."""
+    """Until the active machine config's bytes satisfy ``predicate``; returns them.
+
+    With ``cancelled``, the watch is reopened every ``CANCEL_CHECK`` seconds to ask it
+    (each new watch starts with the current config, so no state is skipped for long)."""
     kind, ident, namespace = MACHINE_CONFIG_RESOURCE
     started = clock()
     last = "no config seen"
     remaining = timeout
     while remaining > _MIN_WATCH:
+        _stop_if_cancelled(cancelled, description, node.name)
+        window = remaining if cancelled is None else min(remaining, CANCEL_CHECK)
         try:  # the watch is set up by the call itself, so its deadline may pass there too
-            with node.client.watch(kind, ident, namespace, timeout=remaining) as stream:
+            with node.client.watch(kind, ident, namespace, timeout=window) as stream:
                 for event in stream:
                     raw = _config_of(event)
                     if raw is None:
@@ -290,6 +314,7 @@ def wait_until(
     node: str | None = None,
     clock: Clock = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    cancelled: Cancelled | None = None,
 ) -> T:
     """Call ``probe`` until ``predicate(result)`` holds, backing off between calls.
 
@@ -298,8 +323,10 @@ def wait_until(
     """
     started = clock()
     last: object = "nothing observed yet"
-    delay = interval
+    delay = min(interval, CANCEL_CHECK) if cancelled is not None else interval
+    max_interval = min(max_interval, CANCEL_CHECK) if cancelled is not None else max_interval
     while True:
+        _stop_if_cancelled(cancelled, description, node)
         try:
             value = probe()
         except TalosError as exc:

@@ -4,18 +4,24 @@ and ``talos_suite``, come from :mod:`pytest_talos.plugin.conformance`.)"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any, TypeVar
 
 import pytest
 
 from conformance._support.context import ReaderAccess, Timing
+from conformance._support.node_runs import NodeCheck, NodeRuns
 from conformance._support.observe import READY_STABLE_FOR, Observation, WatchWindow
 from pytest_talos.client import TalosClient
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
 from pytest_talos.errors import TalosError
-from pytest_talos.plugin.conformance import ADMIN, SuiteSettings, check_spec, progress
-from pytest_talos.plugin.items import changes_level
+from pytest_talos.node import TalosNode
+from pytest_talos.plugin.conformance import ADMIN, SuiteSettings, check_spec, is_worker, progress
+from pytest_talos.plugin.items import changes_level, node_param
+from pytest_talos.wait import CANCEL_CHECK
+
+T = TypeVar("T")
 
 _WATCHED = pytest.StashKey[frozenset[str]]()
 # Fixtures that read the run's watch window, and what each needs watched.
@@ -155,3 +161,48 @@ def talos_reader(talos_cluster: TalosCluster) -> Iterator[ReaderAccess]:
         yield ReaderAccess(client)
     finally:
         client.close()
+
+
+def nodes_checked_by(
+    request: pytest.FixtureRequest, test: Callable[..., Any], cluster: TalosCluster
+) -> list[TalosNode]:
+    """The reachable nodes this run runs ``test`` (a per-node check of the requesting
+    module) on: not deselected, not skipped at collection (held back by --talos-allow, no
+    node of its role), of this shard."""
+    names = {
+        node_param(item)
+        for item in request.session.items
+        if isinstance(item, pytest.Function)
+        and item.module is request.module
+        and item.originalname == test.__name__
+        and item.get_closest_marker("skip") is None
+    }
+    return [node for node in cluster.reachable if node.name in names]
+
+
+def node_runs(
+    request: pytest.FixtureRequest, test: Callable[..., Any], check: NodeCheck[T], label: str
+) -> Iterator[NodeRuns[T]]:
+    """For a module fixture: ``check`` run on every node ``test`` checks, all at once (see
+    :mod:`conformance._support.node_runs`); stopped, and the nodes restored, at its end.
+    Under pytest-xdist each test runs its own node's check (which nodes a worker gets is
+    not known beforehand)."""
+    cluster: TalosCluster = request.getfixturevalue("talos_cluster")
+    nodes = [] if is_worker(request.config) else nodes_checked_by(request, test, cluster)
+    runs = NodeRuns(
+        nodes,
+        check,
+        request.getfixturevalue("talos_guarded"),
+        label=label,
+        announce=partial(progress, request.config),
+    )
+    try:
+        yield runs
+    finally:
+        left = runs.close(cluster.client.timeout + 2 * CANCEL_CHECK)
+        if left:
+            progress(
+                request.config,
+                f"conformance: {label} still runs on {', '.join(left)}; the run restores "
+                "those nodes at its end",
+            )

@@ -20,11 +20,15 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
 
 from conformance._support.context import Timing
+from conformance._support.fixtures import node_runs
+from conformance._support.node_runs import NodeRuns
 from pytest_talos.checks import (
     assert_config_unchanged_after_rejection,
     assert_service_healthy_after_patch,
@@ -34,7 +38,13 @@ from pytest_talos.cluster import KubernetesAccess, TalosCluster
 from pytest_talos.errors import ConformanceFailure, InvalidArgument, WaitTimeout
 from pytest_talos.guard import ConfigGuard
 from pytest_talos.node import TalosNode
-from pytest_talos.wait import config_summary, wait_for_config, wait_service_stable, wait_until
+from pytest_talos.wait import (
+    Cancelled,
+    config_summary,
+    wait_for_config,
+    wait_service_stable,
+    wait_until,
+)
 
 LABEL_PREFIX = "conformance.pytest-talos.dev"
 UNKNOWN_KUBELET_FLAG = "pytest-talos-no-such-flag"
@@ -267,6 +277,49 @@ def test_unknown_kubelet_flag_is_detected_and_healed(
     talos_evidence["healed"] = result.evidence.get("waited", "")
 
 
+def _try_reverts(
+    node: TalosNode, cancelled: Cancelled, *, cluster: TalosCluster, timing: Timing
+) -> dict[str, Any]:
+    """config.try-mode-reverts on one node: its evidence, or the ConformanceFailure."""
+    key = _label("tried")
+    result = assert_try_reverts(
+        node,
+        _label_patch(key),
+        try_timeout=TRY_WINDOW,
+        timeout=timing.real(TRY_WINDOW * 2) + node.client.timeout,
+        settle=timing.real(CONFIG_SETTLE),
+        cancelled=cancelled,
+    )
+    # The revert must reach Kubernetes too: the tried label leaves the Node.
+    try:
+        wait_until(
+            lambda: _kube_labels(cluster, node),
+            lambda labels: isinstance(labels, str) or key not in labels,
+            timeout=timing.real(LABEL_SETTLE),
+            node=node.name,
+            description=f"label {key} to leave the Kubernetes Node",
+            cancelled=cancelled,
+        )
+    except WaitTimeout:
+        raise ConformanceFailure(
+            "config.try-mode-reverts",
+            "the config was reverted, but the Kubernetes Node kept the tried label",
+            node=node.name,
+            expected=f"no label {key} after the revert",
+            observed=f"{key} still set {LABEL_SETTLE:g} node seconds later",
+        ) from None
+    return dict(result.evidence)
+
+
+@pytest.fixture(scope="module")
+def try_reverts(
+    request: pytest.FixtureRequest, talos_cluster: TalosCluster, talos_timing: Timing
+) -> Iterator[NodeRuns[dict[str, Any]]]:
+    """config.try-mode-reverts on every node at once: one try window for the fleet."""
+    check = partial(_try_reverts, cluster=talos_cluster, timing=talos_timing)
+    yield from node_runs(request, test_try_mode_change_reverts, check, "the try-mode revert")
+
+
 @pytest.mark.talos_mutating
 @pytest.mark.talos_check(
     "config.try-mode-reverts",
@@ -276,36 +329,46 @@ def test_unknown_kubelet_flag_is_detected_and_healed(
 )
 def test_try_mode_change_reverts(
     talos_node: TalosNode,
-    talos_cluster: TalosCluster,
-    talos_timing: Timing,
+    try_reverts: NodeRuns[dict[str, Any]],
     talos_evidence: dict[str, Any],
 ) -> None:
-    key = _label("tried")
-    result = assert_try_reverts(
-        talos_node,
-        _label_patch(key),
-        try_timeout=TRY_WINDOW,
-        timeout=talos_timing.real(TRY_WINDOW * 2) + talos_node.client.timeout,
-        settle=talos_timing.real(CONFIG_SETTLE),
-    )
-    talos_evidence.update(result.evidence)
-    # The revert must reach Kubernetes too: the tried label leaves the Node.
+    talos_evidence.update(try_reverts.outcome(talos_node))
+
+
+def _apply_cancels_revert(node: TalosNode, cancelled: Cancelled, *, timing: Timing) -> str:
+    """config.apply-cancels-try-revert on one node: the config after both applies."""
+    tried, kept = _label("tried"), _label("kept")
+    node.apply_patch(_label_patch(tried), mode="try", try_timeout=TRY_WINDOW)
+    node.apply_patch(_label_patch(kept), mode="no-reboot")
+    current = node.machine_config
     try:
-        wait_until(
-            lambda: _kube_labels(talos_cluster, talos_node),
-            lambda labels: isinstance(labels, str) or key not in labels,
-            timeout=talos_timing.real(LABEL_SETTLE),
-            node=talos_node.name,
-            description=f"label {key} to leave the Kubernetes Node",
+        changed = wait_for_config(
+            node,
+            lambda raw: raw != current.raw,
+            timeout=timing.real(TRY_WINDOW * 1.5) + 0.5,
+            description="a revert (there should be none)",
+            cancelled=cancelled,
         )
     except WaitTimeout:
-        raise ConformanceFailure(
-            "config.try-mode-reverts",
-            "the config was reverted, but the Kubernetes Node kept the tried label",
-            node=talos_node.name,
-            expected=f"no label {key} after the revert",
-            observed=f"{key} still set {LABEL_SETTLE:g} node seconds later",
-        ) from None
+        # nothing moved through the whole try window and beyond: the revert was cancelled
+        return config_summary(current.raw, current.version)
+    raise ConformanceFailure(
+        "config.apply-cancels-try-revert",
+        "the try-mode revert still happened",
+        node=node.name,
+        expected="the config stays as last applied",
+        observed=f"reverted: {config_summary(changed)}; try label present: "
+        f"{_has_label(changed, tried)}, later label present: {_has_label(changed, kept)}",
+    )
+
+
+@pytest.fixture(scope="module")
+def apply_cancels(request: pytest.FixtureRequest, talos_timing: Timing) -> Iterator[NodeRuns[str]]:
+    """config.apply-cancels-try-revert on every node at once."""
+    check = partial(_apply_cancels_revert, timing=talos_timing)
+    yield from node_runs(
+        request, test_apply_during_try_window_cancels_revert, check, "the cancelled try revert"
+    )
 
 
 @pytest.mark.talos_mutating
@@ -315,30 +378,9 @@ def test_try_mode_change_reverts(
     claim="A regular apply during the try window cancels the pending revert",
 )
 def test_apply_during_try_window_cancels_revert(
-    talos_node: TalosNode, talos_timing: Timing, talos_evidence: dict[str, Any]
+    talos_node: TalosNode, apply_cancels: NodeRuns[str], talos_evidence: dict[str, Any]
 ) -> None:
-    tried, kept = _label("tried"), _label("kept")
-    talos_node.apply_patch(_label_patch(tried), mode="try", try_timeout=TRY_WINDOW)
-    talos_node.apply_patch(_label_patch(kept), mode="no-reboot")
-    current = talos_node.machine_config
-    talos_evidence["after both applies"] = config_summary(current.raw, current.version)
-    try:
-        changed = wait_for_config(
-            talos_node,
-            lambda raw: raw != current.raw,
-            timeout=talos_timing.real(TRY_WINDOW * 1.5) + 0.5,
-            description="a revert (there should be none)",
-        )
-    except WaitTimeout:
-        return  # nothing moved through the whole try window and beyond: the revert was cancelled
-    raise ConformanceFailure(
-        "config.apply-cancels-try-revert",
-        "the try-mode revert still happened",
-        node=talos_node.name,
-        expected="the config stays as last applied",
-        observed=f"reverted: {config_summary(changed)}; try label present: "
-        f"{_has_label(changed, tried)}, later label present: {_has_label(changed, kept)}",
-    )
+    talos_evidence["after both applies"] = apply_cancels.outcome(talos_node)
 
 
 @pytest.mark.talos_mutating

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from conformance._support.fanout import FanOut
+from conformance._support.fixtures import nodes_checked_by
 from conformance._support.settings import SuiteSettings
 from conformance.immutability.port_reads import PortRead, port_fanout, read_ports
 from conformance.immutability.rules import (
@@ -155,13 +156,5 @@ def port_reads(request: pytest.FixtureRequest, talos_cluster: TalosCluster) -> F
     worker gets is not known beforehand (each would scan them all)."""
     if is_worker(request.config):
         return port_fanout([], talos_cluster.client.change_gate)  # each test reads its own
-    checked = {
-        item.callspec.params.get("talos_node")
-        for item in request.session.items
-        if isinstance(item, pytest.Function)
-        and item.module is request.module
-        and item.originalname == test_only_expected_ports_are_open.__name__
-        and hasattr(item, "callspec")
-    }
-    nodes = [node for node in talos_cluster.reachable if node.name in checked]
+    nodes = nodes_checked_by(request, test_only_expected_ports_are_open, talos_cluster)
     return port_fanout(nodes, talos_cluster.client.change_gate)

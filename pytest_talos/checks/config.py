@@ -23,7 +23,13 @@ from pytest_talos.errors import (
 from pytest_talos.guard import ConfigGuard, guarding
 from pytest_talos.node import TalosNode
 from pytest_talos.patches import PatchInput
-from pytest_talos.wait import StabilityReport, config_summary, wait_for_config, wait_service_stable
+from pytest_talos.wait import (
+    Cancelled,
+    StabilityReport,
+    config_summary,
+    wait_for_config,
+    wait_service_stable,
+)
 
 __all__ = [
     "DEFAULT_STABLE_FOR",
@@ -102,7 +108,10 @@ def assert_config_unchanged_after_rejection(
 
 
 def _settled_config(
-    node: TalosNode, before: models.MachineConfig, settle: float
+    node: TalosNode,
+    before: models.MachineConfig,
+    settle: float,
+    cancelled: Cancelled | None = None,
 ) -> models.MachineConfig:
     """The active config once ``settle`` s have passed with no change (or at the first one)."""
     with contextlib.suppress(WaitTimeout):
@@ -111,6 +120,7 @@ def _settled_config(
             lambda raw: raw != before.raw,
             timeout=settle,
             description="a late change (there should be none)",
+            cancelled=cancelled,
         )
     return node.machine_config
 
@@ -246,12 +256,14 @@ def assert_try_reverts(
     timeout: float | None = None,
     guard: ConfigGuard | None = None,
     settle: float = 0.0,
+    cancelled: Cancelled | None = None,
 ) -> CheckResult:
     """A try-mode apply takes effect, then the exact previous config comes back by itself.
 
     ``try_timeout`` is sent to the node (its revert timer); ``timeout`` bounds the wait for
     the revert on this side (default: ``try_timeout`` + 30 s). With ``settle`` > 0 the
     reverted config must then stay as it is (bytes and version) for ``settle`` seconds.
+    ``cancelled`` stops the waits early (WaitCancelled; the guard restores the node).
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     check = "config.try-mode-reverts"
@@ -275,6 +287,7 @@ def assert_try_reverts(
                 lambda raw: raw == before.raw,
                 timeout=limit,
                 description="the try-mode change to revert",
+                cancelled=cancelled,
             )
         except WaitTimeout as exc:
             chosen.restore_node(node)
@@ -289,7 +302,7 @@ def assert_try_reverts(
             ) from None
         if settle > 0:
             reverted = node.machine_config
-            settled = _settled_config(node, reverted, settle)
+            settled = _settled_config(node, reverted, settle, cancelled)
             if (settled.version, settled.raw) != (reverted.version, reverted.raw):
                 chosen.restore_node(node)
                 raise ConformanceFailure(

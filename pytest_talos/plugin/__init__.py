@@ -19,8 +19,9 @@ hooks and fixtures are here, where pytest finds them.
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -237,6 +238,17 @@ def talos_config_guard(request: pytest.FixtureRequest) -> Iterator[ConfigGuard]:
             safety.announce(f"talos: {', '.join(restored)}: original config restored")
         return
     pytest.fail(f"talos_config_guard: {failure}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def talos_guarded(
+    request: pytest.FixtureRequest,
+) -> Callable[[str], contextlib.AbstractContextManager[ConfigGuard]]:
+    """``with talos_guarded(label) as guard:`` a guard of the run's own, restored when the
+    block ends, for changes made outside one test's scope (a check that tries a change on
+    every node at once, from threads). If the run stops first (Ctrl-C, SIGTERM, ``-x``),
+    the run's fallback restores it."""
+    return session_of(request.config).registered_guard
 
 
 @pytest.fixture

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -172,12 +173,28 @@ class TalosSession:
     def restore_leftovers(self) -> list[str]:
         """Restore what no test-level guard did (an interrupted run); the failures."""
         failures = []
-        for guard in self.guards:
+        for guard in list(self.guards):  # a guard's own thread may drop it meanwhile
             try:
                 guard.restore(reraise_deferred=False)
             except ConfigRestoreError as exc:
                 failures.append(str(exc))
         return failures
+
+    @contextlib.contextmanager
+    def registered_guard(self, label: str = "") -> Iterator[ConfigGuard]:
+        """A guard the run knows of, restored when the block ends (from any thread).
+
+        The run's fallback (:meth:`restore_leftovers`) restores it too if the run stops
+        before the block ends; a guard whose restore fails stays registered for it, and
+        the ConfigRestoreError propagates.
+        """
+        guard = self.new_guard(label=label)
+        self.guards.append(guard)
+        try:
+            yield guard
+        finally:
+            guard.restore(reraise_deferred=False)
+            self.guards.remove(guard)
 
     @property
     def cached_cluster(self) -> TalosCluster | None:
