@@ -16,6 +16,7 @@ from conformance._support.observe import READY_STABLE_FOR, Observation, WatchWin
 from pytest_talos.client import TalosClient
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
 from pytest_talos.errors import TalosError
+from pytest_talos.guard import SignalShield
 from pytest_talos.node import TalosNode
 from pytest_talos.plugin.conformance import ADMIN, SuiteSettings, check_spec, is_worker, progress
 from pytest_talos.plugin.items import changes_level, node_param
@@ -199,7 +200,9 @@ def node_runs(
     try:
         yield runs
     finally:
-        left = runs.close(cluster.client.timeout + 2 * CANCEL_CHECK)
+        # A Ctrl-C now waits (and is then re-raised): the threads are restoring their nodes.
+        with SignalShield(runs.running):
+            left = runs.close(cluster.client.timeout + 2 * CANCEL_CHECK)
         if left:
             progress(
                 request.config,

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Generic, TypeVar
 
+from pytest_talos.errors import WaitCancelled
 from pytest_talos.guard import ConfigGuard
 from pytest_talos.node import TalosNode
 from pytest_talos.wait import Cancelled
@@ -89,7 +90,12 @@ class NodeRuns(Generic[T]):
             return self._check(node, _never)
         self._start()
         self._served.add(node.address)
-        return self._futures[node.address].result()
+        future = self._futures.get(node.address)
+        if future is None:  # closed before the first test asked
+            raise WaitCancelled(
+                f"{self._label} was not started: the run is stopping", node=node.name
+            )
+        return future.result()
 
     def _start(self) -> None:
         with self._lock:
@@ -121,15 +127,27 @@ class NodeRuns(Generic[T]):
         else:
             future.set_result(result)
 
+    def running(self) -> list[str]:
+        """The nodes whose check still runs."""
+        return [t.name.removeprefix("talos-check-") for t in self._threads if t.is_alive()]
+
     def close(self, timeout: float) -> list[str]:
         """Stop every check still running and wait up to ``timeout`` s for their threads
         (each restores its node on its way out); the names of the nodes still running."""
         self._stop.set()
         with self._lock:
             threads = list(self._threads)
-        if any(thread.is_alive() for thread in threads):
-            self._announce(f"conformance: stopping {self._label}; restoring the nodes")
+        stopping = self.running()
+        if stopping:
+            self._announce(
+                f"conformance: stopping {self._label} on {', '.join(stopping)}; "
+                "restoring their original config"
+            )
         deadline = time.monotonic() + timeout
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
-        return [t.name.removeprefix("talos-check-") for t in threads if t.is_alive()]
+        left = self.running()
+        restored = [name for name in stopping if name not in left]
+        if restored:
+            self._announce(f"conformance: {', '.join(restored)}: original config restored")
+        return left

@@ -221,3 +221,68 @@ def test_cluster_level_changes_go_through_the_guard_fixture(
     """)
     cluster_run().assert_outcomes(passed=2)
     assert active_config(emulated, WORKER) == original
+
+
+def test_a_run_guard_restores_after_a_change_from_a_thread_and_on_an_interrupt(
+    cluster_run: Run, pytester: pytest.Pytester, emulated: EmulatedCluster, original: bytes
+) -> None:
+    # talos_guarded: a guard of the run's own, used from another thread. The first block
+    # ends normally; the second ends with the run's KeyboardInterrupt.
+    pytester.makepyfile("""
+        import threading
+        import pytest
+
+        def change(talos_cluster, guard, label):
+            node = talos_cluster.node("talos-default-worker-1").with_guard(guard)
+            node.apply_patch({"machine": {"nodeLabels": {"guard": label}}})
+
+        @pytest.mark.talos_mutating
+        def test_block_restores(talos_cluster, talos_guarded):
+            with talos_guarded("from-a-thread") as guard:
+                worker = threading.Thread(target=change, args=(talos_cluster, guard, "thread"))
+                worker.start()
+                worker.join(30)
+                assert guard.protected == ["talos-default-worker-1"]
+            node = talos_cluster.node("talos-default-worker-1")
+            assert b"thread" not in node.machine_config.raw
+            assert guard.protected == []
+
+        @pytest.mark.talos_mutating
+        def test_interrupted_inside_a_block(talos_cluster, talos_guarded):
+            with talos_guarded("left-open") as guard:
+                change(talos_cluster, guard, "left-open")
+                raise KeyboardInterrupt
+    """)
+    result = cluster_run()
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*1 passed*"])
+    assert active_config(emulated, WORKER) == original
+
+
+def test_a_run_guard_that_fails_to_restore_stays_for_the_runs_fallback(
+    cluster_run: Run, pytester: pytest.Pytester, emulated: EmulatedCluster, original: bytes
+) -> None:
+    # The block's restore fails (the client refuses); the guard stays registered, and the
+    # run's fallback restores the node once the monkeypatch is undone.
+    pytester.makepyfile("""
+        import pytest
+        from pytest_talos.errors import ConfigRestoreError, Unavailable
+
+        @pytest.mark.talos_mutating
+        def test_stuck(monkeypatch, talos_cluster, talos_guarded):
+            node = talos_cluster.node("talos-default-worker-1")
+            with pytest.raises(ConfigRestoreError, match="apid is restarting"):
+                with talos_guarded("stuck") as guard:
+                    guarded = node.with_guard(guard)
+                    guarded.apply_patch({"machine": {"nodeLabels": {"guard": "stuck"}}})
+
+                    def refuse(*args, **kwargs):
+                        raise Unavailable("apid is restarting")
+
+                    monkeypatch.setattr(guarded.client, "apply_configuration", refuse)
+            assert guard.protected == ["talos-default-worker-1"]
+    """)
+    result = cluster_run()
+    result.assert_outcomes(passed=1)
+    assert "RESTORE FAILED" not in result.stdout.str()  # the fallback succeeded
+    assert active_config(emulated, WORKER) == original
