@@ -54,6 +54,8 @@ __all__ = [
     "allowed_roles",
     "certificate_roles",
     "change_level",
+    "join_host_port",
+    "kubernetes_node_name",
     "permits",
     "roles_needed",
     "split_host_port",
@@ -64,6 +66,29 @@ __all__ = [
 
 APID_PORT: Final = 50000  # internal/app/machined/pkg/controllers/runtime/api_service_config.go
 TRUSTD_PORT: Final = 50001  # internal/app/trustd/main.go
+
+# --------------------------------------------------------------------------- node names
+
+
+def kubernetes_node_name(hostname: str) -> str:
+    """A hostname as Talos turns it into a Kubernetes Node name (FromHostname in
+    internal/app/machined/pkg/controllers/k8s/internal/nodename/nodename.go): ASCII
+    letters lower-cased, digits, ``-`` and ``.`` kept, ``_`` turned into ``-``, anything
+    else dropped, then leading and trailing ``-``/``.`` trimmed. ValueError when nothing is
+    left (Talos then publishes no Nodename)."""
+    kept = []
+    for char in hostname:
+        if "a" <= char <= "z" or "0" <= char <= "9" or char in "-.":
+            kept.append(char)
+        elif "A" <= char <= "Z":
+            kept.append(char.lower())
+        elif char == "_":
+            kept.append("-")
+    name = "".join(kept).strip("-.")
+    if not name:
+        raise ValueError(f"could not convert hostname {hostname!r} to a valid Kubernetes Node name")
+    return name
+
 
 # --------------------------------------------------------------------------- runtime modes
 
@@ -252,6 +277,11 @@ def certificate_roles(cert: x509.Certificate | bytes) -> tuple[str, ...]:
 
 
 # --------------------------------------------------------------------------- host and port
+
+
+def join_host_port(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 address in brackets (``[fd00::2]:50000``)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def split_host_port(text: str) -> tuple[str, str | None]:

@@ -16,9 +16,11 @@ import yaml
 from conformance._support.context import Timing
 from conformance._support.settings import SuiteSettings
 from conformance.kubernetes.node_addresses import AddressBook
+from conformance.kubernetes.node_lookup import registered_node
 from conformance.kubernetes.ready_watch import ReadyWatches, ready_changes
 from pytest_talos import models
 from pytest_talos.checks import assert_node_ready
+from pytest_talos.checks.kubernetes import read_kube_node
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
 from pytest_talos.errors import ConformanceFailure, PermissionDenied, TalosError
 from pytest_talos.node import TalosNode
@@ -80,13 +82,16 @@ def ready_watches(
 
 
 def _ready_targets(request: pytest.FixtureRequest, cluster: TalosCluster) -> list[str]:
-    """The Kubernetes names of every node the Ready check runs on in this session."""
+    """The Kubernetes names of every node the Ready check runs on in this session (the
+    nodenames; nodes that register no Node are left out)."""
     names = []
     for item in request.session.items:
         callspec = getattr(item, "callspec", None)
         if getattr(item, "originalname", "") == "test_node_is_ready_in_kubernetes" and callspec:
             with contextlib.suppress(KeyError, TalosError):
-                names.append(cluster.node(str(callspec.params["talos_node"])).hostname)
+                found = cluster.node(str(callspec.params["talos_node"])).kubernetes_registration
+                if found.registered:
+                    names.append(found.name)
     return names
 
 
@@ -104,11 +109,12 @@ def test_node_is_ready_in_kubernetes(
     talos_timing: Timing,
     talos_evidence: dict[str, Any],
 ) -> None:
+    registration = registered_node(talos_node)
     result = assert_node_ready(talos_cluster, talos_node, timeout=talos_timing.real(READY_SETTLE))
     talos_evidence.update(result.evidence)
     window = ready_watches.window
     ready_watches.start(_ready_targets(request, talos_cluster))  # every node's window at once
-    seen = ready_watches.result(talos_node.hostname)
+    seen = ready_watches.result(registration.name)
     talos_evidence["ready watched"] = f"{window:g}s (node time), {len(seen)} reads"
     changes = ready_changes(seen)
     if changes:
@@ -132,16 +138,9 @@ def test_node_is_schedulable_without_pressure(
     talos_kubernetes: KubernetesAccess,
     talos_evidence: dict[str, Any],
 ) -> None:
-    try:
-        kube_node = talos_kubernetes.node(talos_node.hostname)
-    except Exception as exc:  # the kubernetes client raises its own ApiException
-        if getattr(exc, "status", None) == 404:
-            raise ConformanceFailure(
-                "kubernetes.node-conditions-clear",
-                f"Kubernetes has no Node named {talos_node.hostname}",
-                node=talos_node.name,
-            ) from None
-        raise
+    registration = registered_node(talos_node)
+    kube_node = read_kube_node(talos_kubernetes, talos_node, "kubernetes.node-conditions-clear")
+    talos_evidence.update(registration.evidence())
     conditions = {
         str(c.type): (str(c.status), " ".join(filter(None, [c.reason, c.message])))
         for c in getattr(kube_node.status, "conditions", None) or []

@@ -27,10 +27,14 @@ from conformance._support.snapshot import (
     diff_labels,
     diff_sections,
     load_snapshot,
+    lost_extension_labels,
     save_snapshot,
     section_digests,
+    without_extension_labels,
 )
 from conformance._support.vendor_profile import version_matches
+from conformance.kubernetes.node_lookup import registered_node
+from pytest_talos.checks.kubernetes import read_kube_node
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
 from pytest_talos.errors import ConfigError, ConformanceFailure, TalosError, WaitTimeout
 from pytest_talos.node import TalosNode
@@ -48,10 +52,14 @@ def installed_extensions(node: TalosNode) -> dict[str, str]:
     return found
 
 
-def kubernetes_labels(kube: KubernetesAccess | None, hostname: str) -> dict[str, str] | None:
-    if kube is None:
+def kubernetes_labels(
+    kube: KubernetesAccess | None, node: TalosNode, check: str
+) -> dict[str, str] | None:
+    """The labels of the node's Kubernetes Node, by the name Talos registers it under; None
+    without Kubernetes or for a node that registers no Node. A missing Node fails ``check``."""
+    if kube is None or not node.kubernetes_registration.registered:
         return None
-    return dict(kube.node(hostname).metadata.labels or {})
+    return dict(read_kube_node(kube, node, check).metadata.labels or {})
 
 
 def take_snapshot(node: TalosNode, kube: KubernetesAccess | None) -> NodeSnapshot:
@@ -62,7 +70,7 @@ def take_snapshot(node: TalosNode, kube: KubernetesAccess | None) -> NodeSnapsho
         config_version=config.version,
         config_sections=section_digests(config.raw),
         extensions=installed_extensions(node),
-        node_labels=kubernetes_labels(kube, node.hostname),
+        node_labels=kubernetes_labels(kube, node, "upgrade.snapshot-recorded"),
     )
 
 
@@ -135,9 +143,11 @@ def test_node_runs_expected_kubernetes_version(
     wanted = talos_suite.expect_kubernetes_version
     if not wanted:
         pytest.skip("no expected Kubernetes version: pass --talos-expect-kubernetes-version")
+    registration = registered_node(talos_node)
     kube: KubernetesAccess = request.getfixturevalue("talos_kubernetes")
-    kubelet = str(kube.node(talos_node.hostname).status.node_info.kubelet_version)
-    talos_evidence.update(expected=wanted, kubelet=kubelet)
+    kube_node = read_kube_node(kube, talos_node, "upgrade.kubernetes-version")
+    kubelet = str(kube_node.status.node_info.kubelet_version)
+    talos_evidence.update(expected=wanted, kubelet=kubelet, **registration.evidence())
     if not version_matches(wanted, kubelet):
         raise ConformanceFailure(
             "upgrade.kubernetes-version",
@@ -263,14 +273,25 @@ def test_node_labels_unchanged_since_snapshot(
     talos_evidence: dict[str, Any],
 ) -> None:
     before = _node_snapshot(snapshot_before, talos_node)
+    registered_node(talos_node)  # no Node now: nothing to compare
     if before.node_labels is None:
         pytest.skip("the snapshot has no node labels (Kubernetes was not reachable then)")
     kube: KubernetesAccess = request.getfixturevalue("talos_kubernetes")
-    now = kubernetes_labels(kube, talos_node.hostname) or {}
-    missing, changed, added = diff_labels(before.node_labels, now)
+    now = kubernetes_labels(kube, talos_node, "upgrade.node-labels-unchanged") or {}
+    # Extension labels carry versions an upgrade changes: upgrade.extensions-unchanged
+    # judges those; here only one gone while its extension is still installed counts.
+    missing, changed, added = diff_labels(
+        without_extension_labels(before.node_labels), without_extension_labels(now)
+    )
+    lost = lost_extension_labels(before.node_labels, now, installed_extensions(talos_node))
+    missing.update(lost)
     talos_evidence.update(
         missing=missing, changed={k: f"{a} -> {b}" for k, (a, b) in changed.items()}, added=added
     )
+    if lost:
+        talos_evidence["extension labels lost"] = {
+            k: f"its extension is still installed (version {v})" for k, v in lost.items()
+        }
     if missing or changed:
         raise ConformanceFailure(
             "upgrade.node-labels-unchanged",

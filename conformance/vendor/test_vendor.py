@@ -13,14 +13,19 @@ from typing import Any
 import pytest
 
 from conformance._support.settings import SuiteSettings
-from conformance._support.vendor_profile import VendorProfile, version_matches
+from conformance._support.vendor_profile import (
+    VendorProfile,
+    VerificationPolicy,
+    version_matches,
+)
+from conformance.kubernetes.node_lookup import registered_node
 from conformance.upgrade.test_upgrade import installed_extensions
+from pytest_talos.checks.kubernetes import read_kube_node
 from pytest_talos.cluster import KubernetesAccess
 from pytest_talos.errors import ConformanceFailure, NotFound
 from pytest_talos.node import TalosNode
 
 IMAGE_VERIFICATION_KIND = "ImageVerificationConfig"
-_CATCH_ALL = frozenset({"*", "**", "*/*", "**/*"})
 
 
 class UnverifiedImagesWarning(UserWarning):
@@ -86,10 +91,12 @@ def test_kubernetes_version_matches_profile(
     talos_evidence: dict[str, Any],
 ) -> None:
     profile = _profile(talos_suite, "kubernetes.version", lambda p: p.kubernetes_version)
+    registration = registered_node(talos_node)
     kube: KubernetesAccess = request.getfixturevalue("talos_kubernetes")
-    kubelet = str(kube.node(talos_node.hostname).status.node_info.kubelet_version)
+    kube_node = read_kube_node(kube, talos_node, "vendor.kubernetes-version")
+    kubelet = str(kube_node.status.node_info.kubelet_version)
     wanted = str(profile.kubernetes_version)
-    talos_evidence.update(expected=wanted, kubelet=kubelet)
+    talos_evidence.update(expected=wanted, kubelet=kubelet, **registration.evidence())
     if not version_matches(wanted, kubelet):
         raise ConformanceFailure(
             "vendor.kubernetes-version",
@@ -115,7 +122,7 @@ def test_kernel_version_matches_profile(
     release = parts[2] if len(parts) > 2 and parts[:2] == ["Linux", "version"] else text
     wanted = str(profile.kernel_version)
     talos_evidence.update(expected=wanted, kernel=release)
-    if not version_matches(wanted, release):
+    if not version_matches(wanted, release, local_version=True):
         raise ConformanceFailure(
             "vendor.kernel-version",
             "another kernel runs",
@@ -275,6 +282,13 @@ def _verification_rules(node: TalosNode) -> list[dict[str, Any]] | None:
     return [rule for doc in docs for rule in (doc.get("rules") or []) if isinstance(rule, dict)]
 
 
+def _policy_evidence(policy: VerificationPolicy) -> dict[str, Any]:
+    evidence: dict[str, Any] = {"rules": [f"{p}: {a}" for p, a in policy.rules]}
+    if policy.unreachable:
+        evidence["never matched (after a rule for every image)"] = list(policy.unreachable)
+    return evidence
+
+
 @pytest.mark.talos_check(
     "vendor.image-verification",
     severity="medium",
@@ -289,20 +303,32 @@ def test_image_verification_is_configured(
         lambda p: p.image_verification_required is not None,
     )
     rules = _verification_rules(talos_node)
-    patterns = [str(r.get("image", "?")) for r in rules or []]
-    talos_evidence["rules"] = patterns if rules is not None else "not configured"
-    note = (
-        "Talos pulls an image that matches no ImageVerificationConfig rule without "
-        "verifying it (verification is not fail-closed)"
-    )
-    if not set(patterns) & _CATCH_ALL:
+    policy = VerificationPolicy.of(rules or [])
+    if rules is None:
+        talos_evidence["rules"] = "not configured"
+    else:
+        talos_evidence.update(_policy_evidence(policy))
+    note = policy.unverified_note()
+    if note:
         talos_evidence["warning"] = note
         warnings.warn(UnverifiedImagesWarning(f"{talos_node.name}: {note}"), stacklevel=1)
-    if profile.image_verification_required and not rules:
+    if not profile.image_verification_required:
+        return
+    if rules is None:
         raise ConformanceFailure(
             "vendor.image-verification",
             "image signature verification is not configured",
             node=talos_node.name,
             expected=f"an {IMAGE_VERIFICATION_KIND} document with rules",
             observed="none in the machine config",
+        )
+    if not policy.verifying:
+        raise ConformanceFailure(
+            "vendor.image-verification",
+            note
+            if note and policy.catch_all is not None
+            else "no image verification rule verifies signatures",
+            node=talos_node.name,
+            expected="a reachable rule with a keyless or publicKey verifier",
+            observed="; ".join(talos_evidence["rules"]) or "no rules",
         )

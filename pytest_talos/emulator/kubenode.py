@@ -3,20 +3,44 @@ controller's view of the kubelet (Kubernetes behaviour, INFERRED).
 
 :class:`NodeMonitor` owns the node-monitor grace period: a kubelet posts node status only while
 it runs healthy, and after :data:`NODE_MONITOR_GRACE` without status the Node turns Unknown.
-:func:`kube_node_info` builds the Node as the node state is now.
+:func:`kube_node_info` builds the Node as the node state is now, named as Talos names it
+(:func:`nodename_of`, :func:`kubelet_node_name`) and labelled with the installed extensions
+(:func:`extension_node_labels`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.clock import Cancellable, Clock
 from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.identity import KubeNodeInfo, NodeIdentity, node_pod_cidr
+from pytest_talos.emulator.machineconfig.loader import main_document
 from pytest_talos.emulator.services import Service
+from pytest_talos.talos_api import kubernetes_node_name
 
-__all__ = ["NODE_MONITOR_GRACE", "NodeMonitor", "kube_node_info", "ready_flap"]
+__all__ = [
+    "EXTENSION_LABEL_PREFIX",
+    "NODE_MONITOR_GRACE",
+    "NodeMonitor",
+    "extension_node_labels",
+    "extension_versions",
+    "kube_node_info",
+    "kubelet_node_name",
+    "node_registered",
+    "nodename_of",
+    "ready_flap",
+]
+
+# pkg/machinery/constants/constants.go K8sExtensionPrefix
+EXTENSION_LABEL_PREFIX = "extensions.talos.dev/"
+# pkg/machinery/labels/validate.go: a qualified name's name part, and a label value (which
+# may also be empty); both at most 63 characters.
+_QUALIFIED_NAME = re.compile(r"^(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_MAX = 63
 
 # Kubernetes (not Talos): kube-controller-manager's --node-monitor-grace-period default. A
 # Node whose kubelet has not posted status for this long turns Unknown (INFERRED, emulated s).
@@ -84,6 +108,56 @@ def ready_flap(booted_at: float, now: float) -> tuple[bool, float | None]:
     return True, start if start > booted_at else None
 
 
+def _kubelet_section(config: bytes) -> dict[str, Any]:
+    section = (main_document(config).get("machine") or {}).get("kubelet")
+    return section if isinstance(section, dict) else {}
+
+
+def nodename_of(hostname: str, domain: str, config: bytes) -> str:
+    """The Nodenames resource's ``nodename`` (controllers/k8s/nodename.go): the FQDN when
+    ``machine.kubelet.registerWithFQDN`` is true (HostnameStatusSpec.FQDN: ``host.domain``,
+    or the short name without a domain), else the short hostname, through FromHostname."""
+    fqdn = _kubelet_section(config).get("registerWithFQDN") is True
+    name = f"{hostname}.{domain}" if fqdn and domain else hostname
+    return kubernetes_node_name(name)
+
+
+def node_registered(config: bytes) -> bool:
+    """Whether kubelet registers a Node: not with ``machine.kubelet.skipNodeRegistration``
+    (controllers/k8s/kubelet_spec.go then gives kubelet no kubeconfig)."""
+    return _kubelet_section(config).get("skipNodeRegistration") is not True
+
+
+def kubelet_node_name(identity: NodeIdentity, config: bytes) -> str:
+    """The name kubelet registers its Node under: ``--hostname-override``, which
+    controllers/k8s/kubelet_spec.go sets to the nodename unless the user's
+    ``machine.kubelet.extraArgs`` has its own (then Talos leaves it alone); kubelet trims and
+    lower-cases it (Kubernetes component-helpers/node/util GetHostname; INFERRED here)."""
+    override = mc.kubelet_extra_args(config).get("hostname-override", "").strip().lower()
+    return override or nodename_of(identity.hostname, identity.domain, config)
+
+
+def extension_versions(identity: NodeIdentity, talos_version: str) -> dict[str, str]:
+    """``{name: version}`` of the node's system extensions, as its ExtensionStatuses say
+    (INFERRED: an emulated extension carries the Talos version it was built for)."""
+    return dict.fromkeys(identity.extensions, talos_version)
+
+
+def extension_node_labels(versions: Mapping[str, str]) -> dict[str, str]:
+    """``extensions.talos.dev/<name>: <version>`` per installed extension, as
+    controllers/k8s/node_label_spec.go extensionsToNodeKV adds them: only for a non-empty
+    name whose label key is a valid qualified name and a version that is a valid label
+    value (pkg/machinery/labels/validate.go); others are left out."""
+    labels = {}
+    for name, version in versions.items():
+        if not name or len(name) > _LABEL_MAX or not _QUALIFIED_NAME.match(name):
+            continue
+        if len(version) > _LABEL_MAX or (version and not _QUALIFIED_NAME.match(version)):
+            continue
+        labels[EXTENSION_LABEL_PREFIX + name] = version
+    return labels
+
+
 def kube_node_info(
     identity: NodeIdentity,
     *,
@@ -97,18 +171,20 @@ def kube_node_info(
     labels_kept_after_revert: Mapping[str, str],
 ) -> KubeNodeInfo:
     """The node's Kubernetes Node object, with what the active faults change in it."""
-    hostname = identity.hostname
+    name = kubelet_node_name(identity, config)
     labels = {
         "beta.kubernetes.io/arch": "amd64",
         "beta.kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
-        "kubernetes.io/hostname": hostname,
+        "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
     }
     if identity.controlplane:
         labels["node-role.kubernetes.io/control-plane"] = ""
     if not quirk(Quirk.KUBE_LABELS_NEVER_SYNC):
+        # NodeLabelSpec (node_label_spec.go): machine.nodeLabels, then the extensions
         labels.update(mc.node_labels(config))  # issue #3: labels from the config
+        labels.update(extension_node_labels(extension_versions(identity, talos_version)))
         labels.update(labels_kept_after_revert)  # Quirk.TRY_REVERT_KEEPS_NODE_LABELS
     pods = mc.pod_subnets(config)
     unknown = powered and monitor.unknown_since is not None
@@ -116,7 +192,7 @@ def kube_node_info(
         ready_flap(booted_at, now) if quirk(Quirk.KUBE_READY_FLAPS) else (True, None)
     )
     return KubeNodeInfo(
-        name=hostname,
+        name=name,
         address=identity.address,
         labels=labels,
         ready=powered and not unknown and not quirk(Quirk.KUBE_READY_FALSE) and flap_ready,

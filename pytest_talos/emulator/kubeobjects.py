@@ -1,9 +1,11 @@
 """What the emulated Kubernetes API serves: the cluster's Nodes and kube-system Pods.
 
 The objects are built on every request from the nodes' state (:meth:`NodeState.kube_node`):
-labels from ``machine.nodeLabels`` (issue #3), readiness (fault ``node-not-ready``; Unknown
-once kubelet has not posted status for the node-monitor grace period), and one pod per
-control-plane component plus a kube-proxy pod per node, ready while kubelet runs.
+each Node named as kubelet registers it (the nodename, :mod:`.kubenode`; none with
+``skipNodeRegistration``), labels from ``machine.nodeLabels`` (issue #3) and the
+extensions, readiness (fault ``node-not-ready``; Unknown once kubelet has not posted status
+for the node-monitor grace period), and one pod per control-plane component plus a
+kube-proxy pod per node, ready while kubelet runs.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from pytest_talos.emulator import kubeapi
 from pytest_talos.emulator.identity import KubeNodeInfo
+from pytest_talos.emulator.kubenode import kubelet_node_name, node_registered
 from pytest_talos.emulator.state import NodeState
 
 __all__ = ["ClusterKubeProvider"]
@@ -57,6 +60,8 @@ class ClusterKubeProvider:
     def nodes(self) -> list[dict[str, Any]]:
         objects = []
         for state in self._states():
+            if not node_registered(state.active_config):
+                continue  # skipNodeRegistration: kubelet_spec.go gives kubelet no kubeconfig
             info = state.kube_node()
             objects.append(
                 kubeapi.make_node_object(
@@ -85,15 +90,19 @@ class ClusterKubeProvider:
         return [pod for state in self._states() for pod in self._pods_of(state)]
 
     def _pods_of(self, state: NodeState) -> list[dict[str, Any]]:
+        config = state.active_config
+        if not node_registered(config):
+            return []  # no Node: no mirror pods, nothing scheduled there
+        node_name = kubelet_node_name(state.identity, config)  # static pods: <pod>-<node name>
         ready = state.powered and state.services.services["kubelet"].running
         names = [("kube-proxy", f"kube-proxy-{state.identity.node_id[:5].lower()}")]
         if state.identity.controlplane:
-            names = [(c, f"{c}-{state.hostname}") for c in _CONTROL_PLANE_PODS] + names
+            names = [(c, f"{c}-{node_name}") for c in _CONTROL_PLANE_PODS] + names
         return [
             kubeapi.make_pod_object(
                 name,
                 "kube-system",
-                node_name=state.hostname,
+                node_name=node_name,
                 image=f"registry.k8s.io/{component}:v{self._version}",
                 resource_version=0,
                 creation_ts=_when(state.booted_at),

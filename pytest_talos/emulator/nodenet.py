@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.identity import NodeIdentity, node_id_for, node_pod_cidr
+from pytest_talos.emulator.kubenode import nodename_of
 from pytest_talos.emulator.machineconfig.accessors import (
     cni_name,
     coredns_enabled,
@@ -132,7 +133,8 @@ class NodeNetworking:
         store = self._store
         for member in store.list("cluster", T.MEMBERS):
             store.destroy("cluster", T.MEMBERS, member.id)
-        if not discovery_enabled(self._config()):
+        config = self._config()
+        if not discovery_enabled(config):
             return
         peers = list(self._peers())
         if not self._discovery_reachable:
@@ -150,7 +152,10 @@ class NodeNetworking:
             }
             if peer.controlplane:
                 spec["controlPlane"] = {"apiServerPort": 6443}
-            store.put("cluster", T.MEMBERS, peer.hostname, spec, owner="cluster.MemberController")
+            # The affiliate's nodename is the peer's own Nodename (local_affiliate.go);
+            # INFERRED: every node shares this node's registerWithFQDN setting.
+            member_id = nodename_of(peer.hostname, peer.domain, config)
+            store.put("cluster", T.MEMBERS, member_id, spec, owner="cluster.MemberController")
 
     def etcd_members(self) -> list[NodeIdentity]:
         """The etcd members: the control planes, named by their short hostname

@@ -5,17 +5,26 @@ controllers/cluster (the network's resources come from :mod:`.nodenet`)."""
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable, Iterator
+from typing import ClassVar
 
 from pytest_talos.emulator.events import MachineStatusPayload, Payload
 from pytest_talos.emulator.identity import NodeIdentity, etcd_member_id, node_id_for
+from pytest_talos.emulator.kubenode import extension_versions, node_registered, nodename_of
 from pytest_talos.emulator.nodeapply import CONFIG_ANNOTATIONS
 from pytest_talos.emulator.nodenet import NodeNetworking
 from pytest_talos.emulator.resources import DEFINITIONS, NAMESPACES, T
 from pytest_talos.emulator.services import ServiceManager
-from pytest_talos.emulator.store import ResourceStore
+from pytest_talos.emulator.store import ResourceStore, StoreEvent
 
-__all__ = ["MachineStatus", "publish_boot_resources", "publish_machine_config", "unhealthy"]
+__all__ = [
+    "MachineStatus",
+    "NodenameController",
+    "publish_boot_resources",
+    "publish_machine_config",
+    "unhealthy",
+]
 
 
 def publish_boot_resources(
@@ -41,36 +50,83 @@ def publish_boot_resources(
     )
     networking.publish()
     # network/hostname_status.go: the short hostname and the domain (DHCP, cloud, config).
-    hostname = store.put(
+    store.put(
         "network",
         T.HOSTNAME_STATUSES,
         "hostname",
         {"hostname": identity.hostname, "domainname": identity.domain},
     )
-    # controllers/k8s/nodename.go: the short hostname (no registerWithFQDN here) and the
-    # version of the HostnameStatus it came from.
-    nodename = {
-        "nodename": identity.hostname,
-        "hostnameVersion": str(hostname.version),
-        "skipNodeRegistration": False,
-    }
-    store.put("k8s", T.NODENAMES, "nodename", nodename, owner="k8s.NodenameController")
+    # controllers/k8s/nodename.go: Nodenames follows once the active config is published too.
+    NodenameController.attach(store, identity).reconcile()
     if identity.controlplane:
         member_id = f"{etcd_member_id(identity.hostname):016x}"
         store.put("etcd", T.ETCD_MEMBERS, "local", {"memberID": member_id})
+    versions = extension_versions(identity, talos_version)
     for index, name in enumerate(identity.extensions):
         # INFERRED spec shape (no proto restated: proto_spec stays empty).
         spec = {
             "image": f"{index:03d}-{name}.sqsh",
             "metadata": {
                 "name": name,
-                "version": talos_version,
+                "version": versions[name],
                 "author": "Sidero Labs",
                 "description": f"{name} extension",
             },
         }
         store.put("runtime", T.EXTENSION_STATUSES, str(index), spec)
     networking.publish_members()
+
+
+class NodenameController:
+    """k8s.NodenameController (internal/app/machined/pkg/controllers/k8s/nodename.go): from
+    the active MachineConfig and the HostnameStatus, Nodenames/nodename in ``k8s`` holds the
+    Kubernetes node name (the FQDN with ``machine.kubelet.registerWithFQDN``, through
+    nodename.FromHostname), the HostnameStatus version it came from and
+    ``skipNodeRegistration``. It runs again whenever either input changes (an applied
+    config too), and publishes nothing until both exist."""
+
+    _attached: ClassVar[weakref.WeakKeyDictionary[ResourceStore, NodenameController]] = (
+        weakref.WeakKeyDictionary()
+    )
+
+    def __init__(self, store: ResourceStore, identity: NodeIdentity) -> None:
+        self._store = weakref.ref(store)
+        self._identity = identity
+
+    @classmethod
+    def attach(cls, store: ResourceStore, identity: NodeIdentity) -> NodenameController:
+        """The store's controller, subscribed to its inputs once (a reboot clears the store,
+        not its subscribers)."""
+        controller = cls._attached.get(store)
+        if controller is None:
+            controller = cls._attached[store] = cls(store, identity)
+            store.subscribe(controller.on_event)
+        return controller
+
+    def on_event(self, event: StoreEvent) -> None:
+        found = event.resource
+        inputs = {(T.MACHINE_CONFIGS, "v1alpha1"), (T.HOSTNAME_STATUSES, "hostname")}
+        if event.kind != "destroyed" and (found.type, found.id) in inputs:
+            self.reconcile()
+
+    def reconcile(self) -> None:
+        store = self._store()
+        if store is None:
+            return
+        config = store.get("config", T.MACHINE_CONFIGS, "v1alpha1")
+        status = store.get("network", T.HOSTNAME_STATUSES, "hostname")
+        if config is None or status is None or not isinstance(config.spec, bytes):
+            return
+        try:
+            name = nodename_of(status.spec["hostname"], status.spec["domainname"], config.spec)
+        except ValueError:  # FromHostname found nothing to keep: the controller errors out
+            return
+        spec = {
+            "nodename": name,
+            "hostnameVersion": str(status.version),
+            "skipNodeRegistration": not node_registered(config.spec),
+        }
+        store.put("k8s", T.NODENAMES, "nodename", spec, owner="k8s.NodenameController")
 
 
 def publish_machine_config(

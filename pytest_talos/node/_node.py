@@ -9,6 +9,7 @@ from pytest_talos.client import DEFAULT_WATCH_TIMEOUT, StreamIterator, TalosClie
 from pytest_talos.errors import TalosError
 from pytest_talos.node._files import NodeFiles
 from pytest_talos.node._guards import ConfigProtector
+from pytest_talos.node._kubename import KubernetesName, read_kubernetes_name
 from pytest_talos.patches import PatchInput, apply_patches
 from pytest_talos.talos_api import ResourceType, split_host_port
 
@@ -34,7 +35,8 @@ class TalosNode:
     emulator sets it). ``expected_ports`` is the allowlist the plugin built for this node.
     ``unreachable`` is the error that kept the node from answering when its cluster was built
     (its hostname and role could not be read), ``None`` for a node that answered; see
-    :attr:`reachable`.
+    :attr:`reachable`. ``kubernetes`` presets :attr:`kubernetes_registration` (else it is
+    read from the node when first needed).
     """
 
     def __init__(
@@ -48,6 +50,7 @@ class TalosNode:
         scan_baseline: str | None = None,
         expected_ports: Iterable[int] | None = None,
         unreachable: TalosError | None = None,
+        kubernetes: KubernetesName | None = None,
     ) -> None:
         self.client = client if client.node == address else client.with_node(address)
         self.unreachable = unreachable
@@ -57,13 +60,15 @@ class TalosNode:
         self.expected_ports = None if expected_ports is None else frozenset(expected_ports)
         self._hostname = hostname
         self._role = role
+        # Shared with the copies with_guard makes: a change through one is seen by all.
+        self._kube_name: list[KubernetesName] = [] if kubernetes is None else [kubernetes]
 
     def __repr__(self) -> str:
         return f"TalosNode({self.name!r}, address={self.address!r}, role={self._role!r})"
 
     def with_guard(self, guard: ConfigProtector | None) -> TalosNode:
         """The same node (same connection) whose changes go through ``guard``."""
-        return TalosNode(
+        copy = TalosNode(
             self.client,
             self.address,
             hostname=self._hostname,
@@ -73,6 +78,8 @@ class TalosNode:
             expected_ports=self.expected_ports,
             unreachable=self.unreachable,
         )
+        copy._kube_name = self._kube_name
+        return copy
 
     # ------------------------------------------------------------------ identity
 
@@ -95,6 +102,32 @@ class TalosNode:
         if self._hostname is None:
             self._hostname = self.client.hostname()
         return self._hostname
+
+    @property
+    def kubernetes_registration(self) -> KubernetesName:
+        """The Kubernetes Node this node registers: its name, where the name came from and
+        whether there is a Node at all (``machine.kubelet.skipNodeRegistration``).
+
+        Read from the ``Nodenames.kubernetes.talos.dev`` resource (the FQDN with
+        ``registerWithFQDN``, lower-cased, ``_`` as ``-``) and kept until a config change
+        goes through this node (a change made elsewhere: call :meth:`forget_kubernetes_name`).
+        When the resource cannot be read, the Hostname API's name is used, and not kept.
+        """
+        if self._kube_name:
+            return self._kube_name[0]
+        found = read_kubernetes_name(self)
+        if not found.fallback:
+            self._kube_name[:] = [found]
+        return found
+
+    @property
+    def kubernetes_name(self) -> str:
+        """The name of this node's Kubernetes Node (see :attr:`kubernetes_registration`)."""
+        return self.kubernetes_registration.name
+
+    def forget_kubernetes_name(self) -> None:
+        """Read the Kubernetes name again next time (the config changed behind our back)."""
+        self._kube_name.clear()
 
     @property
     def role(self) -> str:
@@ -239,7 +272,7 @@ class TalosNode:
         if not dry_run:
             self._protect(guard)
         data = self.patched_config(*patches)
-        return self.client.apply_configuration(data, mode, dry_run=dry_run, try_timeout=try_timeout)
+        return self._apply(data, mode, dry_run=dry_run, try_timeout=try_timeout)
 
     def apply_config(
         self,
@@ -253,6 +286,13 @@ class TalosNode:
         """Apply a whole machine config (through the guard unless ``dry_run``)."""
         if not dry_run:
             self._protect(guard)
+        return self._apply(data, mode, dry_run=dry_run, try_timeout=try_timeout)
+
+    def _apply(
+        self, data: bytes, mode: models.ApplyMode, *, dry_run: bool, try_timeout: float | None
+    ) -> models.ApplyResult:
+        if not dry_run:  # the Kubernetes name follows the config (registerWithFQDN, hostname)
+            self.forget_kubernetes_name()
         return self.client.apply_configuration(data, mode, dry_run=dry_run, try_timeout=try_timeout)
 
     def _protect(self, guard: ConfigProtector | None) -> None:

@@ -16,10 +16,10 @@ from grpclib.config import Configuration
 from grpclib.protocol import H2Protocol
 
 from pytest_talos.errors import ConnectError
+from pytest_talos.talos_api import join_host_port
 from pytest_talos.transport._errors import (
     ConnectPhase,
     connect_failure,
-    endpoint_text,
     not_talos_message,
 )
 
@@ -122,7 +122,7 @@ class TalosChannel(Channel):
             session.peer_certificate = ssl_object.getpeercert(binary_form=True)
         if alpn != "h2":  # grpc-go servers such as apid always negotiate h2 by ALPN
             transport.close()
-            endpoint = endpoint_text(self._host, self._port)
+            endpoint = join_host_port(self._host, self._port)
             offered = f"offers {alpn!r}" if alpn else "negotiates no application protocol"
             raise ConnectError(not_talos_message(endpoint, f"it speaks TLS but {offered}"))
         self.session = session

@@ -28,7 +28,7 @@ from pytest_talos.errors import (
     TransportError,
     api_error_for_code,
 )
-from pytest_talos.talos_api import unsupported_mode
+from pytest_talos.talos_api import join_host_port, unsupported_mode
 
 DEFAULT_TIMEOUT = 10.0  # seconds, unary calls and the idle gap of finite streams
 
@@ -72,10 +72,6 @@ class CallInfo:
 
 
 # --------------------------------------------------------------------------- error mapping
-
-
-def endpoint_text(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _verify_failure(exc: ssl.SSLCertVerificationError, host: str, endpoint: str) -> str:
@@ -166,7 +162,7 @@ def connect_failure(
 ) -> TalosError:
     """Classify an OS, TLS or end-of-file error raised while resolving, connecting or
     handshaking (the channel lets anything else, such as a bug of ours, pass unchanged)."""
-    endpoint = endpoint_text(host, port)
+    endpoint = join_host_port(host, port)
     if isinstance(exc, socket.gaierror):
         return ConnectError(
             f"cannot resolve {host!r} ({exc.strerror}): check the endpoint in the talosconfig "

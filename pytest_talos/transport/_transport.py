@@ -13,13 +13,13 @@ from google.protobuf.message import Message
 from grpclib.const import Cardinality
 
 from pytest_talos.errors import TransportError
+from pytest_talos.talos_api import join_host_port
 from pytest_talos.transport._call import NO_TARGET, Rpc, Target, check_positive
 from pytest_talos.transport._channel import Session, TalosChannel
 from pytest_talos.transport._errors import (
     DEFAULT_TIMEOUT,
     CallInfo,
     classify_error,
-    endpoint_text,
     idle_expired,
     with_context,
 )
@@ -57,7 +57,7 @@ class Transport:
         check_positive("timeout", timeout)
         check_positive("stream_timeout", stream_timeout)
         self.host, self.port = split_endpoint(endpoint)
-        self.endpoint = endpoint_text(self.host, self.port)
+        self.endpoint = join_host_port(self.host, self.port)
         self.timeout = timeout
         self.stream_timeout = stream_timeout
         self.client_roles = tuple(client_roles)

@@ -10,7 +10,7 @@ import pytest
 from pytest_talos.checks import assert_node_ready
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import ConformanceFailure, TalosError, WaitTimeout
-from pytest_talos.node import TalosNode
+from pytest_talos.node import KubernetesName, TalosNode
 from pytest_talos.wait import wait_for_config, wait_for_service, wait_service_stable
 from tests.integration.checks_support import connected
 
@@ -41,7 +41,13 @@ def test_node_ready_fails_on_the_not_ready_fault(not_ready: TalosCluster) -> Non
 
 def test_node_ready_fails_for_a_node_kubernetes_does_not_know(not_ready: TalosCluster) -> None:
     worker = not_ready.worker()
-    ghost = TalosNode(worker.client, worker.address, hostname="ghost", role="worker")
+    ghost = TalosNode(
+        worker.client,
+        worker.address,
+        hostname="ghost",
+        role="worker",
+        kubernetes=KubernetesName("ghost", "a test"),
+    )
     with pytest.raises(
         ConformanceFailure,
         match=r"kubernetes\.node-ready on ghost: "
