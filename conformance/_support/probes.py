@@ -25,15 +25,27 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from google.protobuf.message import Message
 
+from pytest_talos import models
 from pytest_talos._proto.v1alpha1 import resource_pb2, state_pb2
 from pytest_talos.client import TalosClient
 from pytest_talos.emulator.pki import CertificateAuthority, issue_client_cert
-from pytest_talos.errors import APIError, DeadlineExceeded, TalosError, TransportError
-from pytest_talos.talos_api import APID_PORT
+from pytest_talos.errors import (
+    APIError,
+    AuthenticationError,
+    ConnectError,
+    DeadlineExceeded,
+    FailedPrecondition,
+    TalosError,
+    TransportError,
+)
+from pytest_talos.node import TalosNode
+from pytest_talos.talos_api import APID_PORT, join_host_port
 from pytest_talos.talosconfig import Context
 from pytest_talos.transport import Rpc, Target, Transport, build_ssl_context, certificate_roles
 
 __all__ = [
+    "APPLY_BUSY",
+    "BUSY_TRIES",
     "KNOWN_SENSITIVE",
     "Attempt",
     "certificate_attempt",
@@ -42,7 +54,9 @@ __all__ = [
     "expired_credentials",
     "foreign_ca_attempt",
     "kubernetes_ca_attempt",
+    "not_tested",
     "reader_admin_attempts",
+    "reader_apply",
     "sensitive_read_attempts",
     "signer_from_config",
     "write_attempts",
@@ -71,35 +85,54 @@ def _tls_context(ca_pem: bytes) -> ssl.SSLContext:
     return ctx
 
 
+def not_tested(host: str, why: object) -> ConnectError:
+    """The error of a probe that never reached apid: nothing was tested, so no verdict."""
+    endpoint = join_host_port(host, APID_PORT)
+    return ConnectError(
+        f"nothing was tested: this machine could not reach apid on {endpoint} directly "
+        f"({why}); the probe needs its own TLS connection to port {APID_PORT} of the node",
+        node=host,
+    )
+
+
+def _connect(host: str, timeout: float) -> socket.socket:
+    """TCP to apid; not reaching it (refused, no route, timed out) is :func:`not_tested`."""
+    try:
+        return socket.create_connection((host, APID_PORT), timeout=timeout)
+    except TimeoutError:
+        raise not_tested(host, f"no TCP connection within {timeout:g}s") from None
+    except OSError as exc:
+        raise not_tested(host, exc.strerror or exc) from None
+
+
 def connect_without_certificate(host: str, ca_pem: bytes, timeout: float) -> Attempt:
     """Open TLS to apid with no client certificate and speak HTTP/2.
 
     apid requires a client certificate: it aborts the handshake (TLS 1.2) or sends an alert
     / hangs up right after it (TLS 1.3) without a single HTTP/2 byte. A server that answers
     with HTTP/2 frames accepted the connection. The node's own certificate is verified
-    against the talosconfig CA, so a wrong CA is an error, not a verdict.
+    against the talosconfig CA, so a wrong CA is an error, not a verdict; so is a node this
+    machine cannot open a TCP connection to (:func:`not_tested`).
     """
     what = "TLS connection without a client certificate"
     context = _tls_context(ca_pem)
+    endpoint = join_host_port(host, APID_PORT)
     try:
-        with (
-            socket.create_connection((host, APID_PORT), timeout=timeout) as raw,
-            context.wrap_socket(raw, server_hostname=host) as tls,
-        ):
+        with _connect(host, timeout) as raw, context.wrap_socket(raw, server_hostname=host) as tls:
             tls.sendall(_H2_PREFACE)
             data = tls.recv(64)
     except ssl.SSLCertVerificationError as exc:
         raise TransportError(
-            f"cannot verify the node's certificate on {host}:{APID_PORT} ({exc.verify_message});"
+            f"cannot verify the node's certificate on {endpoint} ({exc.verify_message});"
             " check the ca of the talosconfig context",
             node=host,
         ) from None
     except (ssl.SSLError, ConnectionResetError, BrokenPipeError) as exc:
         return Attempt(what, accepted=False, detail=f"refused: {exc}")
-    except TimeoutError:
+    except TimeoutError:  # TCP is up: the node took the connection but answered nothing
         return Attempt(what, accepted=False, detail=f"no answer within {timeout:g}s")
     except OSError as exc:
-        raise TransportError(f"cannot connect to {host}:{APID_PORT}: {exc}", node=host) from None
+        raise TransportError(f"cannot connect to {endpoint}: {exc}", node=host) from None
     if not data:
         return Attempt(what, accepted=False, detail="the node hung up after the handshake")
     return Attempt(
@@ -124,19 +157,36 @@ def foreign_ca_attempt(host: str, ca_pem: bytes, timeout: float) -> Attempt:
     )
 
 
+# How the transport words a server certificate this client rejected
+# (pytest_talos/transport/_errors.py _verify_failure): the probe's own check failed, the
+# node refused nothing.
+_SERVER_CERT_REJECTED = "the server certificate of "
+
+
 def certificate_attempt(
     host: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, timeout: float, what: str
 ) -> Attempt:
     """Call Version on ``host`` presenting ``cert_pem``: refused means TLS turned it away.
 
-    A PermissionDenied after the handshake still counts as accepted: apid let the
-    certificate in, and only the roles in it stopped the call.
+    Only the node's refusal counts: a TLS alert, or a hang-up right after the handshake
+    (what Go's ``RequireAndVerifyClientCert`` and apid's ``verifyExtKeyUsage`` do,
+    internal/app/apid/service.go), which the transport reports as an AuthenticationError.
+    A node this machine cannot reach (connection refused, no route, TCP or TLS timeout) or
+    whose certificate this client rejects tested nothing: :func:`not_tested`, never a pass.
+    A PermissionDenied after the handshake counts as accepted: apid let the certificate
+    in, and only the roles in it stopped the call.
     """
-    client = TalosClient(f"{host}:{APID_PORT}", ca_pem, cert_pem, key_pem, timeout=timeout)
+    client = TalosClient(
+        join_host_port(host, APID_PORT), ca_pem, cert_pem, key_pem, timeout=timeout
+    )
     try:
         version = client.version()
-    except TransportError as exc:
+    except AuthenticationError as exc:
+        if exc.message.startswith(_SERVER_CERT_REJECTED):
+            raise not_tested(host, exc.message) from None
         return Attempt(what, accepted=False, detail=f"refused: {exc}")
+    except TransportError as exc:
+        raise not_tested(host, exc.message) from None
     except APIError as exc:
         # TLS let the certificate through; only authorization stopped the call.
         return Attempt(
@@ -502,3 +552,29 @@ def reader_admin_attempts(reader: TalosClient) -> dict[str, Attempt]:
         "kubeconfig": _reader_verdict("Kubeconfig as os:reader", kubeconfig),
         "mint": _reader_verdict("GenerateClientConfiguration(os:admin) as os:reader", mint),
     }
+
+
+# machined takes its apply lock before it looks at the caller's roles (v1alpha1_server.go
+# ApplyConfiguration: TryLock, then the admin check), so a reader's apply while another
+# apply runs on the node (another run, another worker's config check) is refused as busy.
+APPLY_BUSY = "another apply configuration is already in progress"
+BUSY_TRIES = 6
+
+
+def reader_apply(
+    node: TalosNode, reader: TalosClient, raw: bytes, *, dry_run: bool
+) -> models.ApplyResult:
+    """The reader's apply, tried again while the node is busy with another apply."""
+    for attempt in range(BUSY_TRIES):
+        try:
+            return reader.apply_configuration(raw, "no-reboot", dry_run=dry_run)
+        except FailedPrecondition as exc:
+            if APPLY_BUSY not in exc.details:
+                raise
+            time.sleep(0.25 * (attempt + 1))
+    raise TalosError(
+        f"not measured: the node answered '{APPLY_BUSY}' to every one of {BUSY_TRIES} tries "
+        "(its apply lock is taken before the caller's roles are looked at); run the check "
+        "again when nothing else changes the node",
+        node=node.name,
+    )

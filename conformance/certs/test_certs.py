@@ -23,6 +23,7 @@ from pytest_talos.certs import (
     ca_certificates,
     client_certificate,
     kubernetes_certificates,
+    local_api_server_port,
 )
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import ConformanceFailure, PermissionDenied, TalosError
@@ -147,9 +148,8 @@ def node_kubeconfig(talos_node: TalosNode) -> bytes:
 @pytest.mark.talos_check(
     "certs.kubernetes-api",
     severity="high",
-    claim="kube-apiserver's certificate (at the kubeconfig's server and at the node) is "
-    "issued by the kubeconfig's CA and not close to expiry, and so is the kubeconfig's "
-    "client certificate",
+    claim="kube-apiserver's certificate (at the kubeconfig's server and at the node's local "
+    "API server port) is issued by the kubeconfig's CA and not close to expiry",
 )
 def test_kube_apiserver_certificates_valid_and_trusted(
     talos_node: TalosNode,
@@ -158,7 +158,13 @@ def test_kube_apiserver_certificates_valid_and_trusted(
     talos_suite: SuiteSettings,
     talos_evidence: dict[str, Any],
 ) -> None:
+    port, source = local_api_server_port(talos_node)
+    talos_evidence["local API server port"] = f"{port} ({source})"
     reports = kubernetes_certificates(
-        talos_node, node_kubeconfig, _policy(talos_suite), timeout=talos_cluster.client.timeout
+        talos_node,
+        node_kubeconfig,
+        _policy(talos_suite),
+        timeout=talos_cluster.client.timeout,
+        node_port=port,
     )
     _verdict("certs.kubernetes-api", talos_node.name, reports, talos_evidence)

@@ -31,6 +31,7 @@ from pytest_talos.certs.readers import (
     ca_certificates,
     client_certificate,
     kubernetes_certificates,
+    local_api_server_port,
 )
 from pytest_talos.certs.verdicts import (
     DEFAULT_FAIL_DAYS,
@@ -60,4 +61,5 @@ __all__ = [
     "issuer_among",
     "kubernetes_certificates",
     "load_certificates",
+    "local_api_server_port",
 ]

@@ -1,18 +1,20 @@
 """Where the certificates are read, and the report on each: the talosconfig's client
 certificate and CA (:func:`client_certificate`, :func:`ca_certificates`), apid's serving
 certificate on a node (:func:`apid_certificate`) and, on a control plane, kube-apiserver's
-and the kubeconfig's client certificate (:func:`kubernetes_certificates`).
+and (as evidence) the kubeconfig's client certificate (:func:`kubernetes_certificates`).
 """
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
+from cryptography import x509
 
 from pytest_talos.certs.facts import certificate_facts, issuer_among, load_certificates, utc_now
 from pytest_talos.certs.verdicts import (
@@ -25,8 +27,8 @@ from pytest_talos.certs.verdicts import (
 )
 from pytest_talos.client import TalosClient
 from pytest_talos.errors import TalosError, TransportError
-from pytest_talos.node import TalosNode
-from pytest_talos.talos_api import APID_PORT
+from pytest_talos.node import TalosNode, dig, v1alpha1_document
+from pytest_talos.talos_api import APID_PORT, join_host_port
 from pytest_talos.talosconfig import Context
 from pytest_talos.transport import read_peer_certificate
 
@@ -35,7 +37,12 @@ __all__ = [
     "ca_certificates",
     "client_certificate",
     "kubernetes_certificates",
+    "local_api_server_port",
 ]
+
+# pkg/machinery/constants DefaultControlPlanePort: kube-apiserver's port on a control plane
+# when cluster.controlPlane.localAPIServerPort is not set.
+DEFAULT_API_SERVER_PORT = 6443
 
 
 def client_certificate(
@@ -75,7 +82,7 @@ def _apid_der(node: TalosNode, context: Context, timeout: float) -> tuple[bytes,
     First as the client connects (CA and name verified); if that handshake fails, without
     verification so the certificate that failed can be judged. Third item: the TLS error.
     """
-    endpoint = f"{node.host}:{APID_PORT}"
+    endpoint = join_host_port(node.host, APID_PORT)
     client = TalosClient(
         endpoint, context.ca_pem, context.crt_pem, context.key_pem, timeout=timeout
     )
@@ -165,6 +172,41 @@ def _served(host: str, port: int, timeout: float) -> bytes:
     return read_peer_certificate(host, port, timeout=timeout, alpn=("http/1.1",))
 
 
+def local_api_server_port(node: TalosNode) -> tuple[int, str]:
+    """The port kube-apiserver listens on at ``node``, and where that was read.
+
+    ``cluster.controlPlane.localAPIServerPort`` of the machine config, default 6443
+    (controllers/k8s/control_plane.go, control_plane_static_pod.go ``--secure-port``). The
+    kubeconfig's server is the cluster endpoint, often a load balancer on another port.
+    """
+    try:
+        config = node.machine_config
+    except TalosError as exc:
+        return DEFAULT_API_SERVER_PORT, f"the default (the machine config is unreadable: {exc})"
+    port = dig(v1alpha1_document(config), "cluster", "controlPlane", "localAPIServerPort")
+    if isinstance(port, int) and not isinstance(port, bool) and port > 0:
+        return port, "cluster.controlPlane.localAPIServerPort"
+    return DEFAULT_API_SERVER_PORT, "the default (no cluster.controlPlane.localAPIServerPort)"
+
+
+def _apiserver_report(
+    host: str,
+    port: int,
+    names: list[str],
+    cas: Sequence[x509.Certificate],
+    policy: ExpiryPolicy,
+    timeout: float,
+    moment: dt.datetime,
+) -> CertificateReport:
+    where = join_host_port(host, port)
+    facts = certificate_facts(_served(host, port, timeout))
+    what = f"kube-apiserver's certificate at {where}"
+    findings, issuer = chain_findings(facts, cas, what, "the kubeconfig's certificate authority")
+    findings += policy.judge(facts, what, moment)
+    findings += name_findings(facts, names, what)
+    return CertificateReport(what, facts, findings, issuer, f"TLS handshake with {where}", moment)
+
+
 def kubernetes_certificates(
     node: TalosNode,
     kubeconfig: bytes,
@@ -172,37 +214,35 @@ def kubernetes_certificates(
     *,
     timeout: float = 10.0,
     now: dt.datetime | None = None,
+    node_port: int = DEFAULT_API_SERVER_PORT,
 ) -> list[CertificateReport]:
     """On a control plane: the kube-apiserver certificate at the kubeconfig's server and at
-    the node's own address (issued by the kubeconfig's CA, not near expiry, naming what it
-    is reached as), and the kubeconfig client certificate's expiry."""
+    the node's own address on ``node_port`` (its local API server port), each issued by the
+    kubeconfig's CA, not near expiry and naming what it is reached as; and the kubeconfig's
+    client certificate, as evidence only.
+
+    The Kubeconfig RPC mints that client certificate on every call, valid for
+    ``cluster.adminKubeconfig.certLifetime`` (v1alpha1_server.go Kubeconfig,
+    pkg/kubeconfig/generate.go): its expiry restates the configured lifetime, so it is
+    shown, not judged.
+    """
     moment = now or utc_now()
     config = _kubeconfig(kubeconfig)
     cas = load_certificates(config.ca_pem)
-    targets = {config.host: [config.host]}
-    targets.setdefault(node.host, []).append(config.host)
-    reports = []
-    for host, names in targets.items():
-        facts = certificate_facts(_served(host, config.port, timeout))
-        what = f"kube-apiserver's certificate at {host}:{config.port}"
-        findings, issuer = chain_findings(
-            facts, cas, what, "the kubeconfig's certificate authority"
-        )
-        findings += policy.judge(facts, what, moment)
-        findings += name_findings(facts, [host, *names], what)
-        reports.append(
-            CertificateReport(
-                what, facts, findings, issuer, f"TLS handshake with {host}:{config.port}", moment
-            )
-        )
+    targets = [(config.host, config.port, [config.host])]
+    if (node.host, node_port) != (config.host, config.port):
+        targets.append((node.host, node_port, [node.host, config.host]))
+    reports = [
+        _apiserver_report(host, port, names, cas, policy, timeout, moment)
+        for host, port, names in targets
+    ]
     if config.crt_pem is not None:
-        facts = certificate_facts(config.crt_pem)
-        what = "the kubeconfig client certificate"
         reports.append(
             CertificateReport(
-                what,
-                facts,
-                policy.judge(facts, what, moment),
+                "the kubeconfig client certificate (minted by this Kubeconfig call; "
+                "shown, not judged)",
+                certificate_facts(config.crt_pem),
+                [],
                 how="client-certificate-data of the kubeconfig",
                 now=moment,
             )

@@ -33,9 +33,7 @@ class ClusterPKI:
         self.kube_ca = pki.CertificateAuthority.generate(
             organization="kubernetes", key_type="ecdsa"
         )
-        self.kube_admin = pki.issue_client_cert(
-            self.kube_ca, roles=["system:masters"], common_name="admin", key_type="ecdsa"
-        )
+        self.kube_admin = pki.issue_kubeconfig_client_cert(self.kube_ca)
 
     def kube_apiserver_cert(self, ident: NodeIdentity, *, expired: bool) -> pki.CertAndKey:
         return pki.issue_kube_apiserver_cert(

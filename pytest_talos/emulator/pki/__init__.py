@@ -27,9 +27,10 @@ from pytest_talos.emulator.pki.issue import (
     issue_apid_cert,
     issue_client_cert,
     issue_kube_apiserver_cert,
+    issue_kubeconfig_client_cert,
     issue_server_cert,
 )
-from pytest_talos.emulator.pki.keys import KeyType
+from pytest_talos.emulator.pki.keys import KUBECONFIG_CLOCK_SKEW, KeyType
 from pytest_talos.emulator.pki.talosconfig import (
     SCAN_BASELINE_KEY,
     TIME_SCALE_KEY,
@@ -42,6 +43,7 @@ __all__ = [
     "DEFAULT_CLIENT_VALIDITY",
     "DEFAULT_SERVER_VALIDITY",
     "EXPIRING_CLIENT_VALIDITY",
+    "KUBECONFIG_CLOCK_SKEW",
     "KUBERNETES_CERT_VALIDITY",
     "SCAN_BASELINE_KEY",
     "TIME_SCALE_KEY",
@@ -51,6 +53,7 @@ __all__ = [
     "issue_apid_cert",
     "issue_client_cert",
     "issue_kube_apiserver_cert",
+    "issue_kubeconfig_client_cert",
     "issue_server_cert",
     "render_talosconfig",
     "write_talosconfig",

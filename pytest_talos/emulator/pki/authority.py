@@ -13,7 +13,6 @@ from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPri
 from cryptography.x509.oid import NameOID
 
 from pytest_talos.emulator.pki.keys import (
-    CLOCK_SKEW,
     KeyType,
     PrivateKey,
     generate_key,
@@ -93,7 +92,7 @@ class CertificateAuthority:
     ) -> CertificateAuthority:
         key = generate_key(key_type)
         name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization)])
-        not_before = utc_now() - CLOCK_SKEW
+        not_before = utc_now()  # secrets/ca.go NewTalosCA: NotBefore(currentTime)
         ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
         cert = (
             x509.CertificateBuilder()

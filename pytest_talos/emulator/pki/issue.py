@@ -10,7 +10,13 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from pytest_talos.emulator.pki.authority import CertAndKey, CertificateAuthority, key_usage
-from pytest_talos.emulator.pki.keys import CLOCK_SKEW, KeyType, PrivateKey, generate_key, utc_now
+from pytest_talos.emulator.pki.keys import (
+    KUBECONFIG_CLOCK_SKEW,
+    KeyType,
+    PrivateKey,
+    generate_key,
+    utc_now,
+)
 
 __all__ = [
     "DEFAULT_CLIENT_VALIDITY",
@@ -20,6 +26,7 @@ __all__ = [
     "issue_apid_cert",
     "issue_client_cert",
     "issue_kube_apiserver_cert",
+    "issue_kubeconfig_client_cert",
     "issue_server_cert",
 ]
 
@@ -73,7 +80,8 @@ def issue_server_cert(
     dns_sans = _unique([hostname, *dns] if hostname_san else [n for n in dns if n != hostname])
     sans: list[x509.GeneralName] = [x509.IPAddress(ip) for ip in ip_sans]
     sans += [x509.DNSName(name) for name in dns_sans]
-    start = not_before if not_before is not None else utc_now() - CLOCK_SKEW
+    # siderolabs/crypto x509 NewDefaultOptions: NotBefore time.Now(), no allowance
+    start = not_before if not_before is not None else utc_now()
     attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name or hostname)]
     if organization:
         attributes.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
@@ -187,14 +195,38 @@ def issue_client_cert(
 ) -> CertAndKey:
     """A talosconfig client certificate; Organization = the role strings.
 
-    ``not_before``/``not_after`` let tests issue expired or nearly expired certificates;
-    ``ext_key_usage`` lets them issue one apid must reject (anything but ``[ClientAuth]``).
-    An empty ``ext_key_usage`` omits the extension.
+    Valid from now (secrets/ca.go NewAdminCertificateAndKey and GenerateClientConfiguration:
+    NotBefore(now), NotAfter(now + ttl)). ``not_before``/``not_after`` let tests issue
+    expired or nearly expired certificates; ``ext_key_usage`` lets them issue one apid must
+    reject (anything but ``[ClientAuth]``). An empty ``ext_key_usage`` omits the extension.
     """
     key = generate_key(key_type)
-    start = not_before if not_before is not None else utc_now() - CLOCK_SKEW
+    start = not_before if not_before is not None else utc_now()
     end = not_after if not_after is not None else start + validity
     builder = _leaf_builder(_roles_subject(roles, common_name), key, start, end)
     if ext_key_usage:
         builder = builder.add_extension(x509.ExtendedKeyUsage(list(ext_key_usage)), False)
     return CertAndKey.from_key(ca.sign(builder), key)
+
+
+def issue_kubeconfig_client_cert(
+    ca: CertificateAuthority,
+    *,
+    validity: dt.timedelta = DEFAULT_CLIENT_VALIDITY,
+    key_type: KeyType = "ecdsa",
+) -> CertAndKey:
+    """The admin kubeconfig's client certificate (CN ``admin``, O ``system:masters``).
+
+    pkg/kubeconfig/generate.go: NotBefore now - allowedTimeSkew (10 s), NotAfter now +
+    ``cluster.adminKubeconfig.certLifetime`` (default one year); the only certificate Talos
+    backdates.
+    """
+    now = utc_now()
+    return issue_client_cert(
+        ca,
+        roles=["system:masters"],
+        common_name="admin",
+        key_type=key_type,
+        not_before=now - KUBECONFIG_CLOCK_SKEW,
+        not_after=now + validity,
+    )

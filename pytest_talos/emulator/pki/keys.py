@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 __all__ = [
-    "CLOCK_SKEW",
+    "KUBECONFIG_CLOCK_SKEW",
     "KeyType",
     "PrivateKey",
     "generate_key",
@@ -26,8 +26,10 @@ __all__ = [
 KeyType = Literal["ed25519", "ecdsa", "rsa"]
 PrivateKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
-# Backdate notBefore a little so a peer whose clock lags slightly still accepts the cert.
-CLOCK_SKEW = dt.timedelta(minutes=1)
+# Certificates start now (siderolabs/crypto x509 NewDefaultOptions NotBefore: time.Now();
+# pkg/machinery/config/generate/secrets/ca.go NotBefore(currentTime)). Only the kubeconfig's
+# client certificate is backdated, by pkg/kubeconfig/generate.go allowedTimeSkew.
+KUBECONFIG_CLOCK_SKEW = dt.timedelta(seconds=10)
 _PEM_LABEL = re.compile(rb"-----(BEGIN|END) PRIVATE KEY-----")
 
 

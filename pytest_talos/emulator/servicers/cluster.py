@@ -5,10 +5,19 @@ The conditions and their texts are those of ``pkg/cluster/check/default.go``; ea
 checked against the emulated nodes' state and reported as ``waiting for <condition>: ...``
 then ``...: OK``. A failing condition is re-checked every second (emulated) until the
 request's ``wait_timeout``; then the stream ends with an error naming the condition.
+
+Which nodes are checked follows ``buildClusterInfo``
+(``internal/app/machined/internal/server/v1alpha1/v1alpha1_cluster.go``): the request's
+lists when it has any, each entry an IP (``pkg/cluster/cluster.go`` IPToNodeInfo), else the
+node's discovery Members, else the Kubernetes Nodes. The Kubernetes conditions compare those
+with the Kubernetes Node list both ways (``cluster.NodesMatch``) and read Kubernetes with
+the caller's roles (``cluster.NewLocalClientProvider(..., authz.GetRoles(...))``): the
+kubeconfig they need comes from the Kubeconfig RPC, os:admin only (``machined.go``).
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
@@ -21,6 +30,19 @@ __all__ = ["CONDITIONS", "ClusterServicer"]
 
 DEFAULT_WAIT = 20 * 60.0  # INFERRED: talosctl health's default --wait-timeout
 POLL_INTERVAL = 1.0
+# constants.LabelNodeRoleControlPlane (pkg/machinery/constants)
+CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
+# What a Kubernetes condition meets when the caller is not os:admin: the Kubeconfig call of
+# pkg/cluster/kubernetes.go refused by machined's authorizer. INFERRED: the gRPC status text.
+K8S_DENIED = "rpc error: code = PermissionDenied desc = not authorized"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """pkg/cluster NodeInfo: the internal IP and every IP the node is known by."""
+
+    internal_ip: str
+    ips: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -28,6 +50,10 @@ class Targets:
     controlplanes: Sequence[NodeState]
     workers: Sequence[NodeState]
     missing: Sequence[str]
+    expected: Sequence[NodeInfo] = ()  # the cluster info: control planes, then workers
+    expected_controlplanes: Sequence[NodeInfo] = ()
+    cluster: Sequence[NodeState] = ()  # every node: what the Kubernetes API lists
+    admin: bool = True  # the caller's roles reach Kubernetes (os:admin)
 
     @property
     def all(self) -> list[NodeState]:
@@ -105,24 +131,75 @@ def _boot_finished(t: Targets) -> str | None:
     return f"nodes not finished booting: {', '.join(pending)}" if pending else None
 
 
+def _kube_infos(t: Targets, *, controlplanes: bool = False) -> list[NodeInfo]:
+    """The Kubernetes Nodes as NodeInfos (their InternalIP); ``controlplanes``: only those
+    with the control-plane label (K8sFullControlPlaneAssertion)."""
+    nodes = [s.kube_node() for s in t.cluster]
+    if controlplanes:
+        nodes = [n for n in nodes if CONTROL_PLANE_LABEL in n.labels]
+    return [NodeInfo(n.address, (n.address,)) for n in nodes]
+
+
+def _go_quote(items: Sequence[str]) -> str:
+    """Go's ``%q`` of a string slice: ``["a" "b"]``."""
+    return "[" + " ".join(f'"{item}"' for item in items) + "]"
+
+
+def _nodes_match(expected: Sequence[NodeInfo], actual: Sequence[NodeInfo]) -> str | None:
+    """pkg/cluster/cluster.go NodesMatch: every expected node shares an IP with one actual
+    node, and no actual node is left over."""
+    left = list(actual)
+    for info in expected:
+        found = next((a for a in left if set(a.ips) & set(info.ips)), None)
+        if found is None:
+            return f"can't find expected node with IPs {_go_quote(info.ips)}"
+        left.remove(found)
+    if left:
+        ips = sorted((ip for a in left for ip in a.ips), key=ipaddress.ip_address)
+        return f"unexpected nodes with IPs {_go_quote(ips)}"
+    return None
+
+
 def _k8s_report(t: Targets) -> str | None:
-    missing = [n.hostname for n in t.all if not n.powered]
-    return f"nodes not reporting: {', '.join(missing)}" if missing else None
+    # pkg/cluster/check/kubernetes.go K8sAllNodesReportedAssertion
+    if not t.admin:
+        return K8S_DENIED
+    return _nodes_match(t.expected, _kube_infos(t))
 
 
 def _static_pods(t: Targets) -> str | None:
+    # K8sControlPlaneStaticPods reads StaticPodStatus through the Talos API: any role
     return _first([_service_problem(n, "kubelet") for n in t.controlplanes])
 
 
+def _full_control_plane(t: Targets) -> str | None:
+    # K8sFullControlPlaneAssertion: the control planes match the labelled Nodes, then pods
+    if not t.admin:
+        return K8S_DENIED
+    mismatch = _nodes_match(t.expected_controlplanes, _kube_infos(t, controlplanes=True))
+    return mismatch or _static_pods(t)
+
+
 def _k8s_ready(t: Targets) -> str | None:
-    not_ready = [n.hostname for n in t.all if not n.kube_node().ready]
+    # K8sAllNodesReadyAssertion: every Kubernetes Node, listed or not
+    if not t.admin:
+        return K8S_DENIED
+    kube = [n.kube_node() for n in t.cluster]
+    not_ready = [k.name for k in kube if not k.ready]  # Node names
     return f"some nodes are not ready: {not_ready}" if not_ready else None
+
+
+def _k8s_only(t: Targets) -> str | None:
+    """kube-proxy and coredns: their pods are ready whenever the nodes are (emulated)."""
+    return K8S_DENIED if not t.admin else None
 
 
 def _k8s_schedulable(t: Targets) -> str | None:
     # pkg/cluster/check/kubernetes.go K8sAllNodesSchedulableAssertion: spec.unschedulable
-    cordoned = [n.hostname for n in t.all if n.kube_node().unschedulable]
-    return f"some nodes are not schedulable: {cordoned}" if cordoned else _k8s_report(t)
+    if not t.admin:
+        return K8S_DENIED
+    cordoned = [k.name for k in (n.kube_node() for n in t.cluster) if k.unschedulable]
+    return f"some nodes are not schedulable: {cordoned}" if cordoned else None
 
 
 CONDITIONS: tuple[tuple[str, Check], ...] = (
@@ -137,29 +214,89 @@ CONDITIONS: tuple[tuple[str, Check], ...] = (
     ("all nodes to finish boot sequence", _boot_finished),
     ("all k8s nodes to report", _k8s_report),
     ("all control plane static pods to be running", _static_pods),
-    ("all control plane components to be ready", _static_pods),
+    ("all control plane components to be ready", _full_control_plane),
     ("all k8s nodes to report ready", _k8s_ready),
-    ("kube-proxy to report ready", _ok),
-    ("coredns to report ready", _ok),
+    ("kube-proxy to report ready", _k8s_only),
+    ("coredns to report ready", _k8s_only),
     ("all k8s nodes to report schedulable", _k8s_schedulable),
 )
 
 
+def _parse_ip(text: str) -> str:
+    """pkg/cluster/cluster.go IPToNodeInfo: netip.ParseAddr, whose error fails the request.
+    INFERRED: Go's message for anything but a name without dots or colons."""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise RPCFailure("UNKNOWN", f'ParseAddr("{text}"): unable to parse IP') from None
+
+
+def _infos(ips: Sequence[str]) -> list[NodeInfo]:
+    return [NodeInfo(ip, (ip,)) for ip in (_parse_ip(text) for text in ips)]
+
+
+def _member_infos(call: Call) -> tuple[list[NodeInfo], list[NodeInfo]] | None:
+    """The node's discovery Members as NodeInfos (pkg/cluster/check/discovery.go), control
+    planes (and init) first; None without Members."""
+    members = call.state.store.list("cluster", T.MEMBERS)
+    if not members:
+        return None
+    controlplanes: list[NodeInfo] = []
+    workers: list[NodeInfo] = []
+    for member in members:
+        spec = member.spec if isinstance(member.spec, dict) else {}
+        ips = [_parse_ip(str(a)) for a in spec.get("addresses") or ()]
+        if not ips:
+            raise RPCFailure("UNKNOWN", f"no IP address found for member: {member.id}")
+        role = spec.get("machineType")
+        (controlplanes if role in ("controlplane", "init") else workers).append(
+            NodeInfo(ips[0], tuple(ips))
+        )
+    return controlplanes, workers
+
+
+def _kube_cluster_info(call: Call, nodes: Sequence[NodeState]) -> tuple[list[NodeInfo], ...]:
+    """The last resort of buildClusterInfo: the Kubernetes Nodes, read with the caller's
+    roles (a non-admin caller gets no kubeconfig, and the request fails)."""
+    if not call.admin:
+        raise RPCFailure("PERMISSION_DENIED", "not authorized")  # INFERRED: passed through
+    kube = [n.kube_node() for n in nodes]
+    return (
+        [NodeInfo(k.address, (k.address,)) for k in kube if CONTROL_PLANE_LABEL in k.labels],
+        [NodeInfo(k.address, (k.address,)) for k in kube if CONTROL_PLANE_LABEL not in k.labels],
+    )
+
+
+def _cluster_info(call: Call, info: c.ClusterInfo) -> tuple[list[NodeInfo], list[NodeInfo]]:
+    """buildClusterInfo (v1alpha1_cluster.go): the explicit lists, else Members, else
+    the Kubernetes Nodes."""
+    if info.control_plane_nodes or info.worker_nodes:
+        return _infos(info.control_plane_nodes), _infos(info.worker_nodes)
+    members = _member_infos(call)
+    if members is not None:
+        return members
+    controlplanes, workers = _kube_cluster_info(call, call.node.cluster_states())
+    return controlplanes, workers
+
+
+def _states_of(infos: Sequence[NodeInfo], nodes: Sequence[NodeState]) -> list[NodeState]:
+    by_ip = {n.identity.address: n for n in nodes}
+    return [by_ip[ip] for info in infos for ip in info.ips[:1] if ip in by_ip]
+
+
 def _targets(call: Call, info: c.ClusterInfo) -> Targets:
     nodes = list(call.node.cluster_states())
-    if not info.control_plane_nodes and not info.worker_nodes:
-        return Targets(
-            [n for n in nodes if n.identity.controlplane],
-            [n for n in nodes if not n.identity.controlplane],
-            [],
-        )
-    by_address = {n.identity.address: n for n in nodes} | {n.hostname: n for n in nodes}
-    wanted = [*info.control_plane_nodes, *info.worker_nodes]
-    missing = [name for name in wanted if name not in by_address]
+    controlplanes, workers = _cluster_info(call, info)
+    expected = [*controlplanes, *workers]
+    known = {n.identity.address for n in nodes}
     return Targets(
-        [by_address[a] for a in info.control_plane_nodes if a in by_address],
-        [by_address[a] for a in info.worker_nodes if a in by_address],
-        missing,
+        _states_of(controlplanes, nodes),
+        _states_of(workers, nodes),
+        [i.internal_ip for i in expected if not set(i.ips) & known],
+        expected=expected,
+        expected_controlplanes=controlplanes,
+        cluster=nodes,
+        admin=call.admin,
     )
 
 
