@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ import yaml
 from pytest_talos.errors import ConfigError
 
 __all__ = [
+    "EXTENSION_LABEL_PREFIX",
     "FORMAT",
     "NodeSnapshot",
     "Snapshot",
@@ -29,12 +31,20 @@ __all__ = [
     "diff_labels",
     "diff_sections",
     "load_snapshot",
+    "lost_extension_labels",
     "save_snapshot",
     "section_digests",
+    "without_extension_labels",
 ]
 
 FORMAT = "pytest-talos-snapshot/1"
 SnapshotMode = Literal["save", "compare"]
+# pkg/machinery/constants/constants.go K8sExtensionPrefix: Talos labels the Node with each
+# installed extension's version (internal/app/machined/pkg/controllers/k8s/
+# node_label_spec.go extensionsToNodeKV).
+EXTENSION_LABEL_PREFIX = "extensions.talos.dev/"
+# k8s.io/apimachinery validation.IsValidLabelValue: at most 63 characters of this form.
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 
 
 def config_digest(raw: bytes) -> str:
@@ -189,3 +199,30 @@ def diff_labels(
     changed = {k: (v, after[k]) for k, v in before.items() if k in after and after[k] != v}
     added = {k: v for k, v in after.items() if k not in before}
     return missing, changed, added
+
+
+def without_extension_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """``labels`` without Talos's ``extensions.talos.dev/<name>`` ones, whose values are
+    extension versions (an upgrade brings new ones; upgrade.extensions-unchanged judges
+    them)."""
+    return {k: v for k, v in labels.items() if not k.startswith(EXTENSION_LABEL_PREFIX)}
+
+
+def _label_value(text: str) -> bool:
+    return len(text) <= 63 and _LABEL_VALUE.fullmatch(text) is not None
+
+
+def lost_extension_labels(
+    before: Mapping[str, str], after: Mapping[str, str], installed: Mapping[str, str]
+) -> dict[str, str]:
+    """Extension labels of ``before`` missing from ``after`` although their extension is
+    still ``installed`` (name -> version) with a version Talos puts on the Node (a valid
+    label value, as node_label_spec.go requires): ``{label: current version}``."""
+    lost = {}
+    for key in before:
+        name = key.removeprefix(EXTENSION_LABEL_PREFIX)
+        if key == name or key in after or name not in installed:
+            continue
+        if _label_value(installed[name]):
+            lost[key] = installed[name]
+    return lost

@@ -10,6 +10,8 @@ node's own, else a private one) so that whatever it changed is restored.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from pytest_talos import models
 from pytest_talos.checks.result import CheckResult
@@ -17,6 +19,7 @@ from pytest_talos.errors import (
     APIError,
     ConformanceFailure,
     InvalidArgument,
+    NotFound,
     TalosError,
     WaitTimeout,
 )
@@ -24,6 +27,7 @@ from pytest_talos.guard import ConfigGuard, guarding
 from pytest_talos.node import TalosNode
 from pytest_talos.patches import PatchInput
 from pytest_talos.wait import (
+    MACHINE_CONFIG_RESOURCE,
     Cancelled,
     StabilityReport,
     config_summary,
@@ -33,9 +37,12 @@ from pytest_talos.wait import (
 
 __all__ = [
     "DEFAULT_STABLE_FOR",
+    "PersistedConfig",
     "assert_config_unchanged_after_rejection",
     "assert_service_healthy_after_patch",
     "assert_try_reverts",
+    "persisted_changes",
+    "read_persisted_config",
 ]
 
 # A crash-looping service is restarted every 5 s (internal/app/machined/pkg/system/runner/
@@ -54,19 +61,23 @@ def assert_config_unchanged_after_rejection(
     settle: float = 0.0,
     expect_rejection: str = "",
     check_id: str = "config.invalid-patch-rejected",
+    cancelled: Cancelled | None = None,
 ) -> CheckResult:
     """Applying ``patch`` is refused with InvalidArgument and leaves the config untouched.
 
     Both the MachineConfig resource version and the exact bytes must stay the same, on the
     first read and again after ``settle`` seconds (a node may refuse in its reply and apply
-    later). ``expect_rejection``, when given, must appear in the node's refusal. If the node
-    accepts the patch, or changes its config later, the original config is restored and the
-    check fails with what was seen. ``check_id`` names the failure.
+    later); so must the ``persistent`` config, the one the next boot loads (Talos validates
+    before it writes either: ``v1alpha1_server.go`` ApplyConfiguration).
+    ``expect_rejection``, when given, must appear in the node's refusal. If the node accepts
+    the patch, or changes its config later, the original config is restored and the check
+    fails with what was seen. ``check_id`` names the failure; ``cancelled`` stops the settle
+    wait early (WaitCancelled).
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     check = check_id
     with guarding(node, guard) as chosen:
-        before = node.machine_config
+        before, persisted_before = node.machine_config, read_persisted_config(node)
         try:
             reply = node.apply_patch(patch, mode=mode, guard=chosen)
         except InvalidArgument as exc:
@@ -92,10 +103,12 @@ def assert_config_unchanged_after_rejection(
         after = node.machine_config
         when = "at once"
         if settle > 0 and (after.version, after.raw) == (before.version, before.raw):
-            after, when = _settled_config(node, before, settle), f"within {settle:g}s"
-        if (after.version, after.raw) != (before.version, before.raw):
+            after = _settled_config(node, before, settle, cancelled)
+            when = f"within {settle:g}s"
+        staged = persisted_changes(persisted_before, read_persisted_config(node))
+        if (after.version, after.raw) != (before.version, before.raw) or staged:
             chosen.restore_node(node)
-    _require_same_config(check, node, before, after, rejection, when)
+    _require_same_config(check, node, before, after, rejection, when, staged)
     if expect_rejection and expect_rejection not in rejection:
         raise ConformanceFailure(
             check,
@@ -132,12 +145,14 @@ def _require_same_config(
     after: models.MachineConfig,
     rejection: str,
     when: str = "at once",
+    staged: Sequence[str] = (),
 ) -> None:
     problems = []
     if after.version != before.version:
         problems.append(f"version {before.version} -> {after.version}")
     if after.raw != before.raw:
         problems.append("the config bytes changed")
+    problems += staged
     if problems:
         raise ConformanceFailure(
             check,
@@ -150,6 +165,45 @@ def _require_same_config(
             observed=config_summary(after.raw, after.version),
             evidence={"rejection": rejection},
         )
+
+
+@dataclass(frozen=True)
+class PersistedConfig:
+    """The node's ``persistent`` MachineConfig: the config its next boot loads."""
+
+    version: int
+    raw: bytes = field(repr=False)  # holds the cluster's secrets: never printed
+
+
+def read_persisted_config(node: TalosNode) -> PersistedConfig | None:
+    """The ``persistent`` MachineConfig, or None where the node keeps none (an installed
+    node booted from its STATE partition with nothing applied since:
+    ``internal/app/machined/pkg/controllers/config/acquire.go``)."""
+    kind, _, namespace = MACHINE_CONFIG_RESOURCE
+    try:
+        found = node.client.get(kind, "persistent", namespace)
+    except NotFound:
+        return None
+    spec = found.typed_spec
+    raw = spec.yaml if isinstance(spec, models.MachineConfigSpec) else b""
+    return PersistedConfig(found.version, raw)
+
+
+def persisted_changes(before: PersistedConfig | None, after: PersistedConfig | None) -> list[str]:
+    """How the persistent config changed between two reads (``[]``: it did not)."""
+    what = "the persistent config (loaded at the next boot)"
+    if before is None or after is None:
+        if before is after:
+            return []
+        if after is not None:
+            return [f"{what} appeared: {config_summary(after.raw, after.version)}"]
+        return [f"{what} disappeared"]
+    problems = []
+    if after.version != before.version:
+        problems.append(f"{what}: version {before.version} -> {after.version}")
+    if after.raw != before.raw:
+        problems.append(f"{what}: its bytes changed")
+    return problems
 
 
 def assert_service_healthy_after_patch(

@@ -8,6 +8,17 @@ encoder leaves such fields out when it writes a config (``omitempty`` in
 ``pkg/machinery/config/encoder/encoder.go``), so a config that went through ``talosctl`` and
 one written by hand must not differ for it. Lists are compared item by item.
 
+Scalars are compared by type (``true`` is not ``"true"``), except in the fields Talos decodes
+as strings (:data:`STRING_FIELDS`): the ``extraArgs`` of kubelet and the control-plane
+components (``Args``, whose values are a string or a list of strings) and the
+``map[string]string`` fields (``machine.sysctls``, ``nodeLabels``, ``env``, ...; all in
+``pkg/machinery/config/types/v1alpha1/v1alpha1_types.go``). Go's YAML decoder stores any
+scalar's text in a string field, and ``talosctl`` writes it back quoted, so there
+``rotate-server-certificates: true`` and ``"true"``, or ``1024`` and ``"1024"``, are the same
+value, compared as the text written (``True`` and ``"true"`` still differ, as in Go). Elsewhere
+a quoted ``"true"`` in a bool field is a config Talos refuses (``cannot unmarshal !!str``),
+so it stays a difference.
+
 Values under secret-bearing keys are never shown (:mod:`pytest_talos.drift.mask`): a
 difference there says only that the values differ.
 """
@@ -15,6 +26,7 @@ difference there says only that the values differ.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,13 +35,44 @@ from typing import Any
 from pytest_talos.drift.mask import MASK, is_secret_path, mask_value
 from pytest_talos.patches import document_id, load_documents
 
-__all__ = ["ABSENT", "ConfigComparison", "Difference", "compare_configs", "document_label"]
+__all__ = [
+    "ABSENT",
+    "STRING_FIELDS",
+    "ConfigComparison",
+    "Difference",
+    "compare_configs",
+    "document_label",
+]
 
 ABSENT = "<absent>"
 _MISSING = object()
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _VALUE_LIMIT = 200
 _SHOWN_LIMIT = 40
+_ANY_INDEX = -1  # in a STRING_FIELDS path: any list index
+# Paths in the v1alpha1 document whose values Talos decodes as strings
+# (pkg/machinery/config/types/v1alpha1/v1alpha1_types.go): `Args` (ArgValue.UnmarshalYAML
+# reads a string or a list of strings; MarshalYAML writes `!!str`) and map[string]string.
+STRING_FIELDS: tuple[tuple[str | int, ...], ...] = (
+    ("machine", "kubelet", "extraArgs"),
+    ("machine", "env"),
+    ("machine", "sysctls"),
+    ("machine", "sysfs"),
+    ("machine", "nodeLabels"),
+    ("machine", "nodeAnnotations"),
+    ("machine", "nodeTaints"),
+    ("machine", "logging", "destinations", _ANY_INDEX, "extraTags"),
+    ("cluster", "extraManifestHeaders"),
+    ("cluster", "apiServer", "extraArgs"),
+    ("cluster", "apiServer", "env"),
+    ("cluster", "controllerManager", "extraArgs"),
+    ("cluster", "controllerManager", "env"),
+    ("cluster", "proxy", "extraArgs"),
+    ("cluster", "scheduler", "extraArgs"),
+    ("cluster", "scheduler", "env"),
+    ("cluster", "etcd", "extraArgs"),
+)
+_SPECIAL_FLOAT_TEXT = {math.inf: ".inf", -math.inf: "-.inf"}
 
 
 @dataclass(frozen=True)
@@ -108,7 +151,7 @@ def compare_configs(
         if ldoc is _MISSING or rdoc is _MISSING:
             found.append(Difference(label, "", _document_text(ldoc), _document_text(rdoc)))
         else:
-            _walk(label, ldoc, rdoc, [], found)
+            _walk(label, ldoc, rdoc, [], found, text=False)
     return ConfigComparison(tuple(found), left_name, right_name)
 
 
@@ -123,14 +166,16 @@ def _document_text(doc: Any) -> str:
     return f"present ({keys or 'no fields'})"
 
 
-def _empty(value: Any) -> bool:
-    if value is _MISSING or value is None or value is False:
+def _empty(value: Any, text: bool = False) -> bool:
+    if value is _MISSING or value is None:
         return True
     if isinstance(value, Mapping):
-        return all(_empty(item) for item in value.values())
+        return all(_empty(item, text) for item in value.values())
     if isinstance(value, str | list | tuple):
         return len(value) == 0
-    return isinstance(value, int | float) and value == 0
+    if text:  # a string field holds "false" or "0": not empty
+        return False
+    return value is False or (isinstance(value, int | float) and value == 0)
 
 
 def _same_scalar(left: Any, right: Any) -> bool:
@@ -141,12 +186,59 @@ def _same_scalar(left: Any, right: Any) -> bool:
     return bool(left == right)
 
 
-def _walk(label: str, left: Any, right: Any, path: list[Any], found: list[Difference]) -> None:
-    if _empty(left) and _empty(right):
+def scalar_text(value: Any) -> str:
+    """The text a scalar was written as, which is what Go stores in a string field. The
+    YAML reader (:mod:`pytest_talos.patches`) keeps every scalar that is not a canonical
+    bool, int or float as the text it was (``yes``, ``0777``, ``1e3``), so this is exact."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ".nan"
+        return _SPECIAL_FLOAT_TEXT.get(value) or _float_text(value)
+    return str(value)
+
+
+def _float_text(value: float) -> str:
+    text = repr(value).lower()  # as PyYAML writes it, which is how it was read back
+    return text.replace("e", ".0e", 1) if "." not in text and "e" in text else text
+
+
+def _string_field(label: str, path: Sequence[Any]) -> bool:
+    """Whether ``path`` (of a document labelled ``label``) is a field Talos decodes as a
+    string-keyed map of strings (STRING_FIELDS)."""
+    if label != "v1alpha1":
+        return False
+    return any(_path_is(path, field) for field in STRING_FIELDS)
+
+
+def _path_is(path: Sequence[Any], field: Sequence[str | int]) -> bool:
+    if len(path) != len(field):
+        return False
+    return all(
+        want == got or (want == _ANY_INDEX and isinstance(got, int))
+        for want, got in zip(field, path, strict=True)
+    )
+
+
+def _by_text(value: Any) -> Any:
+    """A mapping of a string field re-keyed by its keys' text (Go's map[string]... keys)."""
+    if isinstance(value, Mapping):
+        return {scalar_text(key): item for key, item in value.items()}
+    return value
+
+
+def _walk(
+    label: str, left: Any, right: Any, path: list[Any], found: list[Difference], *, text: bool
+) -> None:
+    if not text and _string_field(label, path):
+        text, left, right = True, _by_text(left), _by_text(right)
+    if _empty(left, text) and _empty(right, text):
         return
     if isinstance(left, Mapping) and isinstance(right, Mapping):
         for key in [*left, *(k for k in right if k not in left)]:
-            _walk(label, left.get(key, _MISSING), right.get(key, _MISSING), [*path, key], found)
+            lval, rval = left.get(key, _MISSING), right.get(key, _MISSING)
+            _walk(label, lval, rval, [*path, key], found, text=text)
         return
     if isinstance(left, list) and isinstance(right, list):
         for index in range(max(len(left), len(right))):
@@ -155,10 +247,17 @@ def _walk(label: str, left: Any, right: Any, path: list[Any], found: list[Differ
             if lval is _MISSING or rval is _MISSING:
                 found.append(_difference(label, [*path, index], lval, rval))
             else:
-                _walk(label, lval, rval, [*path, index], found)
+                _walk(label, lval, rval, [*path, index], found, text=text)
         return
-    if not _same_scalar(left, right):
+    if not _same_value(left, right, text):
         found.append(_difference(label, path, left, right))
+
+
+def _same_value(left: Any, right: Any, text: bool) -> bool:
+    scalars = not isinstance(left, Mapping | list) and not isinstance(right, Mapping | list)
+    if text and scalars and not {id(left), id(right)} & {id(_MISSING), id(None)}:
+        return scalar_text(left) == scalar_text(right)
+    return _same_scalar(left, right)
 
 
 def _difference(label: str, path: list[Any], left: Any, right: Any) -> Difference:

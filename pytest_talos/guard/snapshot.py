@@ -86,13 +86,12 @@ def restore_snapshot(snapshot: Snapshot, *, force: bool = False) -> bool:
         if not force and _matches(client, snapshot):
             return False
         apply_original(client, snapshot.raw, "no-reboot")  # sets active and persistent
+        snapshot.node.forget_kubernetes_name()  # it follows the config (registerWithFQDN)
         note_guarded_change(client, snapshot, mode="no-reboot", restore=True)
         if snapshot.persistent is not None and snapshot.persistent != snapshot.raw:
             apply_original(client, snapshot.persistent, "staged")  # a change staged before us
         after = client.machine_config()
-        staged_back = (
-            snapshot.persistent is None or persistent_config(client) == snapshot.persistent
-        )
+        staged_back = _persistent_back(client, snapshot)
     except TalosError as exc:
         raise _restore_failure(snapshot, f"the restore call failed: {exc}") from exc
     if after.raw != snapshot.raw or not staged_back:
@@ -108,7 +107,18 @@ def restore_snapshot(snapshot: Snapshot, *, force: bool = False) -> bool:
 def _matches(client: TalosClient, snapshot: Snapshot) -> bool:
     if client.machine_config().raw != snapshot.raw:
         return False
-    return snapshot.persistent is None or persistent_config(client) == snapshot.persistent
+    return _persistent_back(client, snapshot)
+
+
+def _persistent_back(client: TalosClient, snapshot: Snapshot) -> bool:
+    """The config the next boot loads is the original: the one staged before, or, where
+    the node kept none, none or the original bytes. (Every apply but TRY writes
+    ``persistent``, v1alpha1_server.go ApplyConfiguration, and nothing removes it, so a
+    node that kept none can at best be given the original bytes there.)"""
+    now = persistent_config(client)
+    if snapshot.persistent is None:
+        return now is None or now == snapshot.raw
+    return now == snapshot.persistent
 
 
 def apply_original(client: TalosClient, raw: bytes, mode: models.ApplyMode) -> None:

@@ -40,8 +40,6 @@ CMDLINE = "talos.platform=metal console=ttyS0 init_on_alloc=1 slab_nomerge pti=o
         ("1.13.*", "v1.13.4", True),
         ("v1.13", "v1.14.0", False),
         ("v1.1", "v1.13.0", False),
-        ("6.18", "6.18.24-talos", True),
-        ("6.18.24", "6.18.24-talos", True),
     ],
 )
 def test_version_matching_accepts_prefixes_on_component_boundaries(

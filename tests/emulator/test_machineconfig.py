@@ -643,9 +643,12 @@ def test_immediate_apply_error_shows_only_the_blocking_diff(cp: bytes) -> None:
     assert "a: b" not in message
 
 
-def test_absent_and_empty_are_the_same(worker: bytes) -> None:
+def test_absent_and_null_are_the_same_but_empty_is_not(worker: bytes) -> None:
+    # files: null decodes to a nil slice, as absent does; files: [] to an empty non-nil one,
+    # which reflect.DeepEqual tells from nil (v1alpha1_runtime.go CanApplyImmediate).
+    assert mc.immediate_apply_blockers(worker, patched(worker, "machine:\n  files: null\n")) == []
     data = patched(worker, "machine:\n  files: []\n")
-    assert mc.immediate_apply_blockers(worker, data) == []
+    assert mc.immediate_apply_blockers(worker, data) == ["machine.files"]
 
 
 # --------------------------------------------------------------------------- reply texts

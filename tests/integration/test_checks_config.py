@@ -16,6 +16,7 @@ from pytest_talos.checks import (
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.emulator import EmulatedCluster
 from pytest_talos.errors import ConformanceFailure, TalosError, Unavailable
+from pytest_talos.guard.snapshot import persistent_config
 from pytest_talos.node import ReadOnlyGuard, TalosNode
 from tests.integration.checks_support import connected
 
@@ -204,6 +205,24 @@ def test_guard_restores_exact_bytes_and_skips_unchanged_nodes(
     assert {c.targets for c in applies if not c.forwarded} == {(worker.address,)}
     assert guard.protected == []
     assert guard.restore() == []  # idempotent
+
+
+def test_guard_puts_back_a_next_boot_config_a_node_that_kept_none_was_given() -> None:
+    # An installed metal node boots from STATE and keeps no `persistent` config until an
+    # apply (internal/app/machined/pkg/controllers/config/acquire.go). A staged change
+    # leaves the active config alone but would boot next time: the guard must undo it.
+    with connected(workers=0, variants=("metal",)) as (_emulator, cluster):
+        node = cluster.controlplane()
+        assert persistent_config(node.client) is None
+        original = node.machine_config.raw
+        guard = ConfigGuard(journal=False)
+        node.apply_patch(GOOD_LABEL, mode="staged", guard=guard)
+        assert node.machine_config.raw == original  # only the next boot's config changed
+        assert persistent_config(node.client) not in (None, original)
+        assert guard.restore() == [node.name]
+        # The API cannot remove `persistent`: the original bytes are the next boot's now.
+        assert persistent_config(node.client) == original
+        assert node.machine_config.raw == original
 
 
 def test_guard_failure_is_loud_and_retried_later(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_talos.emulator.machineconfig.common import as_mapping
 from pytest_talos.emulator.machineconfig.loader import main_document
 from pytest_talos.patches import config_diff, dump_documents
 
@@ -49,30 +48,54 @@ IMMEDIATE_FEATURES = frozenset(
 )
 
 
-def _empty(value: Any) -> bool:
-    return value is None or value == {} or value == []
+# Non-allowed fields of type `string` (not a pointer): Go's zero value, so "" equals absent.
+_STRING_FIELDS = frozenset({"version", "type", "token"})
 
 
-def _differs(old: Any, new: Any) -> bool:
-    return not (_empty(old) and _empty(new)) and old != new
+def _differs(old: Any, new: Any, key: str = "") -> bool:
+    """Whether reflect.DeepEqual would tell the two typed values apart.
+
+    An absent key and ``null`` both decode to nil. An empty ``{}`` or ``[]`` decodes to an
+    empty, non-nil map or slice, and a struct field that is present (``features: {}``) to a
+    non-nil pointer: DeepEqual tells those from nil. Only a plain string field reads ``""``
+    as its zero value. The typed fields are in
+    ``pkg/machinery/config/types/v1alpha1/v1alpha1_types.go`` (MachineConfig: pointers,
+    slices and maps but for ``type`` and ``token``; Config: ``version`` a string, ``debug``
+    and ``persist`` ``*bool``). Nested values are compared the same way (INFERRED: their
+    own string fields are not told apart from pointers)."""
+    if key in _STRING_FIELDS:
+        old, new = old or None, new or None
+    return bool(old != new)
 
 
 def _blocked_paths(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     paths: list[str] = []
     for key in dict.fromkeys([*old, *new]):
-        if key in IMMEDIATE_TOP_LEVEL or not _differs(old.get(key), new.get(key)):
+        if key in IMMEDIATE_TOP_LEVEL or not _differs(old.get(key), new.get(key), key):
             continue
-        if key != "machine":
+        old_m, new_m = old.get(key), new.get(key)
+        if key != "machine" or not (isinstance(old_m, dict) and isinstance(new_m, dict)):
+            # CanApplyImmediate copies the allowed machine fields only when both configs
+            # have a machine section; else the whole of it is compared.
             paths.append(str(key))
             continue
-        old_m, new_m = as_mapping(old.get(key)), as_mapping(new.get(key))
-        for mkey in dict.fromkeys([*old_m, *new_m]):
-            if mkey in IMMEDIATE_MACHINE_FIELDS or not _differs(old_m.get(mkey), new_m.get(mkey)):
-                continue
-            if mkey == "features":
-                paths += _blocked_features(as_mapping(old_m.get(mkey)), as_mapping(new_m.get(mkey)))
-            else:
-                paths.append(f"machine.{mkey}")
+        paths += _blocked_machine(old_m, new_m)
+    return paths
+
+
+def _blocked_machine(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    paths: list[str] = []
+    for key in dict.fromkeys([*old, *new]):
+        if key in IMMEDIATE_MACHINE_FIELDS or not _differs(old.get(key), new.get(key), key):
+            continue
+        old_f, new_f = old.get(key), new.get(key)
+        if key == "features" and isinstance(old_f, dict) and isinstance(new_f, dict):
+            paths += _blocked_features(old_f, new_f)
+        else:
+            # `features` on one side only: v1alpha1_runtime.go copies the allowed features
+            # only `if newFeatures != nil && currentFeatures != nil`, so nil vs a
+            # FeaturesConfig is a difference whatever it holds.
+            paths.append(f"machine.{key}")
     return paths
 
 
@@ -102,15 +125,16 @@ def _merge_allowed(
 
 
 def _with_allowed_from(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """``new`` with every immediately-applicable field taken from ``old``."""
+    """``new`` with every immediately-applicable field taken from ``old``: the machine
+    fields only where both have a machine section, the features only where both have a
+    features section (as CanApplyImmediate copies them)."""
     masked = _merge_allowed(old, new, IMMEDIATE_TOP_LEVEL)
-    old_m, new_m = as_mapping(old.get("machine")), as_mapping(new.get("machine"))
-    if isinstance(masked.get("machine"), dict):
+    old_m, new_m = old.get("machine"), new.get("machine")
+    if isinstance(old_m, dict) and isinstance(new_m, dict):
         machine = _merge_allowed(old_m, new_m, IMMEDIATE_MACHINE_FIELDS)
-        if isinstance(machine.get("features"), dict):
-            machine["features"] = _merge_allowed(
-                as_mapping(old_m.get("features")), machine["features"], IMMEDIATE_FEATURES
-            )
+        old_f, new_f = old_m.get("features"), machine.get("features")
+        if isinstance(old_f, dict) and isinstance(new_f, dict):
+            machine["features"] = _merge_allowed(old_f, new_f, IMMEDIATE_FEATURES)
         masked["machine"] = machine
     return masked
 

@@ -3,6 +3,8 @@
 A YAML file the vendor or the customer writes; every section is optional and a check whose
 expectation is missing skips with the reason. ``conformance/profiles/example-vendor.yaml``
 documents every key. Errors are :class:`~pytest_talos.errors.ConfigError` naming the key.
+:class:`VerificationPolicy` reads a node's ImageVerificationConfig rules as Talos applies them
+(``vendor.image-verification``).
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ import yaml
 from pytest_talos.errors import ConfigError
 
 __all__ = [
+    "VERIFIERS",
     "PortExpectations",
     "VendorProfile",
+    "VerificationPolicy",
     "load_vendor_profile",
     "parse_vendor_profile",
+    "rule_action",
     "version_matches",
 ]
 
@@ -39,22 +44,44 @@ _TOP_KEYS = frozenset(
     }
 )
 _ROLES = ("controlplane", "worker")
+# ImageVerificationConfig: the verifiers a rule may name
+# (pkg/machinery/config/types/security/image_verification.go), and image patterns that match
+# every image reference (github.com/ryanuber/go-glob: `*` matches any text, `/` included).
+VERIFIERS = ("keyless", "publicKey")
+_CATCH_ALL = frozenset({"*", "**", "*/*", "**/*"})
 
 
 def _normalise_version(text: str) -> str:
     return text.strip().removeprefix("v")
 
 
-def version_matches(expected: str, actual: str) -> bool:
-    """``v1.13.9`` matches exactly; ``v1.13``, ``v1.13.x`` and ``1.13.*`` match any v1.13.z.
+def _release_under(prefix: str, version: str) -> bool:
+    """``version`` is a release below ``prefix`` (``1.13`` -> ``1.13.9``), not a pre-release
+    or a build of one (``1.13.9-rc.1``, ``1.13.9-dirty``, ``1.13.9+meta``)."""
+    rest = version.removeprefix(prefix + ".") if version.startswith(prefix + ".") else ""
+    return bool(rest) and all(part.isdigit() for part in rest.split("."))
 
-    A kernel release such as ``6.18.24-talos`` matches ``6.18`` and ``6.18.24``.
+
+def version_matches(expected: str, actual: str, *, local_version: bool = False) -> bool:
+    """A full ``v1.13.9`` matches only ``v1.13.9``; ``v1.13``, ``v1.13.x`` and ``1.13.*``
+    match any release v1.13.z. A pre-release or build (``v1.14.0-rc.1``, ``v1.13.9-dirty``)
+    matches only when named exactly: Talos and Kubernetes tag pre-releases ``-alpha.N``,
+    ``-beta.N``, ``-rc.N``.
+
+    ``local_version``: ``actual`` is a kernel release, whose ``-talos`` style suffix is the
+    build's local version, not a pre-release: ``6.18`` and ``6.18.24`` match ``6.18.24-talos``.
     """
     want = _normalise_version(expected)
     for wildcard in (".x", ".*"):
         want = want.removesuffix(wildcard)
     have = _normalise_version(actual)
-    return have == want or any(have.startswith(want + sep) for sep in (".", "-", "+"))
+    if have == want:
+        return True
+    if local_version and "-" not in want:
+        have = have.partition("-")[0]
+    if have == want:
+        return True
+    return want.count(".") < 2 and _release_under(want, have)
 
 
 @dataclass(frozen=True)
@@ -226,3 +253,73 @@ def load_vendor_profile(path: str | Path) -> VendorProfile:
     except yaml.YAMLError as exc:
         raise ConfigError(f"not valid YAML: {exc}", path=str(file)) from None
     return parse_vendor_profile(data, str(file))
+
+
+# --------------------------------------------------------------------------- the node's policy
+
+
+def rule_action(rule: Mapping[str, Any]) -> str:
+    """What Talos does with an image the rule matches: ``deny``, ``skip`` (pulled
+    unverified), ``keyless`` or ``publicKey`` (verified), ``none`` (a rule validation
+    refuses). ``internal/pkg/containers/image/verify/verify.go`` ImageSignature checks deny,
+    then skip, then verifies with the rule's verifier."""
+    if rule.get("deny") is True:
+        return "deny"
+    if rule.get("skip") is True:
+        return "skip"
+    return next((kind for kind in VERIFIERS if rule.get(kind)), "none")
+
+
+@dataclass(frozen=True)
+class VerificationPolicy:
+    """The rules as Talos applies them: in order, the first match wins
+    (``pkg/machinery/resources/security/image_verification_rule.go``
+    ImageVerificationRuleMatcher), so a catch-all pattern hides every rule after it."""
+
+    rules: tuple[tuple[str, str], ...]  # (image pattern, action), the reachable ones
+    unreachable: tuple[str, ...] = ()  # patterns after the first catch-all
+
+    @classmethod
+    def of(cls, rules: list[dict[str, Any]]) -> VerificationPolicy:
+        reachable: list[tuple[str, str]] = []
+        for index, rule in enumerate(rules):
+            reachable.append((str(rule.get("image", "?")), rule_action(rule)))
+            if reachable[-1][0] in _CATCH_ALL:
+                later = tuple(str(r.get("image", "?")) for r in rules[index + 1 :])
+                return cls(tuple(reachable), later)
+        return cls(tuple(reachable))
+
+    @property
+    def catch_all(self) -> tuple[str, str] | None:
+        """The first rule matching every image, if any: it decides every image no earlier
+        rule matched."""
+        last = self.rules[-1] if self.rules else None
+        return last if last is not None and last[0] in _CATCH_ALL else None
+
+    @property
+    def verifying(self) -> list[str]:
+        return [pattern for pattern, action in self.rules if action in VERIFIERS]
+
+    def unverified_note(self) -> str:
+        """Why some images are pulled unverified ("": none is)."""
+        catch_all = self.catch_all
+        if catch_all is None:
+            return _NOT_FAIL_CLOSED
+        pattern, action = catch_all
+        if action != "skip":
+            return ""
+        if not self.verifying:
+            return (
+                f"the first ImageVerificationConfig rule matching every image ({pattern}) "
+                "skips verification: verification is off, no image is verified"
+            )
+        return (
+            f"the rule for every image ({pattern}) skips verification: an image outside "
+            f"{', '.join(self.verifying)} is pulled unverified"
+        )
+
+
+_NOT_FAIL_CLOSED = (
+    "Talos pulls an image that matches no ImageVerificationConfig rule without "
+    "verifying it (verification is not fail-closed)"
+)
