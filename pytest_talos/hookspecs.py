@@ -7,6 +7,9 @@ plugin like any pytest hook (every argument is optional in an implementation)::
         if role == "worker":
             ports.update({4240, 4244})     # Cilium health checks and Hubble
 
+    def pytest_talos_expected_udp_ports(node, role, ports):
+        ports.add(51871)                   # Cilium's WireGuard encryption
+
     def pytest_talos_select_nodes(nodes, config):
         return [n for n in nodes if not n.hostname.startswith("spare-")]
 
@@ -51,6 +54,21 @@ def pytest_talos_expected_ports(node: TalosNode, role: str, ports: set[int]) -> 
     Deprecated: a returned set is still added to ``ports`` after every implementation ran (the
     old way to extend it), with a :class:`PytestTalosDeprecationWarning`; edit ``ports``
     instead.
+    """
+
+
+@hookspec
+def pytest_talos_expected_udp_ports(node: TalosNode, role: str, ports: set[int]) -> None:
+    """Edit, in place, the UDP ports ``node`` (of ``role``) may have a socket bound to off
+    loopback and link-local addresses (the UDP part of ``immutability.only-expected-ports``).
+
+    ``ports`` starts as :func:`pytest_talos.checks.expected_udp_ports_for`: the DHCP client's
+    68 and 546, Flannel's VXLAN 4789 (or, with a custom CNI, the common overlay and WireGuard
+    ports of Cilium and Calico), KubeSpan's 51820 when the machine config enables it. Like
+    :func:`pytest_talos_expected_ports`, it is one set passed to every implementation in
+    turn: add (``ports.add(51871)``), remove or clear it, and return nothing. What it holds
+    at the end is the UDP allowlist (``allowed_udp``) the conformance suite passes to
+    :func:`pytest_talos.checks.assert_only_expected_ports`.
     """
 
 

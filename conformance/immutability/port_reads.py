@@ -16,14 +16,24 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import pytest
+
 from conformance._support.fanout import FanOut
 from conformance.kubernetes.node_addresses import ADDRESSES, LINKS, host_addresses
-from pytest_talos.checks import PortObservation, observe_ports
+from pytest_talos.checks import PortObservation, expected_udp_ports_for, observe_ports
 from pytest_talos.client import ChangeGate
 from pytest_talos.errors import TalosError
 from pytest_talos.node import TalosNode
 
-__all__ = ["FANOUT_MAX_AGE", "READERS", "PortRead", "changes_made", "port_fanout", "read_ports"]
+__all__ = [
+    "FANOUT_MAX_AGE",
+    "READERS",
+    "PortRead",
+    "changes_made",
+    "expected_udp_ports",
+    "port_fanout",
+    "read_ports",
+]
 
 # Real seconds an observation stays usable when nothing was changed meanwhile: a port a
 # healthy node opens or closes by itself would show in a read a minute later as well.
@@ -83,3 +93,12 @@ def port_fanout(
         usable=lambda done: done.changes == changes_made(gate),
         readers=readers,
     )
+
+
+def expected_udp_ports(config: pytest.Config, node: TalosNode) -> frozenset[int]:
+    """The UDP ports ``node`` may bind off loopback: what its config opens
+    (:func:`~pytest_talos.checks.expected_udp_ports_for`), as the
+    ``pytest_talos_expected_udp_ports`` hook implementations edit it."""
+    ports = set(expected_udp_ports_for(node))
+    config.hook.pytest_talos_expected_udp_ports(node=node, role=node.role, ports=ports)
+    return frozenset(ports)

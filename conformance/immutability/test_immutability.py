@@ -16,7 +16,12 @@ import pytest
 from conformance._support.fanout import FanOut
 from conformance._support.fixtures import nodes_checked_by
 from conformance._support.settings import SuiteSettings
-from conformance.immutability.port_reads import PortRead, port_fanout, read_ports
+from conformance.immutability.port_reads import (
+    PortRead,
+    expected_udp_ports,
+    port_fanout,
+    read_ports,
+)
 from conformance.immutability.rules import (
     PACKAGE_DIRECTORIES,
     PACKAGE_MANAGERS,
@@ -133,7 +138,10 @@ def test_pid1_is_machined(talos_node: TalosNode, talos_evidence: dict[str, Any])
     "no UDP socket off loopback but the CNI's and KubeSpan's",
 )
 def test_only_expected_ports_are_open(
-    talos_node: TalosNode, talos_evidence: dict[str, Any], port_reads: FanOut[PortRead]
+    talos_node: TalosNode,
+    talos_evidence: dict[str, Any],
+    port_reads: FanOut[PortRead],
+    request: pytest.FixtureRequest,
 ) -> None:
     try:
         read = port_reads.get(talos_node)  # observed with the others, or now if not fresh
@@ -142,7 +150,10 @@ def test_only_expected_ports_are_open(
     if read.addresses_note is not None:
         talos_evidence["addresses"] = read.addresses_note
     result = assert_only_expected_ports(
-        talos_node, addresses=read.addresses, observation=read.observation
+        talos_node,
+        addresses=read.addresses,
+        observation=read.observation,
+        allowed_udp=expected_udp_ports(request.config, talos_node),
     )
     talos_evidence.update(result.evidence)
     if result.notes:

@@ -31,6 +31,7 @@ from conformance._support.context import Timing
 from conformance._support.fanout import FanOut
 from conformance._support.observe import Observation
 from conformance._support.settings import SuiteSettings
+from conformance.services.logs import QUIET_SERVICES, log_problem
 from pytest_talos import models
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import (
@@ -91,9 +92,6 @@ SERVICES_RESOURCE = ("Services.v1alpha1.talos.dev", "runtime")
 # before it starts etcd and kubelet (services/etcd.go, kubelet.go wait for "time sync").
 NODE_CLOCK_SKEW = 30.0
 _SLACK = 2.0  # node seconds: an event id (rs/xid) carries whole seconds
-# Services that write to their log whenever they run (a Talos service's runner opens the
-# log and the daemon logs its start); extension services and the dashboard may print nothing.
-_LOGS_EXPECTED_EXCEPT = frozenset({"dashboard"})
 _EVENTS = 6
 _LOG_LINES = 20
 
@@ -507,19 +505,19 @@ def test_every_service_log_is_readable(
         except APIError as exc:
             failures[service.id] = f"{exc.code}: {exc.details}"
             continue
-        # a runner registers the log when it starts the service and the daemon logs its
-        # start (runtime/logging/circular.go; runner/containerd, runner/process): a running
-        # Talos service with nothing in its log lost its output
-        quiet = service.id.startswith("ext-") or service.id in _LOGS_EXPECTED_EXCEPT
-        if service.running and not quiet and not sizes[service.id]:
-            failures[service.id] = "Running, but its log is empty"
+        # a running service whose daemon logs at start (or logs this very request) with
+        # nothing in its log lost its output; the quiet ones may be empty (logs.py)
+        problem = log_problem(service, sizes[service.id])
+        if problem:
+            failures[service.id] = problem
     talos_evidence["log bytes (tail)"] = sizes
     if failures:
         raise ConformanceFailure(
             "services.logs-readable",
             "some service logs cannot be read",
             node=talos_node.name,
-            expected="every ServiceList service has a readable log, not empty while it runs",
+            expected="every ServiceList service has a readable log, not empty while it runs "
+            "(but for " + ", ".join(sorted(QUIET_SERVICES)) + " and extension services)",
             observed="; ".join(f"{k}: {v}" for k, v in sorted(failures.items())),
         )
 

@@ -35,12 +35,14 @@ __all__ = [
     "CUSTOM_CNI_UDP_PORTS",
     "DHCP_CLIENT_PORTS",
     "FLANNEL_VXLAN_PORT",
+    "KUBESPAN_KIND",
     "KUBESPAN_PORT",
     "PortObservation",
     "assert_only_api_port",
     "assert_only_expected_ports",
     "expected_udp_ports_for",
     "judge_ports",
+    "kubespan_enabled",
     "observe_ports",
 ]
 
@@ -160,10 +162,14 @@ def expected_udp_ports_for(node: TalosNode) -> frozenset[int]:
     Every node may have a DHCP client's socket (68, DHCPv6 546). Flannel (Talos's default
     CNI) has a kernel VXLAN socket on 4789
     (``controllers/k8s/internal/k8stemplates/flannel.go``); KubeSpan's WireGuard listens on
-    51820 (``pkg/machinery/constants/constants.go`` KubeSpanDefaultPort). With a custom CNI
-    (``cluster.network.cni.name`` ``custom`` or ``none``) the common overlay and WireGuard
-    ports of Cilium and Calico are allowed too (4789, 8472, 6081, 51820, 51821). Without
-    os:admin the config cannot be read and Flannel is assumed.
+    51820 (``pkg/machinery/constants/constants.go`` KubeSpanDefaultPort,
+    ``controllers/kubespan/manager.go``) when the config enables it
+    (:func:`kubespan_enabled`: a ``KubeSpanConfig`` document, else
+    ``machine.network.kubespan``). With a custom CNI (``cluster.network.cni.name``
+    ``custom`` or ``none``) the common overlay and WireGuard ports of Cilium and Calico are
+    allowed too (4789, 8472, 6081, 51820, 51821, and Cilium's WireGuard encryption's 51871).
+    Without os:admin the config cannot be read and Flannel is assumed. The conformance suite
+    lets the ``pytest_talos_expected_udp_ports`` hook edit the result.
     """
     try:
         config: models.MachineConfig | None = node.machine_config
@@ -176,9 +182,21 @@ def expected_udp_ports_for(node: TalosNode) -> frozenset[int]:
         udp.add(FLANNEL_VXLAN_PORT)
     else:
         udp |= CUSTOM_CNI_UDP_PORTS
-    if dig(main, "machine", "network", "kubespan", "enabled") is True:
+    if kubespan_enabled(config):
         udp.add(KUBESPAN_PORT)
     return frozenset(udp)
+
+
+def kubespan_enabled(config: models.MachineConfig | None) -> bool:
+    """Whether the machine config enables KubeSpan. A ``KubeSpanConfig`` document (Talos
+    1.13's own) wins over the v1alpha1 ``machine.network.kubespan``
+    (``pkg/machinery/config/container/container.go`` NetworkKubeSpanConfig: "first check if
+    we have a dedicated document"); its ``enabled`` is off when unset
+    (``pkg/machinery/config/types/network/kubespan.go`` Enabled)."""
+    for document in config.documents if config is not None else ():
+        if isinstance(document, dict) and document.get("kind") == KUBESPAN_KIND:
+            return document.get("enabled") is True
+    return dig(v1alpha1_document(config), "machine", "network", "kubespan", "enabled") is True
 
 
 FLANNEL_VXLAN_PORT = 4789
@@ -186,7 +204,11 @@ FLANNEL_VXLAN_PORT = 4789
 # port 68, dhcp6.go's nclient6 binds 546; a DHCP-configured (metal) node may show either.
 DHCP_CLIENT_PORTS = frozenset({68, 546})
 KUBESPAN_PORT = 51820
-CUSTOM_CNI_UDP_PORTS = frozenset({4789, 8472, 6081, 51820, 51821})
+KUBESPAN_KIND = "KubeSpanConfig"  # pkg/machinery/config/types/network/kubespan.go
+# VXLAN 4789 and 8472 (Cilium, Calico), Geneve 6081 (Cilium), WireGuard 51820 and 51821
+# (Calico), 51871 (Cilium's transparent encryption: Documentation/security/network/
+# encryption-wireguard.rst in cilium/cilium, "exposed on UDP port 51871 on each node")
+CUSTOM_CNI_UDP_PORTS = frozenset({4789, 8472, 6081, 51820, 51821, 51871})
 
 
 def _scan_targets(node: TalosNode, addresses: Iterable[str]) -> list[str]:

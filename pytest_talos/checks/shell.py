@@ -140,7 +140,9 @@ def assert_no_shell(
 
     With ``docker_container`` (a node running as a local Docker container), also requires
     ``docker exec <container> sh`` to exit 127; that part is skipped (see ``notes``) when
-    the ``docker`` command is absent.
+    the ``docker`` command is absent, and raises :class:`~pytest_talos.errors.TalosError`
+    (not measured) when docker cannot reach the container or its daemon (no such
+    container, the daemon down or its socket not permitted).
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     check = "immutability.no-shell-or-ssh"
@@ -165,17 +167,21 @@ def assert_no_shell(
     result.evidence["port 22"] = ssh.state_of(SSH_PORT)
     if SSH_PORT in ssh.open_ports:
         findings["port 22"] = f"open ({listener_text(node, SSH_PORT)})"
+    unmeasured = None
     if docker_container is not None:
-        _docker_exec_check(docker_container, result, findings)
+        unmeasured = _docker_exec_check(docker_container, result, findings)
     if findings:
+        evidence = {**findings, "docker exec sh (not measured)": unmeasured or ""}
         raise ConformanceFailure(
             check,
             "the node offers a way in besides the Talos API",
             node=node.name,
             expected="no shell, no busybox, no sshd, port 22 closed",
             observed="; ".join(findings),
-            evidence=findings,
+            evidence={k: v for k, v in evidence.items() if v},
         )
+    if unmeasured is not None:
+        raise TalosError(unmeasured, node=node.name)
     return result
 
 
@@ -306,11 +312,13 @@ def _describe_process(process: models.ProcessInfo) -> str:
     return f"pid {process.pid}: {process.executable or process.command} {process.args}".rstrip()
 
 
-def _docker_exec_check(container: str, result: CheckResult, findings: dict[str, str]) -> None:
+def _docker_exec_check(container: str, result: CheckResult, findings: dict[str, str]) -> str | None:
+    """Run ``docker exec <container> sh``; a finding unless it exits 127. Returns why it was
+    not measured when docker could not reach the container or its daemon (else None)."""
     docker = shutil.which("docker")
     if docker is None:
         result.notes.append("docker exec check skipped: the docker command is not installed")
-        return
+        return None
     try:
         done = subprocess.run(
             [docker, "exec", container, "sh", "-c", "exit 0"],
@@ -321,8 +329,37 @@ def _docker_exec_check(container: str, result: CheckResult, findings: dict[str, 
         )
     except subprocess.TimeoutExpired:
         findings["docker exec sh"] = "did not finish within 60 s"
-        return
+        return None
     output = (done.stderr or done.stdout).decode(errors="replace").strip()
     result.evidence["docker exec sh"] = f"exit {done.returncode}: {output}"
+    if docker_unmeasured(done.returncode, output):
+        return (
+            f"docker exec could not run in container {container!r} (exit {done.returncode}: "
+            f"{output}): the docker part of the check was not measured; --talos-docker "
+            "expects local containers named after the nodes' hostnames and a reachable "
+            "Docker daemon"
+        )
     if done.returncode != 127:
         findings["docker exec sh"] = f"exit {done.returncode} (expected 127): {output}"
+    return None
+
+
+# What the docker CLI prints when it did not get to run anything in the container: the
+# daemon's refusals ("Error response from daemon: No such container: x", "... container x
+# is not running") and failures to reach the daemon ("Cannot connect to the Docker daemon
+# at ...", "permission denied while trying to connect to the Docker daemon socket ...").
+# Exit codes 126 and 127 are docker exec's own for a command it could not start.
+_DOCKER_UNREACHED = (
+    "No such container",
+    "is not running",
+    "Cannot connect to the Docker daemon",
+    "while trying to connect to the Docker daemon",
+    "Is the docker daemon running",
+)
+
+
+def docker_unmeasured(returncode: int, output: str) -> bool:
+    """Whether ``docker exec`` failed before running anything in the container (the
+    container or the daemon could not be reached), so its exit code says nothing of the
+    node."""
+    return returncode not in (0, 126, 127) and any(mark in output for mark in _DOCKER_UNREACHED)

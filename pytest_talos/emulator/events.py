@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
+    "EVENTS_CAP",
+    "EVENTS_GAP",
     "AddressPayload",
     "EventBuffer",
     "MachineStatusPayload",
@@ -30,6 +32,7 @@ __all__ = [
     "new_xid",
 ]
 
+EVENTS_CAP, EVENTS_GAP = 1000, 10  # runtime/v1alpha1/v1alpha1_controller.go NewEvents
 _MACHINE = secrets.token_bytes(3)
 _PID = (os.getpid() & 0xFFFF).to_bytes(2, "big")
 _COUNTER = itertools.count(secrets.randbelow(1 << 23))
@@ -108,9 +111,15 @@ class RuntimeEvent:
 
 @dataclass
 class EventBuffer:
-    """The node's event ring buffer plus live subscribers (the Events streams)."""
+    """The node's event ring buffer plus live subscribers (the Events streams).
 
-    capacity: int = 1000  # runtime/v1alpha1/v1alpha1_controller.go: NewEvents(1000, 10)
+    runtime/v1alpha1/v1alpha1_controller.go NewEvents(1000, 10): a ring of 1000 events with
+    a safety gap of 10 between publisher and consumers; a watch starts at most cap-gap
+    events back (runtime/v1alpha1/v1alpha1_events.go Watch: "Maximum available event
+    history is (cap-gap)"), so ``capacity``, what is kept here, is 990.
+    """
+
+    capacity: int = EVENTS_CAP - EVENTS_GAP
     _events: deque[RuntimeEvent] = field(default_factory=deque)
     _subscribers: list[Callable[[RuntimeEvent], None]] = field(default_factory=list)
 

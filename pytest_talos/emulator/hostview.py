@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pytest_talos.emulator import system
 from pytest_talos.emulator.faults import Fault, effects_of
 from pytest_talos.emulator.identity import NodeIdentity
+from pytest_talos.emulator.kubespan import kubespan_enabled
 from pytest_talos.emulator.machineconfig.accessors import cni_name, proxy_disabled
 
 __all__ = ["NodeHost"]
@@ -71,6 +72,7 @@ class NodeHost:
             extensions=len(self._identity.extensions),
             rw_root="/" in writable,
             rw_usr="/usr" in writable,
+            extension_services=self._identity.extension_services,
         )
 
     def listeners(self, *, config: bytes, pod_network_pods: int) -> list[system.Listener]:
@@ -82,6 +84,7 @@ class NodeHost:
                 controlplane=self._identity.controlplane,
                 proxy=not proxy_disabled(config),
                 flannel=cni_name(config) == "flannel",
+                kubespan=kubespan_enabled(config),
                 added=[
                     system.Listener(a.port, a.process, a.bind, udp=a.udp, rejected=a.rejected)
                     for profile in profiles

@@ -1,12 +1,15 @@
 """The mount table of an emulated node (``/proc/mounts`` and the Mounts RPC): the read-only
 root (Docker's overlay in container mode, the squashfs image or an overlay of extension
-layers on metal), pseudo filesystems and tmpfs, the EPHEMERAL and STATE partitions, and the
-writable ``constants.Overlays``. Faults bend exactly these
+layers on metal), pseudo filesystems and tmpfs, the EPHEMERAL and STATE partitions, the
+writable ``constants.Overlays``, and the mounts inside the image's trees: udevd's overlay on
+metal, each extension service's overlay, the read-only binds of machined's /etc files and
+of /etc/extensions.yaml, and Docker's writable binds of /etc/hosts, /etc/hostname and
+/etc/resolv.conf in container mode. Faults bend exactly these
 (``FaultProfile.writable_mounts``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 __all__ = ["MountEntry", "mounts_for", "proc_mounts"]
@@ -26,10 +29,16 @@ _GIB = 1 << 30
 
 
 def mounts_for(
-    *, platform: str, extensions: int, rw_root: bool, rw_usr: bool = False
+    *,
+    platform: str,
+    extensions: int,
+    rw_root: bool,
+    rw_usr: bool = False,
+    extension_services: Sequence[str] = (),
 ) -> list[MountEntry]:
     """/proc/mounts of the node, with the sizes statfs reports (Mounts API)."""
     mounts = [_root_mount(platform, extensions, rw_root), *_other_mounts(platform)]
+    mounts += _image_mounts(platform, extensions, extension_services)
     if rw_usr:  # a writable overlay over the image's /usr, upper on /var
         options = "rw,relatime,lowerdir=/usr,upperdir=/var/lib/usr-upper,workdir=/var/lib/usr-work"
         mounts.append(MountEntry("overlay", "/usr", "overlay", options, 20 * _GIB, 17 * _GIB))
@@ -90,6 +99,57 @@ def _overlay(path: str, platform: str) -> MountEntry:
         f"workdir=/var/system/overlays/{name}-workdir"
     )
     return MountEntry("overlay", path, "overlay", options, 20 * _GIB, 17 * _GIB)
+
+
+def _image_mounts(
+    platform: str, extensions: int, extension_services: Sequence[str]
+) -> list[MountEntry]:
+    """The mounts inside the image's trees that Talos (or Docker) makes after the root."""
+    found: list[MountEntry] = []
+    if platform == "container":
+        # Docker bind-mounts these three into every container, writable (Docker's own
+        # behaviour, not Talos source; the source is the host disk, INFERRED device)
+        found += [
+            MountEntry("/dev/vda1", path, "ext4", "rw,relatime", 100 * _GIB, 61 * _GIB)
+            for path in ("/etc/resolv.conf", "/etc/hostname", "/etc/hosts")
+        ]
+        etc_files: tuple[str, ...] = ("machine-id",)
+    else:
+        # v1alpha1_sequencer_tasks.go StartUdevd: a system overlay on /usr/lib/udev
+        found.append(_system_overlay("/usr/lib/udev"))
+        etc_files = ("machine-id", "resolv.conf", "hosts")
+        if extensions:
+            # internal/app/init/main.go: /etc/extensions.yaml bound read-only (BindReadonly)
+            found.append(_ro_bind("/etc/extensions.yaml"))
+    # controllers/files/etcfile.go createBindMountFile -> internal/pkg/mount/v3/mount.go
+    # BindReadonly: /etc files machined writes (controllers/cluster/node_identity.go
+    # machine-id, controllers/network/etcfile.go resolv.conf (not in containers) and
+    # hosts) are read-only binds of their /system/etc copies (in containers, over Docker's
+    # hosts: not modelled, INFERRED)
+    found += [_ro_bind(f"/etc/{name}") for name in etc_files]
+    # system/services/extension.go PreFunc: each extension service's rootfs is re-mounted
+    # as a writable system overlay while it runs
+    found += [
+        _system_overlay(f"/usr/local/lib/containers/{name.removeprefix('ext-')}")
+        for name in extension_services
+    ]
+    return found
+
+
+def _ro_bind(path: str) -> MountEntry:
+    # the source is a file on the /system tmpfs (constants.SystemEtcPath); options INFERRED
+    return MountEntry("tmpfs", path, "tmpfs", "ro,relatime", 4 * _GIB, 4 * _GIB)
+
+
+def _system_overlay(path: str) -> MountEntry:
+    # internal/pkg/mount/v3/helpers.go NewSystemOverlay: upper and work dirs under
+    # constants.SystemOverlaysPath (/system/overlays), named after the target
+    name = path.strip("/").replace("/", "-")
+    options = (
+        f"rw,relatime,lowerdir={path},upperdir=/system/overlays/{name}-diff,"
+        f"workdir=/system/overlays/{name}-workdir"
+    )
+    return MountEntry("overlay", path, "overlay", options, 4 * _GIB, 4 * _GIB)
 
 
 def proc_mounts(mounts: Iterable[MountEntry]) -> bytes:

@@ -27,6 +27,7 @@ nothing sleeps.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Iterable
 
 from pytest_talos.emulator.clock import Clock
@@ -57,7 +58,60 @@ __all__ = [
     "definition_of",
     "go_quote",
     "services_for",
+    "start_lines",
 ]
+
+
+def _go_log_time(when: float) -> str:
+    """Go's log flags Ldate|Ltime|Lmicroseconds, UTC: ``2026/01/02 15:04:05.000000``."""
+    stamp = dt.datetime.fromtimestamp(when, dt.UTC)
+    return stamp.strftime("%Y/%m/%d %H:%M:%S.%f")
+
+
+def _iso(when: float) -> str:
+    return dt.datetime.fromtimestamp(when, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def start_lines(service: Service, when: float) -> list[str]:
+    """What the service writes to its log as it starts (emulated seconds ``when``).
+
+    A process or containerd runner captures the program's stdout and stderr; a goroutine
+    runner writes nothing itself and hands the writer to the service's main
+    (system/runner/goroutine/goroutine.go wrappedMain), so syslogd (internal/app/syslogd/
+    syslogd.go: only what arrives on /dev/log) and auditd's daemon (internal/app/auditd/
+    auditd.go: only the kernel's audit records) write nothing of their own; trustd logs only
+    CSR requests (internal/app/trustd/internal/reg/reg.go), systemd-udevd without --daemon
+    no start line (systemd src/udev/udevd.c), the dashboard draws on its tty, an extension
+    service's program is its own (nothing modelled). The texts are abridged (INFERRED
+    fields left out).
+    """
+    sid = service.id
+    if sid == "apid":  # internal/app/apid/service.go runService (log.Lshortfile)
+        return [
+            f"{_go_log_time(when)} service.go:36: starting apid with config: listen address "
+            ":50000, skip client cert verify false, node routing disabled false, readonly "
+            "role mode false"
+        ]
+    if sid in ("containerd", "cri"):  # hack/containerd.toml: [debug] level = "info"
+        return [f'time="{_iso(when)}" level=info msg="starting containerd"']
+    if sid == "etcd":  # etcd's zap logger (JSON, to stderr)
+        return [
+            f'{{"level":"info","ts":"{_iso(when)}","caller":"etcdmain/etcd.go","msg":"Running: "}}'
+        ]
+    if sid == "kubelet":  # klog to stderr
+        stamp = dt.datetime.fromtimestamp(when, dt.UTC).strftime("%m%d %H:%M:%S.%f")
+        return [f'I{stamp}    {service.pid} server.go] "Kubelet version"']
+    if sid == "machined":
+        # system/services/machined.go Main: every request machined serves is logged
+        # (factory.WithLog("machined ", ...), pkg/grpc/middleware/authz/authorizer.go);
+        # INFERRED: one line stands for the requests of the boot, not each request
+        return [
+            f"machined/authz/authorizer {_go_log_time(when)} authorized "
+            "([os:admin] includes [os:admin])"
+        ]
+    if sid == "registryd":  # system/services/registry/registry.go Run
+        return [f'{_iso(when)}\tinfo\tstarting registry server\t{{"addr": "127.0.0.1:3172"}}']
+    return []
 
 
 # Hooks the node gives the manager: a state/health change (with the event's message, or None
@@ -234,7 +288,8 @@ class ServiceManager:
         service.log_registered = True  # containerd.go / process.go Run: ServiceLog(id).Writer()
         service.run_log = []
         self.record(service, "Running", self._started_message(service))
-        self.log(service, f"{service.id}: starting")
+        for line in start_lines(service, self.clock.time()):
+            self.log(service, line)
         reason = self._failure_reason(service.id)
         if reason is not None:
             self._later(service, FAIL_DELAY, lambda: self._crash(service, reason))
@@ -368,7 +423,8 @@ class ServiceManager:
             return
         if service.runner_active:
             self._runner_event(service, "Stopping", self._stopping_message(service))
-            self.log(service, f"{service.id}: received stop signal")
+            if service.definition.runner is not Runner.GOROUTINE:  # its main writes nothing
+                self.log(service, f"{service.id}: received stop signal")  # INFERRED text
         self._runner_done(service)
         self.record(service, "Finished", "Service finished successfully")
 

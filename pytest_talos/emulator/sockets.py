@@ -21,6 +21,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from pytest_talos.emulator.faults.catalogue import EXTRA_PORT, SSH_PORT
+from pytest_talos.emulator.kubespan import KUBESPAN_PORT
 
 __all__ = [
     "CRI_STREAM_PORT",
@@ -75,6 +76,7 @@ def listeners_for(
     controlplane: bool,
     proxy: bool,
     flannel: bool = True,
+    kubespan: bool = False,
     api_server_port: int = 6443,
     added: Iterable[Listener] = (),
     hidden_ports: Collection[int] = (),
@@ -105,6 +107,10 @@ def listeners_for(
         # controllers/k8s/internal/k8stemplates/flannel.go: the VXLAN backend on UDP 4789,
         # a kernel socket (no process; its bind address is INFERRED)
         sockets.append(Listener(4789, KERNEL, "0.0.0.0", udp=True))
+    if kubespan:
+        # controllers/kubespan/manager.go: the kubespan WireGuard link listens on
+        # constants.KubeSpanDefaultPort, a kernel socket (bind address INFERRED)
+        sockets.append(Listener(KUBESPAN_PORT, KERNEL, "0.0.0.0", udp=True))
     if proxy:
         # k8stemplates/kube-proxy.go (hostNetwork) and controllers/k8s/control_plane.go (no
         # --healthz-bind-address or --metrics-bind-address): Kubernetes' defaults apply,

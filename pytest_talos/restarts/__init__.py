@@ -17,10 +17,11 @@ runtime/events.go) and in each service's history (ServiceList, with timestamps).
   whose health flaps never leaves ``Running``.
 
 The history is finite: ServiceList keeps a service's last 64 events (system/events/events.go
-MaxEventsToKeep) and the Events stream the node's last 1000 (runtime/v1alpha1/
-v1alpha1_controller.go NewEvents). :func:`merge_histories` joins both (the Events stream
-first, ServiceList for what it no longer holds) and :func:`history_gaps` says when neither
-reaches back to the start of the window asked for.
+MaxEventsToKeep) and the Events stream the node's last 990 (runtime/v1alpha1/
+v1alpha1_controller.go NewEvents(1000, 10): cap-gap, v1alpha1_events.go Watch).
+:func:`merge_histories` joins both (the Events stream first, ServiceList for what it no
+longer holds) and :func:`history_gaps` says when neither reaches back to the start of the
+window asked for.
 
 Some of those are not the node's fault, and :func:`judge` says which and why:
 

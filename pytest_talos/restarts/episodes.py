@@ -24,6 +24,7 @@ __all__ = [
     "EpisodeKind",
     "Verdict",
     "is_health_failure",
+    "is_one_shot_success",
     "is_restart_message",
     "judge",
     "restart_episodes",
@@ -34,6 +35,8 @@ BOOT = "before the machine first reached the running stage (the boot)"
 EpisodeKind = Literal["crash", "stop", "failure", "unhealthy"]
 # service_runner.go healthUpdate: the Running event recorded when a health check starts failing
 _HEALTH_FAILED = "Health check failed"
+# system/system.go Start: what a service whose run returned no error ends with
+_FINISHED_OK = "Service finished successfully"
 
 # restart.go: what the restart runner says when it will run the service again
 _RESTART_MARKS = (
@@ -46,6 +49,15 @@ _RESTART_MARKS = (
 def is_restart_message(message: str) -> bool:
     """Whether a ``Waiting`` event's text is the restart runner's (a crash, not a start)."""
     return any(mark in message for mark in _RESTART_MARKS)
+
+
+def is_one_shot_success(service: str, action: str, message: str) -> bool:
+    """Whether a ``FINISHED`` right after ``Running`` is an extension service that ran once
+    and exited 0: ``restart: never`` or ``untilSuccess`` (restart.Once, restart.UntilSuccess:
+    internal/app/machined/pkg/system/services/extension.go) ends it ``Finished`` "Service
+    finished successfully" (system/system.go), with no ``Stopping`` before it (a stop
+    through the API or a shutdown shows one, and counts)."""
+    return service.startswith("ext-") and action == "FINISHED" and message == _FINISHED_OK
 
 
 def is_health_failure(message: str) -> bool:
@@ -92,7 +104,8 @@ def restart_episodes(events: Iterable[TimedServiceEvent]) -> list[Episode]:
             episodes.append(Episode(name, "crash", event.at, event.message))
             ran[name] = False
         elif action in ("STOPPING", "FINISHED") and ran.get(name):
-            episodes.append(Episode(name, "stop", event.at, event.message))
+            if not is_one_shot_success(name, action, event.message):
+                episodes.append(Episode(name, "stop", event.at, event.message))
             ran[name] = False
     return episodes
 

@@ -5,7 +5,8 @@ service's history and publishes the event): the Events stream, whose ``rs/xid`` 
 carry the node's clock (:func:`xid_time`; internal/app/machined/pkg/runtime/events.go), and
 each service's own history in ServiceList, with timestamps. Both are finite: ServiceList
 keeps a service's last 64 events (system/events/events.go MaxEventsToKeep), the Events
-stream the node's last 1000 (runtime/v1alpha1/v1alpha1_controller.go NewEvents).
+stream's backlog the node's last 990 (runtime/v1alpha1/v1alpha1_controller.go
+NewEvents(1000, 10); v1alpha1_events.go Watch starts no earlier than cap-gap back).
 
 :func:`timed_service_events` and :func:`service_history` read them as
 :class:`TimedServiceEvent` s, :func:`merge_histories` joins them, :func:`history_gaps` says
@@ -41,8 +42,10 @@ __all__ = [
 
 # system/events/events.go MaxEventsToKeep: ServiceList holds a service's last 64 events
 SERVICE_EVENTS_KEPT = 64
-# runtime/v1alpha1/v1alpha1_controller.go NewEvents(1000, 10): the Events stream's history
-NODE_EVENTS_KEPT = 1000
+# runtime/v1alpha1/v1alpha1_controller.go NewEvents(1000, 10): a watch starts at most
+# cap-gap = 990 events back (runtime/v1alpha1/v1alpha1_events.go Watch, "Maximum available
+# event history is (cap-gap)"), so that is the Events stream's history
+NODE_EVENTS_KEPT = 990
 # Node seconds of slack when comparing node times: event ids carry whole seconds only.
 XID_SLACK = 2.0
 
@@ -204,8 +207,8 @@ def stream_misses(
     with ``tail_seconds`` to reach back to ``start`` and kept open until ``end``, does not
     hold. Both record the same state changes (service_runner.go UpdateState pushes to the
     service's history and publishes the event). When the stream brought as many events as
-    the node keeps (1000), those older than its oldest may have left the buffer: they do
-    not count."""
+    the node keeps (:data:`NODE_EVENTS_KEPT`, 990), those older than its oldest may have
+    left the buffer: they do not count."""
     stream, _ = timed_service_events(records)
     known = [at for at in (xid_time(e.id) for e in records) if at is not None]
     oldest = min(known) if known and len(records) >= NODE_EVENTS_KEPT else None

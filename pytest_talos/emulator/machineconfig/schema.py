@@ -171,6 +171,7 @@ OTHER_KINDS = frozenset(
         "ExtensionServiceConfig",
         "ImageVerificationConfig",
         "KmsgLogConfig",
+        "KubeSpanConfig",
         "KubeSpanEndpointsConfig",
         "Layer2VIPConfig",
         "LinkAliasConfig",
