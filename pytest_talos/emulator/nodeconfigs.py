@@ -37,6 +37,12 @@ def variant_patches(variants: VariantSet) -> list[tuple[str, str]]:
         patches.append((Variant.KUBE_PROXY_DISABLED, "cluster:\n  proxy:\n    disabled: true\n"))
     if variants.on(Variant.DISCOVERY_DISABLED):
         patches.append((Variant.DISCOVERY_DISABLED, "cluster:\n  discovery:\n    enabled: false\n"))
+    if variants.on(Variant.REGISTER_WITH_FQDN):
+        fqdn = "machine:\n  kubelet:\n    registerWithFQDN: true\n"
+        patches.append((Variant.REGISTER_WITH_FQDN, fqdn))
+    if variants.on(Variant.KUBESPAN):  # a document of its own (pkg/.../network/kubespan.go)
+        kubespan = "apiVersion: v1alpha1\nkind: KubeSpanConfig\nenabled: true\n"
+        patches.append((Variant.KUBESPAN, kubespan))
     return patches
 
 

@@ -8,11 +8,13 @@ The fault matrix runs the suite against each variant and requires zero failures,
 check that would fail a healthy real node is caught before a user sees it.
 
 A variant changes the emulated node the way the real cluster differs, at one of three seams:
-the generated machine config (``kube-proxy-disabled``, ``discovery-disabled``), the node's
-identity (``domain``, ``metal``, ``extensions``) or its runtime state (``discovery-unreachable``,
-``pod-shell``). Behaviour that follows from a variant is modelled where the healthy behaviour
-is, guarded by ``variants.on(Variant.X)``; where it follows from the machine config (proxy,
-discovery), the node reads its config, so a user's own config gets the same behaviour.
+the generated machine config (``kube-proxy-disabled``, ``discovery-disabled``,
+``register-with-fqdn``, ``kubespan``), the node's identity (``domain``, ``metal``,
+``extensions``) or its runtime state (``discovery-unreachable``, ``pod-shell``).
+Behaviour that follows from a variant is modelled where the healthy behaviour is, guarded
+by ``variants.on(Variant.X)``; where it follows from the machine config (proxy, discovery,
+the Kubernetes node name, KubeSpan), the node reads its config, so a user's own config gets
+the same behaviour.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class Variant(enum.StrEnum):
     KUBE_PROXY_DISABLED = "kube-proxy-disabled"
     METAL = "metal"
     EXTENSIONS = "extensions"
+    REGISTER_WITH_FQDN = "register-with-fqdn"
+    KUBESPAN = "kubespan"
 
 
 # The domain a node gets from DHCP or a cloud's metadata when the variant asks for one.
@@ -73,6 +77,15 @@ VARIANTS: Mapping[Variant, str] = {
     Variant.EXTENSIONS: (
         "system extensions are installed (" + ", ".join(DEFAULT_EXTENSIONS) + "): the root "
         "is an overlay of SquashFS layers"
+    ),
+    Variant.REGISTER_WITH_FQDN: (
+        f"every node has the DNS domain {DEFAULT_DOMAIN!r} and machine.kubelet.registerWithFQDN "
+        "is true: the Kubernetes Node and the Nodename resource carry the FQDN, the Hostname "
+        "API the short name"
+    ),
+    Variant.KUBESPAN: (
+        "KubeSpan is enabled by a KubeSpanConfig document (the v1.13 way): every node has "
+        "KubeSpan's WireGuard UDP listener on 51820 (the kubespan link itself is not modelled)"
     ),
 }
 
@@ -112,6 +125,8 @@ class VariantSet:
     @classmethod
     def of(cls, names: Iterable[str | Variant], domain: str = "") -> VariantSet:
         variants = resolve_variants(names)
+        if Variant.REGISTER_WITH_FQDN in variants:  # an FQDN needs a domain
+            variants |= {Variant.DOMAIN}
         if Variant.DOMAIN in variants and not domain:
             domain = DEFAULT_DOMAIN
         if domain:

@@ -414,5 +414,7 @@ HEALTHY_VARIANTS: Mapping[str, tuple[str, ...]] = {
     "kube-proxy-disabled": ("kube-proxy-disabled",),
     "metal": ("metal",),
     "extensions": ("extensions",),
+    "register-with-fqdn": ("register-with-fqdn",),
+    "kubespan": ("kubespan",),
     "metal+domain+discovery-disabled": ("metal", "domain", "discovery-disabled"),
 }
