@@ -2,10 +2,11 @@
 
     python benchmarks/node_runs.py [--nodes 10] [--rounds 2] [--time-scale 20]
 
-An emulated cluster (``python -m pytest_talos.emulator``, a child process) of ``--nodes``
-nodes; this process connects as the suite does and runs ``config.try-mode-reverts`` (a
-try-mode label, the node's revert after its 10 node-second timer, a settle time, the label
-leaving the Kubernetes Node) on every node, alternating round by round:
+An emulated cluster of ``--nodes`` nodes (in this process, as the suite's
+``--talos-emulator`` runs it); the script connects as the suite does and runs
+``config.try-mode-reverts`` (a try-mode label, the node's revert after its 10 node-second
+timer, a settle time, the label leaving the Kubernetes Node) on every node, alternating
+round by round:
 
 * **in turn**: node after node, each through a guard of its own (what the suite did before,
   and still does under pytest-xdist);
@@ -34,11 +35,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.fanout import start_emulator  # noqa: E402
 from conformance._support.context import Timing  # noqa: E402
-from conformance._support.node_runs import NodeRuns  # noqa: E402
+from conformance._support.node_runs import NodeRun, NodeRuns  # noqa: E402
 from conformance.config.test_config import _try_reverts  # noqa: E402
 from pytest_talos.cluster import TalosCluster  # noqa: E402
+from pytest_talos.emulator import EmulatedCluster  # noqa: E402
 from pytest_talos.guard import ConfigGuard  # noqa: E402
 from pytest_talos.node import TalosNode  # noqa: E402
 
@@ -60,7 +61,7 @@ def in_turn(nodes: list[TalosNode], cluster: TalosCluster, timing: Timing, state
     guarded = guards(state)
     for node in nodes:
         with guarded(node.name) as guard:
-            _try_reverts(node.with_guard(guard), lambda: False, cluster=cluster, timing=timing)
+            _try_reverts(node.with_guard(guard), NodeRun(), cluster=cluster, timing=timing)
     return time.perf_counter() - started
 
 
@@ -69,7 +70,7 @@ def at_once(nodes: list[TalosNode], cluster: TalosCluster, timing: Timing, state
     check = partial(_try_reverts, cluster=cluster, timing=timing)
     runs = NodeRuns(nodes, check, guards(state), label="the try-mode revert")
     for node in nodes:
-        runs.outcome(node)
+        runs.outcome(node, {})
     runs.close(30.0)
     return time.perf_counter() - started
 
@@ -80,18 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--time-scale", type=float, default=20.0)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="pytest-talos-node-runs-") as scratch:
-        talosconfig = Path(scratch) / "talosconfig"
-        emulator = start_emulator(args.nodes, talosconfig, args.time_scale)
-        try:
-            cluster = TalosCluster.connect(talosconfig)
-            try:
-                return report(cluster, Path(scratch), args)
-            finally:
-                cluster.close()
-        finally:
-            emulator.terminate()
-            emulator.wait(timeout=30)
+    with (
+        tempfile.TemporaryDirectory(prefix="pytest-talos-node-runs-") as scratch,
+        EmulatedCluster(1, args.nodes - 1, time_scale=args.time_scale) as emulator,
+        TalosCluster.connect(emulator.talosconfig_path, endpoints=[emulator.endpoint]) as cluster,
+    ):
+        return report(cluster, Path(scratch), args)
 
 
 def report(cluster: TalosCluster, scratch: Path, args: argparse.Namespace) -> int:

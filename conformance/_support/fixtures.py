@@ -182,12 +182,16 @@ def nodes_checked_by(
 
 
 def node_runs(
-    request: pytest.FixtureRequest, test: Callable[..., Any], check: NodeCheck[T], label: str
+    request: pytest.FixtureRequest,
+    test: Callable[..., Any],
+    check: NodeCheck[T],
+    label: str,
+    cases: tuple[str, ...] = ("",),
 ) -> Iterator[NodeRuns[T]]:
     """For a module fixture: ``check`` run on every node ``test`` checks, all at once (see
-    :mod:`conformance._support.node_runs`); stopped, and the nodes restored, at its end.
-    Under pytest-xdist each test runs its own node's check (which nodes a worker gets is
-    not known beforehand)."""
+    :mod:`conformance._support.node_runs`), each node's ``cases`` in turn; stopped, and the
+    nodes restored, at its end. Under pytest-xdist each test runs its own node's check
+    (which nodes a worker gets is not known beforehand)."""
     cluster: TalosCluster = request.getfixturevalue("talos_cluster")
     nodes = [] if is_worker(request.config) else nodes_checked_by(request, test, cluster)
     runs = NodeRuns(
@@ -195,6 +199,7 @@ def node_runs(
         check,
         request.getfixturevalue("talos_guarded"),
         label=label,
+        cases=cases,
         announce=partial(progress, request.config),
     )
     try:

@@ -28,18 +28,19 @@ import pytest
 
 from conformance._support.context import Timing
 from conformance._support.fixtures import node_runs
-from conformance._support.node_runs import NodeRuns
+from conformance._support.node_runs import NodeRun, NodeRuns
 from pytest_talos.checks import (
     assert_config_unchanged_after_rejection,
     assert_service_healthy_after_patch,
     assert_try_reverts,
 )
+from pytest_talos.checks.config import persisted_changes, read_persisted_config
+from pytest_talos.checks.kubernetes import read_kube_node
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
 from pytest_talos.errors import ConformanceFailure, InvalidArgument, WaitTimeout
 from pytest_talos.guard import ConfigGuard
 from pytest_talos.node import TalosNode
 from pytest_talos.wait import (
-    Cancelled,
     config_summary,
     wait_for_config,
     wait_service_stable,
@@ -67,11 +68,18 @@ def _has_label(raw: bytes, key: str) -> bool:
     return key.encode() in raw
 
 
-def _kube_labels(cluster: TalosCluster, node: TalosNode) -> dict[str, str] | str:
-    """The Kubernetes Node's labels, or why they could not be read (another check reports
-    an unreachable Kubernetes API; this one still judges the config)."""
+def _kube_labels(cluster: TalosCluster, node: TalosNode, check: str) -> dict[str, str] | str:
+    """The labels of the node's Kubernetes Node (by the name Talos registers it under), or
+    why they could not be read: a node that registers no Node, or an unreachable Kubernetes
+    API (another check reports that; this one still judges the config). A Node that does
+    not exist is ``check``'s failure."""
+    registration = node.kubernetes_registration
+    if not registration.registered:
+        return f"not checked: {registration.skip_reason}"
     try:
-        return dict(cluster.kubernetes.node(node.hostname).metadata.labels or {})
+        return dict(read_kube_node(cluster.kubernetes, node, check).metadata.labels or {})
+    except ConformanceFailure:
+        raise  # the Node is missing
     except Exception as exc:  # TalosError (no kubeconfig) or the client's ApiException
         return f"not checked: {type(exc).__name__}: {str(exc)[:200]}"
 
@@ -84,7 +92,7 @@ def _require_no_label(
     evidence: dict[str, Any],
     why: str,
 ) -> None:
-    labels = _kube_labels(cluster, node)
+    labels = _kube_labels(cluster, node, check)
     if isinstance(labels, str):
         evidence["kubernetes node labels"] = labels
         return
@@ -98,6 +106,38 @@ def _require_no_label(
         )
 
 
+def _invalid_patch_rejected(
+    node: TalosNode, run: NodeRun, *, cluster: TalosCluster, timing: Timing
+) -> None:
+    """config.invalid-patch-rejected on one node."""
+    # A valid label rides along with the invalid one: if the node applies the patch anyway,
+    # even later, the valid one shows on the Kubernetes Node.
+    key = _label("rejected")
+    patch = {"machine": {"nodeLabels": {key: "yes", "bad label name with spaces": "yes"}}}
+    result = assert_config_unchanged_after_rejection(
+        node, patch, settle=timing.real(CONFIG_SETTLE), cancelled=run.cancelled
+    )
+    run.evidence.update(result.evidence)
+    _require_no_label(
+        "config.invalid-patch-rejected",
+        cluster,
+        node,
+        key,
+        run.evidence,
+        "the patch was refused and the config is unchanged",
+    )
+
+
+@pytest.fixture(scope="module")
+def invalid_patch(
+    request: pytest.FixtureRequest, talos_cluster: TalosCluster, talos_timing: Timing
+) -> Iterator[NodeRuns[None]]:
+    check = partial(_invalid_patch_rejected, cluster=talos_cluster, timing=talos_timing)
+    yield from node_runs(
+        request, test_invalid_label_patch_is_rejected_without_change, check, "the invalid patch"
+    )
+
+
 @pytest.mark.talos_mutating
 @pytest.mark.talos_check(
     "config.invalid-patch-rejected",
@@ -106,26 +146,56 @@ def _require_no_label(
     "(version and bytes, also after a settle time) and the Kubernetes Node unlabelled",
 )
 def test_invalid_label_patch_is_rejected_without_change(
-    talos_node: TalosNode,
-    talos_cluster: TalosCluster,
-    talos_timing: Timing,
-    talos_evidence: dict[str, Any],
+    talos_node: TalosNode, invalid_patch: NodeRuns[None], talos_evidence: dict[str, Any]
 ) -> None:
-    # A valid label rides along with the invalid one: if the node applies the patch anyway,
-    # even later, the valid one shows on the Kubernetes Node.
-    key = _label("rejected")
-    patch = {"machine": {"nodeLabels": {key: "yes", "bad label name with spaces": "yes"}}}
+    invalid_patch.outcome(talos_node, talos_evidence)
+
+
+REBOOT_FIELDS = ("env", "files")
+
+
+def _reboot_field_patch(field: str) -> dict[str, Any]:
+    """Harmless if a defective node takes it: an unused variable, a file in /var."""
+    probe = uuid.uuid4().hex[:8]
+    if field == "env":
+        return {"machine": {"env": {"PYTEST_TALOS_PROBE": probe}}}
+    return {
+        "machine": {
+            "files": [
+                {
+                    "content": "pytest-talos probe\n",
+                    "permissions": 0o644,
+                    "op": "create",
+                    "path": f"/var/pytest-talos-probe-{probe}",
+                }
+            ]
+        }
+    }
+
+
+def _reboot_field_refused(node: TalosNode, run: NodeRun, *, timing: Timing) -> None:
+    """config.no-reboot-refuses-reboot-fields on one node, for the field ``run.case``."""
     result = assert_config_unchanged_after_rejection(
-        talos_node, patch, settle=talos_timing.real(CONFIG_SETTLE)
+        node,
+        _reboot_field_patch(run.case),
+        mode="no-reboot",
+        settle=timing.real(CONFIG_SETTLE),
+        expect_rejection=IMMEDIATE_REFUSAL,
+        check_id="config.no-reboot-refuses-reboot-fields",
+        cancelled=run.cancelled,
     )
-    talos_evidence.update(result.evidence)
-    _require_no_label(
-        "config.invalid-patch-rejected",
-        talos_cluster,
-        talos_node,
-        key,
-        talos_evidence,
-        "the patch was refused and the config is unchanged",
+    run.evidence.update(field=f"machine.{run.case}", **result.evidence)
+
+
+@pytest.fixture(scope="module")
+def reboot_fields(request: pytest.FixtureRequest, talos_timing: Timing) -> Iterator[NodeRuns[None]]:
+    check = partial(_reboot_field_refused, timing=talos_timing)
+    yield from node_runs(
+        request,
+        test_no_reboot_refuses_reboot_only_fields,
+        check,
+        "the no-reboot refusal",
+        cases=REBOOT_FIELDS,
     )
 
 
@@ -136,35 +206,78 @@ def test_invalid_label_patch_is_rejected_without_change(
     claim="A no-reboot apply of fields that need a reboot (machine.env, machine.files) is "
     "refused and leaves the config untouched",
 )
-@pytest.mark.parametrize("field", ["env", "files"])
+@pytest.mark.parametrize("field", REBOOT_FIELDS)
 def test_no_reboot_refuses_reboot_only_fields(
-    talos_node: TalosNode, talos_timing: Timing, talos_evidence: dict[str, Any], field: str
+    talos_node: TalosNode,
+    reboot_fields: NodeRuns[None],
+    talos_evidence: dict[str, Any],
+    field: str,
 ) -> None:
-    probe = uuid.uuid4().hex[:8]
-    # Harmless if a defective node takes it: an unused variable, a file in /var.
-    patch: dict[str, Any] = {"machine": {"env": {"PYTEST_TALOS_PROBE": probe}}}
-    if field == "files":
-        patch = {
-            "machine": {
-                "files": [
-                    {
-                        "content": "pytest-talos probe\n",
-                        "permissions": 0o644,
-                        "op": "create",
-                        "path": f"/var/pytest-talos-probe-{probe}",
-                    }
-                ]
-            }
-        }
-    result = assert_config_unchanged_after_rejection(
-        talos_node,
-        patch,
-        mode="no-reboot",
-        settle=talos_timing.real(CONFIG_SETTLE),
-        expect_rejection=IMMEDIATE_REFUSAL,
-        check_id="config.no-reboot-refuses-reboot-fields",
+    reboot_fields.outcome(talos_node, talos_evidence, field)
+
+
+def _label_applies(
+    node: TalosNode, run: NodeRun, *, kubernetes: KubernetesAccess, timing: Timing
+) -> None:
+    """config.label-applies-without-reboot on one node."""
+    check = "config.label-applies-without-reboot"
+    key = _label("applied")
+    before = node.machine_config
+    reply = node.apply_patch(_label_patch(key), mode="no-reboot")
+    after = node.machine_config
+    run.evidence.update(
+        label=key,
+        reply=reply.mode_details,
+        version_before=before.version,
+        version_after=after.version,
     )
-    talos_evidence.update(field=f"machine.{field}", **result.evidence)
+    if reply.mode != "no-reboot" or "without a reboot" not in reply.mode_details:
+        raise ConformanceFailure(
+            check,
+            "the label patch was not applied immediately",
+            node=node.name,
+            expected="no-reboot: Applied configuration without a reboot",
+            observed=f"{reply.mode}: {reply.mode_details}",
+        )
+    if after.version <= before.version or not _has_label(after.raw, key):
+        raise ConformanceFailure(
+            check,
+            "the active config did not change",
+            node=node.name,
+            expected=f"version > {before.version} with the label",
+            observed=config_summary(after.raw, after.version),
+        )
+    registration = node.kubernetes_registration
+    run.evidence.update(registration.evidence())
+    if not registration.registered:
+        pytest.skip(f"the label was applied to the config; {registration.skip_reason}")
+    try:
+        wait_until(
+            lambda: read_kube_node(kubernetes, node, check).metadata.labels or {},
+            lambda labels: labels.get(key) == "yes",
+            timeout=timing.real(LABEL_SETTLE),
+            node=node.name,
+            description=f"label {key} on the Kubernetes Node",
+            cancelled=run.cancelled,
+        )
+    except WaitTimeout as exc:
+        raise ConformanceFailure(
+            check,
+            "the label never reached the Kubernetes Node",
+            node=node.name,
+            expected=f"{key}=yes",
+            observed=str(exc.last_observation),
+        ) from None
+
+
+@pytest.fixture(scope="module")
+def label_applies(
+    request: pytest.FixtureRequest, talos_kubernetes: KubernetesAccess, talos_timing: Timing
+) -> Iterator[NodeRuns[None]]:
+    check = partial(_label_applies, kubernetes=talos_kubernetes, timing=talos_timing)
+    yield from node_runs(
+        request, test_label_patch_applies_without_reboot, check, "the no-reboot label"
+    )
 
 
 @pytest.mark.talos_mutating
@@ -175,53 +288,9 @@ def test_no_reboot_refuses_reboot_only_fields(
     "the Kubernetes Node",
 )
 def test_label_patch_applies_without_reboot(
-    talos_node: TalosNode,
-    talos_kubernetes: KubernetesAccess,
-    talos_timing: Timing,
-    talos_evidence: dict[str, Any],
+    talos_node: TalosNode, label_applies: NodeRuns[None], talos_evidence: dict[str, Any]
 ) -> None:
-    key = _label("applied")
-    before = talos_node.machine_config
-    reply = talos_node.apply_patch(_label_patch(key), mode="no-reboot")
-    after = talos_node.machine_config
-    talos_evidence.update(
-        label=key,
-        reply=reply.mode_details,
-        version_before=before.version,
-        version_after=after.version,
-    )
-    if reply.mode != "no-reboot" or "without a reboot" not in reply.mode_details:
-        raise ConformanceFailure(
-            "config.label-applies-without-reboot",
-            "the label patch was not applied immediately",
-            node=talos_node.name,
-            expected="no-reboot: Applied configuration without a reboot",
-            observed=f"{reply.mode}: {reply.mode_details}",
-        )
-    if after.version <= before.version or not _has_label(after.raw, key):
-        raise ConformanceFailure(
-            "config.label-applies-without-reboot",
-            "the active config did not change",
-            node=talos_node.name,
-            expected=f"version > {before.version} with the label",
-            observed=config_summary(after.raw, after.version),
-        )
-    try:
-        wait_until(
-            lambda: talos_kubernetes.node(talos_node.hostname).metadata.labels or {},
-            lambda labels: labels.get(key) == "yes",
-            timeout=talos_timing.real(LABEL_SETTLE),
-            node=talos_node.name,
-            description=f"label {key} on the Kubernetes Node",
-        )
-    except WaitTimeout as exc:
-        raise ConformanceFailure(
-            "config.label-applies-without-reboot",
-            "the label never reached the Kubernetes Node",
-            node=talos_node.name,
-            expected=f"{key}=yes",
-            observed=str(exc.last_observation),
-        ) from None
+    label_applies.outcome(talos_node, talos_evidence)
 
 
 @pytest.mark.talos_disruptive
@@ -277,10 +346,8 @@ def test_unknown_kubelet_flag_is_detected_and_healed(
     talos_evidence["healed"] = result.evidence.get("waited", "")
 
 
-def _try_reverts(
-    node: TalosNode, cancelled: Cancelled, *, cluster: TalosCluster, timing: Timing
-) -> dict[str, Any]:
-    """config.try-mode-reverts on one node: its evidence, or the ConformanceFailure."""
+def _try_reverts(node: TalosNode, run: NodeRun, *, cluster: TalosCluster, timing: Timing) -> None:
+    """config.try-mode-reverts on one node."""
     key = _label("tried")
     result = assert_try_reverts(
         node,
@@ -288,17 +355,18 @@ def _try_reverts(
         try_timeout=TRY_WINDOW,
         timeout=timing.real(TRY_WINDOW * 2) + node.client.timeout,
         settle=timing.real(CONFIG_SETTLE),
-        cancelled=cancelled,
+        cancelled=run.cancelled,
     )
+    run.evidence.update(result.evidence)
     # The revert must reach Kubernetes too: the tried label leaves the Node.
     try:
         wait_until(
-            lambda: _kube_labels(cluster, node),
+            lambda: _kube_labels(cluster, node, "config.try-mode-reverts"),
             lambda labels: isinstance(labels, str) or key not in labels,
             timeout=timing.real(LABEL_SETTLE),
             node=node.name,
             description=f"label {key} to leave the Kubernetes Node",
-            cancelled=cancelled,
+            cancelled=run.cancelled,
         )
     except WaitTimeout:
         raise ConformanceFailure(
@@ -308,13 +376,12 @@ def _try_reverts(
             expected=f"no label {key} after the revert",
             observed=f"{key} still set {LABEL_SETTLE:g} node seconds later",
         ) from None
-    return dict(result.evidence)
 
 
 @pytest.fixture(scope="module")
 def try_reverts(
     request: pytest.FixtureRequest, talos_cluster: TalosCluster, talos_timing: Timing
-) -> Iterator[NodeRuns[dict[str, Any]]]:
+) -> Iterator[NodeRuns[None]]:
     """config.try-mode-reverts on every node at once: one try window for the fleet."""
     check = partial(_try_reverts, cluster=talos_cluster, timing=talos_timing)
     yield from node_runs(request, test_try_mode_change_reverts, check, "the try-mode revert")
@@ -329,29 +396,29 @@ def try_reverts(
 )
 def test_try_mode_change_reverts(
     talos_node: TalosNode,
-    try_reverts: NodeRuns[dict[str, Any]],
+    try_reverts: NodeRuns[None],
     talos_evidence: dict[str, Any],
 ) -> None:
-    talos_evidence.update(try_reverts.outcome(talos_node))
+    try_reverts.outcome(talos_node, talos_evidence)
 
 
-def _apply_cancels_revert(node: TalosNode, cancelled: Cancelled, *, timing: Timing) -> str:
-    """config.apply-cancels-try-revert on one node: the config after both applies."""
+def _apply_cancels_revert(node: TalosNode, run: NodeRun, *, timing: Timing) -> None:
+    """config.apply-cancels-try-revert on one node."""
     tried, kept = _label("tried"), _label("kept")
     node.apply_patch(_label_patch(tried), mode="try", try_timeout=TRY_WINDOW)
     node.apply_patch(_label_patch(kept), mode="no-reboot")
     current = node.machine_config
+    run.evidence["after both applies"] = config_summary(current.raw, current.version)
     try:
         changed = wait_for_config(
             node,
             lambda raw: raw != current.raw,
             timeout=timing.real(TRY_WINDOW * 1.5) + 0.5,
             description="a revert (there should be none)",
-            cancelled=cancelled,
+            cancelled=run.cancelled,
         )
     except WaitTimeout:
-        # nothing moved through the whole try window and beyond: the revert was cancelled
-        return config_summary(current.raw, current.version)
+        return  # nothing moved through the whole try window and beyond: the revert was cancelled
     raise ConformanceFailure(
         "config.apply-cancels-try-revert",
         "the try-mode revert still happened",
@@ -363,7 +430,7 @@ def _apply_cancels_revert(node: TalosNode, cancelled: Cancelled, *, timing: Timi
 
 
 @pytest.fixture(scope="module")
-def apply_cancels(request: pytest.FixtureRequest, talos_timing: Timing) -> Iterator[NodeRuns[str]]:
+def apply_cancels(request: pytest.FixtureRequest, talos_timing: Timing) -> Iterator[NodeRuns[None]]:
     """config.apply-cancels-try-revert on every node at once."""
     check = partial(_apply_cancels_revert, timing=talos_timing)
     yield from node_runs(
@@ -378,9 +445,72 @@ def apply_cancels(request: pytest.FixtureRequest, talos_timing: Timing) -> Itera
     claim="A regular apply during the try window cancels the pending revert",
 )
 def test_apply_during_try_window_cancels_revert(
-    talos_node: TalosNode, apply_cancels: NodeRuns[str], talos_evidence: dict[str, Any]
+    talos_node: TalosNode, apply_cancels: NodeRuns[None], talos_evidence: dict[str, Any]
 ) -> None:
-    talos_evidence["after both applies"] = apply_cancels.outcome(talos_node)
+    apply_cancels.outcome(talos_node, talos_evidence)
+
+
+def _dry_run_changes_nothing(
+    node: TalosNode, run: NodeRun, *, cluster: TalosCluster, timing: Timing
+) -> None:
+    """config.dry-run-changes-nothing on one node."""
+    check = "config.dry-run-changes-nothing"
+    key = _label("dry-run")
+    # A dry run is guarded like any change: a node that applies it anyway is put back.
+    guard = node.guard
+    if not isinstance(guard, ConfigGuard):
+        raise TypeError(f"the dry-run check needs a node with a ConfigGuard, not {guard!r}")
+    guard.protect(node)
+    before, persisted_before = node.machine_config, read_persisted_config(node)
+    reply = node.apply_patch(_label_patch(key), mode="no-reboot", dry_run=True)
+    after = node.machine_config
+    when = "at once"
+    if (after.version, after.raw) == (before.version, before.raw):
+        with contextlib.suppress(WaitTimeout):
+            wait_for_config(
+                node,
+                lambda raw: raw != before.raw,
+                timeout=timing.real(CONFIG_SETTLE),
+                description="a late change (there should be none)",
+                cancelled=run.cancelled,
+            )
+        after, when = node.machine_config, f"within {CONFIG_SETTLE:g} node seconds"
+    # The config for the next boot too: a dry run returns before SetPersistedConfig.
+    staged = persisted_changes(persisted_before, read_persisted_config(node))
+    run.evidence.update(
+        reply=reply.mode_details.splitlines()[:3], before=before.version, after=after.version
+    )
+    problems = []
+    if "Dry run summary" not in reply.mode_details or key not in reply.mode_details:
+        problems.append("the reply has no dry-run diff naming the label")
+    if staged:
+        problems.append(f"{'; '.join(staged)} {when} (restored)")
+    if after.version != before.version or after.raw != before.raw or staged:
+        guard.restore_node(node)
+    if after.version != before.version or after.raw != before.raw:
+        problems.append(
+            f"the config changed {when} (restored): "
+            f"{config_summary(before.raw, before.version)} -> "
+            f"{config_summary(after.raw, after.version)}"
+        )
+    if problems:
+        raise ConformanceFailure(
+            check,
+            "; ".join(problems),
+            node=node.name,
+            expected="a 'Dry run summary' with the diff, config unchanged",
+        )
+    _require_no_label(
+        check, cluster, node, key, run.evidence, "the dry run left the config unchanged"
+    )
+
+
+@pytest.fixture(scope="module")
+def dry_run(
+    request: pytest.FixtureRequest, talos_cluster: TalosCluster, talos_timing: Timing
+) -> Iterator[NodeRuns[None]]:
+    check = partial(_dry_run_changes_nothing, cluster=talos_cluster, timing=talos_timing)
+    yield from node_runs(request, test_dry_run_shows_diff_and_changes_nothing, check, "the dry run")
 
 
 @pytest.mark.talos_mutating
@@ -391,55 +521,6 @@ def test_apply_during_try_window_cancels_revert(
     "a settle time) and the Kubernetes Node unlabelled",
 )
 def test_dry_run_shows_diff_and_changes_nothing(
-    talos_node: TalosNode,
-    talos_cluster: TalosCluster,
-    talos_config_guard: ConfigGuard,
-    talos_timing: Timing,
-    talos_evidence: dict[str, Any],
+    talos_node: TalosNode, dry_run: NodeRuns[None], talos_evidence: dict[str, Any]
 ) -> None:
-    check = "config.dry-run-changes-nothing"
-    key = _label("dry-run")
-    # A dry run is guarded like any change: a node that applies it anyway is put back.
-    talos_config_guard.protect(talos_node)
-    before = talos_node.machine_config
-    reply = talos_node.apply_patch(_label_patch(key), mode="no-reboot", dry_run=True)
-    after = talos_node.machine_config
-    when = "at once"
-    if (after.version, after.raw) == (before.version, before.raw):
-        settle = talos_timing.real(CONFIG_SETTLE)
-        with contextlib.suppress(WaitTimeout):
-            wait_for_config(
-                talos_node,
-                lambda raw: raw != before.raw,
-                timeout=settle,
-                description="a late change (there should be none)",
-            )
-        after, when = talos_node.machine_config, f"within {CONFIG_SETTLE:g} node seconds"
-    talos_evidence.update(
-        reply=reply.mode_details.splitlines()[:3], before=before.version, after=after.version
-    )
-    problems = []
-    if "Dry run summary" not in reply.mode_details or key not in reply.mode_details:
-        problems.append("the reply has no dry-run diff naming the label")
-    if after.version != before.version or after.raw != before.raw:
-        talos_config_guard.restore_node(talos_node)
-        problems.append(
-            f"the config changed {when} (restored): "
-            f"{config_summary(before.raw, before.version)} -> "
-            f"{config_summary(after.raw, after.version)}"
-        )
-    if problems:
-        raise ConformanceFailure(
-            check,
-            "; ".join(problems),
-            node=talos_node.name,
-            expected="a 'Dry run summary' with the diff, config unchanged",
-        )
-    _require_no_label(
-        check,
-        talos_cluster,
-        talos_node,
-        key,
-        talos_evidence,
-        "the dry run left the config unchanged",
-    )
+    dry_run.outcome(talos_node, talos_evidence)
