@@ -228,8 +228,10 @@ def test_health_check_walks_every_condition(
         c.HealthCheckRequest(wait_timeout=duration_pb2.Duration(seconds=30)),
     )
     messages = [p.message for p in progress]
-    assert messages[0] == "waiting for etcd to be healthy: ..."
-    assert messages[1] == "waiting for etcd to be healthy: OK"
+    addresses = [node.address for node in shared_cluster.nodes]
+    assert messages[0] == "discovered nodes: [" + " ".join(f'"{a}"' for a in addresses) + "]"
+    assert messages[1] == "waiting for etcd to be healthy: ..."
+    assert messages[2] == "waiting for etcd to be healthy: OK"
     assert "waiting for all k8s nodes to report ready: OK" in messages
     assert len([text for text in messages if text.endswith(": OK")]) == 16
 

@@ -801,8 +801,9 @@ def test_generate_client_configuration(
 
 
 def test_health_check_walks_the_talosctl_conditions(cp: TalosClient, worker: TalosClient) -> None:
-    lines = [progress.message for progress in cp.health_check(wait_timeout=WAIT)]
-
+    found = [progress.message for progress in cp.health_check(wait_timeout=WAIT)]
+    assert found[0].startswith("discovered nodes: [")  # v1alpha1_cluster.go HealthCheck
+    lines = found[1:]
     conditions = list(
         dict.fromkeys(line.removeprefix("waiting for ").rsplit(": ", 1)[0] for line in lines)
     )

@@ -309,6 +309,9 @@ class ClusterServicer:
         wait = request.wait_timeout.ToTimedelta().total_seconds() or DEFAULT_WAIT
         deadline = clock.monotonic() + wait
         targets = _targets(call, request.cluster_info)
+        # v1alpha1_cluster.go HealthCheck: the nodes checked, before any condition.
+        discovered = _go_quote([info.internal_ip for info in targets.expected])
+        yield c.HealthCheckProgress(message=f"discovered nodes: {discovered}")
         for name, check in CONDITIONS:
             yield c.HealthCheckProgress(message=f"waiting for {name}: ...")
             last = ""
