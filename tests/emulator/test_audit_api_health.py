@@ -79,13 +79,16 @@ def test_a_list_naming_part_of_the_cluster_meets_unexpected_nodes(
     assert error.message == f'all k8s nodes to report: unexpected nodes with IPs ["{worker}"]'
 
 
-def test_a_control_plane_listed_as_a_worker_fails_the_control_plane_condition(
+def test_a_control_plane_listed_as_a_worker_fails_the_etcd_condition(
     admin_client: RawClient, cluster: EmulatedCluster
 ) -> None:
+    # pkg/cluster/check/etcd.go EtcdControlPlaneNodesAssertion: the serving node's etcd
+    # members must be among the control planes listed, and none is.
     cp, worker = cluster.nodes[0].address, cluster.nodes[1].address
     error = _failure(admin_client, cluster, [], [cp, worker])
     assert error.message == (
-        f'all control plane components to be ready: unexpected nodes with IPs ["{cp}"]'
+        f'etcd members to be control plane nodes: etcd member ips ["{cp}"] are not subset '
+        "of control plane node ips []"
     )
 
 

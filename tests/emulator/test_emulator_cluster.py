@@ -173,6 +173,16 @@ def test_etcd_member_missing_fault(
         cluster.nodes[0].address, M + "EtcdMemberList", m.EtcdMemberListRequest()
     )
     assert [x.hostname for x in reply.messages[0].members] == [cluster.nodes[0].hostname]
+    # Talos's own health check only asks for the members to agree and to be among the control
+    # planes (pkg/cluster/check/etcd.go): a missing member passes it.
+    progress = client_for(cluster).call(
+        cluster.nodes[0].address,
+        "/cluster.ClusterService/HealthCheck",
+        c.HealthCheckRequest(wait_timeout=duration_pb2.Duration(seconds=30)),
+    )
+    messages = [p.message for p in progress]
+    assert "waiting for etcd members to be consistent across nodes: OK" in messages
+    assert "waiting for etcd members to be control plane nodes: OK" in messages
 
 
 def test_bootstrap_of_a_running_cluster(admin: RawClient, shared_cluster: EmulatedCluster) -> None:

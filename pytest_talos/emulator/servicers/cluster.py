@@ -54,6 +54,7 @@ class Targets:
     expected_controlplanes: Sequence[NodeInfo] = ()
     cluster: Sequence[NodeState] = ()  # every node: what the Kubernetes API lists
     admin: bool = True  # the caller's roles reach Kubernetes (os:admin)
+    local: NodeState | None = None  # the node serving the check (the local client's target)
 
     @property
     def all(self) -> list[NodeState]:
@@ -91,19 +92,40 @@ def _member_names(node: NodeState) -> list[str]:
 
 
 def _etcd_consistent(t: Targets) -> str | None:
-    lists = {tuple(_member_names(n)) for n in t.controlplanes}
-    return None if len(lists) <= 1 else "etcd members are not consistent across nodes"
+    """pkg/cluster/check/etcd.go EtcdConsistentAssertion: every control plane's member list
+    (ordered by the answering node's hostname) matches the first one. With no control plane
+    listed, client.WithNodes names none and only the serving node answers."""
+    answers = sorted(t.controlplanes, key=lambda n: n.identity.hostname)
+    if not answers:  # no node named: the serving node answers alone (one list agrees)
+        return None
+    known = _member_names(answers[0])
+    for node in answers[1:]:
+        names = _member_names(node)
+        if len(names) != len(known):
+            return (
+                f"{node.identity.hostname}: expected to have [{' '.join(known)}] members, "
+                f"got [{' '.join(names)}]"
+            )
+        unexpected = [name for name in names if name not in known]
+        if unexpected:
+            return f"{node.identity.hostname}: found unexpected etcd member {unexpected[0]}"
+    return None
 
 
 def _etcd_are_controlplanes(t: Targets) -> str | None:
-    expected = sorted(n.hostname for n in t.controlplanes)
-    for node in t.controlplanes:
-        if _member_names(node) != expected:
-            return (
-                f"etcd member list on {node.identity.address} {_member_names(node)} does not "
-                f"match control plane nodes {expected}"
-            )
-    return None
+    """pkg/cluster/check/etcd.go EtcdControlPlaneNodesAssertion: the hosts of the peer URLs
+    in the serving node's member list are a subset of the control planes' IPs (a member
+    list that lacks a control plane passes)."""
+    if t.local is None:
+        return None
+    member_ips = [peer.address for peer in t.local.etcd_members()]
+    node_ips = [ip for info in t.expected_controlplanes for ip in info.ips]
+    if set(member_ips) <= set(node_ips):
+        return None
+    return (
+        f"etcd member ips {_go_quote(member_ips)} are not subset of control plane node ips "
+        f"{_go_quote(node_ips)}"
+    )
 
 
 def _apid_ready(t: Targets) -> str | None:
@@ -297,6 +319,7 @@ def _targets(call: Call, info: c.ClusterInfo) -> Targets:
         expected_controlplanes=controlplanes,
         cluster=nodes,
         admin=call.admin,
+        local=call.state,
     )
 
 
