@@ -158,8 +158,13 @@ class MachineConfigState:
             if self._quirk(Quirk.REJECTED_APPLY_LANDS_LATE) and _parses_with_v1alpha1(new):
                 # refused in the reply, applied 2 s later anyway
                 self._clock.call_later(LATE_APPLY_DELAY, lambda: self._execute("NO_REBOOT", new, 0))
+            self._persist_if_quirk(new)
             raise
-        mode, reason = self._resolve_mode(request.mode, old, new)
+        try:
+            mode, reason = self._resolve_mode(request.mode, old, new)
+        except NodeFailure:
+            self._persist_if_quirk(new)
+            raise
         # A try_mode_timeout that is present is used as it is, even 0s (the handler tests
         # `in.TryModeTimeout != nil`); only an absent one means ConfigTryTimeout.
         timeout = DEFAULT_TRY_TIMEOUT if request.try_timeout is None else request.try_timeout
@@ -169,11 +174,18 @@ class MachineConfigState:
                 self._execute(mode, new, timeout)
             elif self._quirk(Quirk.DRY_RUN_EXECUTES_LATE):
                 self._clock.call_later(LATE_APPLY_DELAY, lambda: self._execute(mode, new, timeout))
+            self._persist_if_quirk(new)
             return ApplyResult(mode, mc.dry_run_details(mode, old, new))
         self._execute(mode, new, timeout)
         try_text = go_duration(timeout) if mode == "TRY" else ""
         details = mc.apply_mode_details(mode, reason=reason, try_timeout=try_text)
         return ApplyResult(mode, details, warnings)
+
+    def _persist_if_quirk(self, data: bytes) -> None:
+        """Quirk REFUSED_APPLY_PERSISTS: a refused or dry-run request is staged for the next
+        boot all the same (Talos returns before SetPersistedConfig in both cases)."""
+        if self._quirk(Quirk.REFUSED_APPLY_PERSISTS):
+            self._set_persisted(data)
 
     def _validate(self, data: bytes) -> list[str]:
         """configloader, Validate and RuntimeValidate (InvalidArgument with their text);

@@ -123,6 +123,16 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
         _failed("config.dry-run-changes-nothing"),
         why="only a second look after the settle time sees the change",
     ),
+    "refused-config-staged": FaultCase(
+        ("refused-config-staged",),
+        _failed(
+            "config.invalid-patch-rejected",
+            "config.no-reboot-refuses-reboot-fields",
+            "config.dry-run-changes-nothing",
+        ),
+        why="the active config stays as it was: only the persistent config, the one the next "
+        "boot loads, shows the change (the guard puts it back)",
+    ),
     "etcd-member-missing": FaultCase(
         ("etcd-member-missing",),
         _failed("cluster.etcd-members-are-control-planes"),

@@ -524,6 +524,13 @@ PROFILES: tuple[FaultProfile, ...] = (
         quirks=(Quirk.TRUSTD_STICKS_IN_PRE_START,),
         scope="controlplanes",
     ),
+    FaultProfile(
+        Fault.REFUSED_CONFIG_STAGED,
+        "a refused or dry-run ApplyConfiguration leaves the active config alone but writes the "
+        "config for the next boot (persistent) all the same",
+        changes=(Seam.APPLY,),
+        quirks=(Quirk.REFUSED_APPLY_PERSISTS,),
+    ),
 )
 
 FAULTS: Mapping[str, FaultProfile] = {profile.name: profile for profile in PROFILES}

@@ -87,6 +87,7 @@ class Fault(StrEnum):
     EMPTY_LOGS = "empty-logs"
     EVENTS_IGNORE_TAIL_SECONDS = "events-ignore-tail-seconds"
     SERVICE_STUCK_PREPARING = "service-stuck-preparing"
+    REFUSED_CONFIG_STAGED = "refused-config-staged"
 
 
 class Quirk(StrEnum):
@@ -104,6 +105,7 @@ class Quirk(StrEnum):
     IMMEDIATE_ALLOWS_ENV_AND_FILES = "immediate-allows-env-and-files"
     TRY_TIMER_SKIPS_REVERT = "try-timer-skips-revert"
     TRY_REVERT_KEEPS_NODE_LABELS = "try-revert-keeps-node-labels"
+    REFUSED_APPLY_PERSISTS = "refused-apply-persists"
     # Seam.KUBERNETES (kubenode.kube_node_info)
     KUBE_LABELS_NEVER_SYNC = "kube-labels-never-sync"
     KUBE_READY_FLAPS = "kube-ready-flaps"
