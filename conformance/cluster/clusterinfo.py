@@ -10,7 +10,14 @@ from typing import Any
 
 from pytest_talos.cluster import TalosCluster
 
-__all__ = ["CONTROL_PLANE_LABEL", "ClusterInfo", "cluster_info", "kube_nodes"]
+__all__ = [
+    "CONTROL_PLANE_LABEL",
+    "OWN_DISCOVERY",
+    "ClusterInfo",
+    "cluster_info",
+    "health_cluster_info",
+    "kube_nodes",
+]
 
 # constants.LabelNodeRoleControlPlane (pkg/machinery/constants): what marks a control plane
 # Node for buildClusterInfo and K8sFullControlPlaneAssertion (pkg/cluster/check/kubernetes.go).
@@ -56,6 +63,24 @@ def cluster_info(kube_nodes: list[Any]) -> ClusterInfo:
         labels = node.metadata.labels or {}
         (info.control_planes if CONTROL_PLANE_LABEL in labels else info.workers).append(ip)
     return info
+
+
+OWN_DISCOVERY = (
+    "the node's own discovery Members, which cover every Kubernetes Node (as talosctl health asks)"
+)
+
+
+def health_cluster_info(kube: list[Any], member_addresses: list[set[str]]) -> ClusterInfo:
+    """What to send: nothing, as ``talosctl health`` does, when the node's discovery
+    Members cover every Kubernetes Node (the node then checks every member by all its
+    addresses: pkg/cluster/check/discovery.go); else the Kubernetes Node list, so that a
+    node whose discovery sees only part of the cluster (the discovery service unreachable)
+    is not failed for Nodes it was never told of."""
+    known = set().union(*member_addresses) if member_addresses else set()
+    ips = [_internal_ip(node) for node in kube]
+    if member_addresses and len(member_addresses) >= len(kube) and all(ip in known for ip in ips):
+        return ClusterInfo(source=OWN_DISCOVERY)
+    return cluster_info(kube)
 
 
 def kube_nodes(cluster: TalosCluster) -> list[Any] | str:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from conformance._support.context import Timing
-from conformance.cluster.clusterinfo import ClusterInfo, cluster_info, kube_nodes
+from conformance.cluster.clusterinfo import ClusterInfo, health_cluster_info, kube_nodes
 from conformance.cluster.discovery import (
     DISABLED_REASON,
     UNREACHABLE_REASON,
@@ -155,12 +155,27 @@ def test_etcd_members_are_the_control_planes(
         )
 
 
-def _health_cluster_info(cluster: TalosCluster, evidence: dict[str, Any]) -> ClusterInfo:
+def _member_addresses(runner: TalosNode) -> list[set[str]]:
+    """Each discovery Member's addresses as the node running the check sees them."""
+    try:
+        members = runner.resources("Members.cluster.talos.dev", "cluster")
+    except TalosError:
+        return []
+    found = []
+    for member in members:
+        spec = member.spec if isinstance(member.spec, dict) else {}
+        found.append({str(address) for address in spec.get("addresses") or ()})
+    return found
+
+
+def _health_cluster_info(
+    cluster: TalosCluster, runner: TalosNode, evidence: dict[str, Any]
+) -> ClusterInfo:
     nodes = kube_nodes(cluster)
     if isinstance(nodes, str):
         info = ClusterInfo(source=f"the node's own discovery (no Kubernetes Node list: {nodes})")
     else:
-        info = cluster_info(nodes)
+        info = health_cluster_info(nodes, _member_addresses(runner))
     evidence["cluster info from"] = info.source
     if info.control_planes or info.workers:
         evidence["control plane IPs"] = info.control_planes
@@ -188,7 +203,7 @@ def test_server_side_health_check_completes(
             f"{', '.join(roles) or 'no role'}"
         )
     runner = talos_cluster.controlplane()
-    info = _health_cluster_info(talos_cluster, talos_evidence)
+    info = _health_cluster_info(talos_cluster, runner, talos_evidence)
     progress: list[str] = []
     try:
         stream = runner.client.health_check(

@@ -18,7 +18,12 @@ import yaml
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from conformance._support import probes
-from conformance.cluster.clusterinfo import CONTROL_PLANE_LABEL, cluster_info
+from conformance.cluster.clusterinfo import (
+    CONTROL_PLANE_LABEL,
+    OWN_DISCOVERY,
+    cluster_info,
+    health_cluster_info,
+)
 from pytest_talos.certs import (
     ExpiryPolicy,
     apid_certificate,
@@ -293,3 +298,23 @@ def test_without_an_internal_ip_the_node_discovers_the_cluster_itself() -> None:
     )
     assert (info.control_planes, info.workers) == ([], [])
     assert info.source == "the node's own discovery (Node w-1 has no InternalIP)"
+
+
+def test_members_that_cover_every_node_let_the_node_discover_the_cluster() -> None:
+    kube = [
+        _kube_node("cp-1", "10.5.0.2", controlplane=True),
+        _kube_node("w-1", "10.5.0.3", controlplane=False),
+    ]
+    members = [{"10.5.0.2", "192.168.1.2"}, {"10.5.0.3"}]
+    info = health_cluster_info(kube, members)
+    assert (info.control_planes, info.workers, info.source) == ([], [], OWN_DISCOVERY)
+
+
+def test_members_that_miss_a_node_mean_the_kubernetes_list_is_sent() -> None:
+    kube = [
+        _kube_node("cp-1", "10.5.0.2", controlplane=True),
+        _kube_node("w-1", "10.5.0.3", controlplane=False),
+    ]
+    for members in ([{"10.5.0.2"}], [], [{"10.5.0.2"}, {"10.9.9.9"}]):
+        info = health_cluster_info(kube, members)
+        assert (info.control_planes, info.workers) == (["10.5.0.2"], ["10.5.0.3"]), members

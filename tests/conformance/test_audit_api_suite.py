@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from conformance.cluster.clusterinfo import OWN_DISCOVERY
 from pytest_talos.emulator.cluster import EmulatedCluster
 from tests.conformance.suite_runner import SuiteRun, run_suite, target_args
 
@@ -35,11 +36,9 @@ def test_a_run_on_part_of_the_cluster_checks_the_whole_cluster(
     (health,) = _checks(result, HEALTH)
     assert health["outcome"] == "passed", result.describe()
     evidence = health["evidence"]
-    assert evidence["cluster info from"] == (
-        "the Kubernetes Node list (InternalIPs, control-plane label)"
-    )
-    assert evidence["control plane IPs"] == [emulator.nodes[0].address]
-    assert evidence["worker IPs"] == [emulator.nodes[1].address]
+    # Discovery sees every node: the node checks the whole cluster itself, as talosctl health.
+    assert evidence["cluster info from"] == OWN_DISCOVERY
+    assert "control plane IPs" not in evidence
 
 
 @pytest.mark.parametrize("role", ["os:reader", "os:operator"])
@@ -62,3 +61,18 @@ def test_without_admin_the_health_and_write_checks_skip_naming_the_role(
         "needs os:admin: without it the authorizer refuses the writes before the resource "
         f"access filter is reached; this talosconfig has {role}"
     }
+
+
+def test_with_discovery_unreachable_the_kubernetes_node_list_is_sent(tmp_path: Path) -> None:
+    # Each node's Members list only itself: told nothing, the node would check only itself
+    # and fail on the other Kubernetes Nodes (NodesMatch), so the kit names them all.
+    with EmulatedCluster(1, 1, time_scale=20, variants=["discovery-unreachable"]) as cluster:
+        result = run_suite([*target_args(cluster), *SELECT], tmp_path / "report")
+    (health,) = _checks(result, HEALTH)
+    assert health["outcome"] == "passed", result.describe()
+    evidence = health["evidence"]
+    assert evidence["cluster info from"] == (
+        "the Kubernetes Node list (InternalIPs, control-plane label)"
+    )
+    assert evidence["control plane IPs"] == [cluster.nodes[0].address]
+    assert evidence["worker IPs"] == [cluster.nodes[1].address]
