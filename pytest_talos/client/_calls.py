@@ -163,22 +163,32 @@ def choice(kind: str, value: str, choices: Mapping[str, int]) -> int:
 
 
 def untar_kubeconfig(data: bytes) -> bytes:
-    """The single ``kubeconfig`` file of the Kubeconfig .tar.gz stream."""
+    """The ``kubeconfig`` file of the Kubeconfig .tar.gz stream.
+
+    machined never closes its tar writer (v1alpha1_server.go Kubeconfig closes only the gzip
+    one), so a real reply ends right after the file's bytes: no padding, no end-of-archive
+    blocks. Like talosctl's extractor (cmd/talosctl/pkg/talos/helpers/archive.go), the
+    first member is read and the rest of the stream is not: it must be the kubeconfig.
+    """
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
-            members = archive.getmembers()
-            names = [member.name for member in members]
-            if len(members) != 1 or names[0].removeprefix("./") != KUBECONFIG_MEMBER:
+            member = archive.next()
+            if member is None or member.name.removeprefix("./") != KUBECONFIG_MEMBER:
+                name = "nothing" if member is None else repr(member.name)
                 raise TalosError(
-                    f"the Kubeconfig reply should hold exactly one file named kubeconfig, "
-                    f"it holds {names or 'nothing'}"
+                    f"the Kubeconfig reply should hold one file named kubeconfig, it holds {name}"
                 )
-            member = members[0]
             if not member.isfile() or member.size > KUBECONFIG_LIMIT:
                 raise TalosError("the Kubeconfig reply's kubeconfig is not a small regular file")
             handle = archive.extractfile(member)
-            return handle.read() if handle is not None else b""
+            content = handle.read() if handle is not None else b""
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise TalosError(
             f"the Kubeconfig reply is not a valid .tar.gz ({type(exc).__name__}: {exc})"
         ) from None
+    if len(content) != member.size:
+        raise TalosError(
+            f"the Kubeconfig reply's kubeconfig is cut short ({len(content)} of {member.size} "
+            "bytes)"
+        )
+    return content

@@ -22,6 +22,7 @@ from kubernetes import config as k8s_config
 
 from pytest_talos._proto.machine import machine_pb2 as m
 from pytest_talos._proto.v1alpha1 import state_pb2 as s
+from pytest_talos.client._calls import untar_kubeconfig
 from pytest_talos.emulator import EmulatedCluster
 from pytest_talos.patches import apply_patches
 
@@ -240,10 +241,7 @@ def test_files_and_directories_carry_the_image_build_time(
 
 def _core_api(client: RawClient, address: str, tmp_path: Path) -> k8s.CoreV1Api:
     archive = b"".join(f.bytes for f in client.call(address, M + "Kubeconfig", EMPTY))
-    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(archive))) as tar:
-        extracted = tar.extractfile("kubeconfig")
-        assert extracted is not None
-        (tmp_path / "kubeconfig").write_bytes(extracted.read())
+    (tmp_path / "kubeconfig").write_bytes(untar_kubeconfig(archive))
     configuration = k8s.Configuration()
     k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
         config_file=str(tmp_path / "kubeconfig"), client_configuration=configuration

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import datetime as dt
+import gzip
 import io
 import tarfile
 from pathlib import Path
@@ -446,21 +447,47 @@ def _tar(*members: tuple[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
+def _unfinished_tar(name: str, data: bytes) -> bytes:
+    """As machined sends it (v1alpha1_server.go Kubeconfig): the gzip writer is closed, the
+    tar writer never is, so the file's bytes end the stream (no padding, no end blocks)."""
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = len(data), 0o600
+    return gzip.compress(info.tobuf(tarfile.USTAR_FORMAT) + data)
+
+
 def test_untar_kubeconfig() -> None:
     assert untar_kubeconfig(_tar(("kubeconfig", b"apiVersion: v1\n"))) == b"apiVersion: v1\n"
     assert untar_kubeconfig(_tar(("./kubeconfig", b"x"))) == b"x"
 
 
+def test_untar_kubeconfig_reads_the_unfinished_archive_machined_sends() -> None:
+    kubeconfig = b"apiVersion: v1\nkind: Config\n" * 40  # not a multiple of 512 bytes
+    assert untar_kubeconfig(_unfinished_tar("kubeconfig", kubeconfig)) == kubeconfig
+    unfinished = io.BytesIO(_unfinished_tar("kubeconfig", kubeconfig))
+    with tarfile.open(fileobj=unfinished) as tar, pytest.raises(tarfile.ReadError):
+        tar.getmembers()  # what reading the whole archive meets
+
+
+def test_untar_kubeconfig_refuses_a_cut_short_file() -> None:
+    data = _unfinished_tar("kubeconfig", b"x" * 1000)
+    raw = gzip.decompress(data)[:-10]
+    with pytest.raises(TalosError, match=r"cut short|not a valid"):
+        untar_kubeconfig(gzip.compress(raw))
+
+
 @pytest.mark.parametrize(
     ("data", "text"),
     [
-        (_tar(("kubeconfig", b"a"), ("extra", b"b")), "exactly one file named kubeconfig"),
-        (_tar(("passwd", b"a")), "exactly one file named kubeconfig"),
+        (
+            _tar(("passwd", b"a"), ("kubeconfig", b"b")),
+            "one file named kubeconfig, it holds 'passwd'",
+        ),
+        (_tar(("passwd", b"a")), "one file named kubeconfig, it holds 'passwd'"),
         (_tar(), "it holds nothing"),
         (b"not a tarball", "not a valid .tar.gz"),
     ],
     # gzip headers carry a timestamp: stable ids keep pytest-xdist workers in agreement
-    ids=["two-files", "wrong-name", "empty", "not-gzip"],
+    ids=["other-file-first", "wrong-name", "empty", "not-gzip"],
 )
 def test_untar_kubeconfig_rejects_anything_else(data: bytes, text: str) -> None:
     with pytest.raises(TalosError, match=text):

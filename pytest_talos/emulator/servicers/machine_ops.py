@@ -5,8 +5,9 @@ container mode: internal/app/machined/pkg/runtime/v1alpha1/platform/container)."
 
 from __future__ import annotations
 
-import io
+import gzip
 import tarfile
+import time
 from collections.abc import AsyncIterator
 
 from google.protobuf import empty_pb2
@@ -24,14 +25,16 @@ CHUNK = 64 * 1024
 
 
 def kubeconfig_archive(kubeconfig: bytes | None) -> bytes:
-    """The Kubeconfig reply: a .tar.gz with one regular file ``kubeconfig``, mode 0600."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        if kubeconfig is not None:
-            info = tarfile.TarInfo("kubeconfig")
-            info.size, info.mode = len(kubeconfig), 0o600
-            archive.addfile(info, io.BytesIO(kubeconfig))
-    return buffer.getvalue()
+    """The Kubeconfig reply: a .tar.gz holding one regular file ``kubeconfig``, mode 0600,
+    as machined writes it (v1alpha1_server.go Kubeconfig): the tar writer is never closed,
+    only the gzip one, so the stream ends right after the file's bytes, with no padding to
+    a 512-byte block and no end-of-archive blocks. INFERRED: the header's format (Go picks
+    one by the header's fields; USTAR here)."""
+    if kubeconfig is None:  # quirk KUBECONFIG_WITHHELD: a whole archive with no file
+        return gzip.compress(bytes(2 * tarfile.BLOCKSIZE))
+    info = tarfile.TarInfo("kubeconfig")
+    info.size, info.mode, info.mtime = len(kubeconfig), 0o600, int(time.time())
+    return gzip.compress(info.tobuf(tarfile.USTAR_FORMAT) + kubeconfig)
 
 
 class MachineOpsMixin:
