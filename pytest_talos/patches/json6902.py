@@ -213,16 +213,27 @@ def _take(root: Any, path: str, role: str = "path") -> Any:
 
 
 def _move(root: Any, source: str, path: str) -> None:
-    found_source, found_path = _pointer(source), _pointer(path)
-    if found_source and found_path:
-        source_tokens = [*found_source[0], found_source[1]]
-        path_tokens = [*found_path[0], found_path[1]]
-        inside = path_tokens[: len(source_tokens)] == source_tokens
-        if inside and len(path_tokens) > len(source_tokens):
-            # the library takes the value out first, so the destination no longer exists
-            raise _PointerError("cannot move a value into one of its own children")
+    """The library takes the value out first, then looks the destination up in what is
+    left: a destination inside the moved value is then gone, unless list items moved up
+    into its place (``/a/1`` to ``/a/1/-`` appends to the item that follows)."""
     value = _take(root, source, "from")
-    _put(root, path, value, insert=True)
+    try:
+        _put(root, path, value, insert=True)
+    except _PointerError:
+        if _inside(source, path):
+            raise _PointerError("cannot move a value into one of its own children") from None
+        raise
+
+
+def _inside(source: str, path: str) -> bool:
+    """Whether ``path`` lies below ``source`` (both as pointers)."""
+    found_source, found_path = _pointer(source), _pointer(path)
+    if not (found_source and found_path):
+        return False
+    source_tokens = [*found_source[0], found_source[1]]
+    path_tokens = [*found_path[0], found_path[1]]
+    below = len(path_tokens) > len(source_tokens)
+    return below and path_tokens[: len(source_tokens)] == source_tokens
 
 
 def _expect(actual: Any, expected: Any, tokens: Sequence[str]) -> None:

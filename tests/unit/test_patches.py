@@ -819,6 +819,14 @@ def test_json6902_errors(op: Any, message: str) -> None:
         apply_patches(SINGLE, [[op]])
 
 
+def test_json6902_move_looks_the_destination_up_after_taking_the_value() -> None:
+    # evanphx/json-patch removes the value first, then finds the destination in what is
+    # left: a list item that moved up into the old place takes the value.
+    doc = {"a": [[1], None, []]}
+    moved = apply_json6902(doc, [{"op": "move", "from": "/a/1", "path": "/a/1/-"}])
+    assert moved == {"a": [[1], [None]]}
+
+
 @pytest.mark.parametrize(
     ("op", "expected_sans"),
     [
