@@ -106,6 +106,8 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
             "api.reader-cannot-apply-for-real",
             "api.reader-cannot-get-kubeconfig",
             "api.reader-cannot-mint-roles",
+            "api.reader-cannot-change-node",
+            "api.reader-cannot-run-disruptive-calls",
         ),
         why="apid that never asks for a client certificate cannot tell a foreign CA's, an "
         "expired one, one without client-auth usage, the Kubernetes CA's, nor a reader's, "
@@ -132,6 +134,94 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
         ),
         why="the active config stays as it was: only the persistent config, the one the next "
         "boot loads, shows the change (the guard puts it back)",
+    ),
+    "reader-reads-files": FaultCase(
+        ("reader-reads-files",),
+        _failed("api.reader-cannot-read-secrets"),
+        why="Read (os:admin only) answers the reader; every COSI read stays refused",
+    ),
+    "reader-restarts-services": FaultCase(
+        ("reader-restarts-services",), _failed("api.reader-cannot-change-node")
+    ),
+    "reader-wipes-disks": FaultCase(
+        ("reader-wipes-disks",),
+        _failed("api.reader-cannot-run-disruptive-calls"),
+        why="the rule admits os:reader (maintenance); only the handler's os:admin check is gone",
+    ),
+    "unlisted-secrets-served": FaultCase(
+        ("unlisted-secrets-served",),
+        _failed("api.reader-cannot-read-secrets"),
+        why="OSRootSecrets is not in ResourceDefinitions: only probing every known sensitive "
+        "type finds it",
+    ),
+    "eku-rule-only-refuses-server-auth": FaultCase(
+        ("eku-rule-only-refuses-server-auth",),
+        _failed("api.client-auth-eku-required"),
+        why="no EKU and [ClientAuth, ServerAuth] are still refused; [ClientAuth, CodeSigning] "
+        "passes",
+    ),
+    "not-yet-valid-certs-accepted": FaultCase(
+        ("not-yet-valid-certs-accepted",),
+        _failed("api.expired-cert-refused"),
+        why="the expired certificate is still refused; only one not valid yet passes",
+    ),
+    "try-reverts-early": FaultCase(
+        ("try-reverts-early",),
+        _failed("config.try-mode-reverts"),
+        why="the revert comes at half the 10 node-second timer: seen before 8 node seconds",
+    ),
+    "try-persists-config": FaultCase(
+        ("try-persists-config",),
+        _failed("config.try-mode-reverts"),
+        why="the active config reverts on time; only the persistent config keeps the tried change",
+    ),
+    "staged-skips-validation": FaultCase(
+        ("staged-skips-validation",),
+        _failed("config.invalid-patch-rejected"),
+        why="only the staged case sees it",
+    ),
+    "try-accepts-reboot-fields": FaultCase(
+        ("try-accepts-reboot-fields",),
+        _failed("config.no-reboot-refuses-reboot-fields"),
+        why="only the env-try case sees it",
+    ),
+    "staged-dry-run-applies": FaultCase(
+        ("staged-dry-run-applies",),
+        _failed("config.dry-run-changes-nothing"),
+        why="only the staged case's persistent config shows it",
+    ),
+    "no-reboot-not-persisted": FaultCase(
+        ("no-reboot-not-persisted",),
+        _failed("config.label-applies-without-reboot"),
+        why="the active config and the Node get the label; the next boot's config does not",
+    ),
+    "apply-during-try-dropped": FaultCase(
+        ("apply-during-try-dropped",),
+        _failed("config.apply-cancels-try-revert"),
+        why="the config does not move, but the regular apply never lands",
+    ),
+    "node-uninitialized": FaultCase(
+        ("node-uninitialized",),
+        _failed("kubernetes.node-conditions-clear"),
+        why="Ready and every condition stay clean; only the cloud provider's uninitialized "
+        "taint, never removed, keeps pods off",
+    ),
+    "pid1-init-wrapper": FaultCase(
+        ("pid1-init-wrapper",),
+        _failed("immutability.pid1-is-machined"),
+        why="the wrapper has machined's command, executable and args; its single thread and "
+        "machined running as its child give it away",
+    ),
+    "login-running": FaultCase(
+        ("login-running",),
+        _failed("immutability.no-shell-or-ssh"),
+        why="a login session is neither a shell nor a daemon by name, and opens no port",
+    ),
+    "shell-in-libexec-subdir": FaultCase(
+        ("shell-in-libexec-subdir",),
+        _failed("immutability.no-shell-or-ssh"),
+        why="one level below /usr/libexec, under a versioned name: neither the directory nor "
+        "the name was looked at",
     ),
     "etcd-member-missing": FaultCase(
         ("etcd-member-missing",),
@@ -211,7 +301,7 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
     ),
     "ready-flapping": FaultCase(
         ("ready-flapping",),
-        _failed("kubernetes.node-ready"),
+        _failed("kubernetes.node-ready", "upgrade.nodes-running"),
         why="Ready is True most of the time, so a wait for Ready passed; the watch over the "
         "window sees it False (or its lastTransitionTime move) within one 8 s period",
     ),
@@ -307,7 +397,10 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
         ("no-reboot-accepts-reboot-fields",), _failed("config.no-reboot-refuses-reboot-fields")
     ),
     "node-not-ready": FaultCase(
-        ("node-not-ready",), _failed("kubernetes.node-ready", "cluster.health-check-passes")
+        ("node-not-ready",),
+        _failed("kubernetes.node-ready", "cluster.health-check-passes", "upgrade.nodes-running"),
+        why="the machine is not ready while its Kubernetes Node is not (machine_status.go "
+        "nodeReady)",
     ),
     "package-manager-present": FaultCase(
         ("package-manager-present",), _failed("immutability.no-package-manager")
@@ -429,5 +522,6 @@ HEALTHY_VARIANTS: Mapping[str, tuple[str, ...]] = {
     "extensions": ("extensions",),
     "register-with-fqdn": ("register-with-fqdn",),
     "kubespan": ("kubespan",),
+    "clock-stepped": ("clock-stepped",),  # on metal: container nodes never sync time
     "metal+domain+discovery-disabled": ("metal", "domain", "discovery-disabled"),
 }

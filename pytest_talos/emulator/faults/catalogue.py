@@ -531,6 +531,126 @@ PROFILES: tuple[FaultProfile, ...] = (
         changes=(Seam.APPLY,),
         quirks=(Quirk.REFUSED_APPLY_PERSISTS,),
     ),
+    FaultProfile(
+        Fault.TRY_REVERTS_EARLY,
+        "the try-mode rollback timer fires at half the timeout the apply asked for",
+        changes=(Seam.APPLY,),
+        quirks=(Quirk.TRY_TIMER_FIRES_EARLY,),
+    ),
+    FaultProfile(
+        Fault.TRY_PERSISTS_CONFIG,
+        "a try-mode apply also writes the tried config for the next boot (persistent); the "
+        "revert restores only the active config",
+        changes=(Seam.APPLY,),
+        quirks=(Quirk.TRY_WRITES_PERSISTENT,),
+    ),
+    FaultProfile(
+        Fault.STAGED_SKIPS_VALIDATION,
+        "a staged ApplyConfiguration skips validation: an invalid config that parses is "
+        "staged for the next boot",
+        changes=(Seam.APPLY,),
+        quirks=(Quirk.STAGED_SKIPS_VALIDATION,),
+    ),
+    FaultProfile(
+        Fault.TRY_ACCEPTS_REBOOT_FIELDS,
+        "a try-mode apply skips the immediate-apply check: machine.env and machine.files "
+        "changes pass (no-reboot still refuses them)",
+        changes=(Seam.APPLY,),
+        quirks=(Quirk.TRY_SKIPS_IMMEDIATE_CHECK,),
+    ),
+    FaultProfile(
+        Fault.STAGED_DRY_RUN_APPLIES,
+        "a dry-run ApplyConfiguration in staged mode stages the config for the next boot "
+        "(dry runs of the other modes change nothing)",
+        changes=(Seam.APPLY,),
+        quirks=(Quirk.STAGED_DRY_RUN_PERSISTS,),
+    ),
+    FaultProfile(
+        Fault.NO_REBOOT_NOT_PERSISTED,
+        "a no-reboot apply changes only the active config: the persistent one, the next "
+        "boot's, keeps the old config",
+        changes=(Seam.APPLY,),
+        quirks=(Quirk.NO_REBOOT_SKIPS_PERSISTENT,),
+    ),
+    FaultProfile(
+        Fault.APPLY_DURING_TRY_DROPPED,
+        "a regular apply during a try window cancels the revert but is not applied (the "
+        "reply says it was)",
+        changes=(Seam.APPLY,),
+        quirks=(Quirk.APPLY_DURING_TRY_DROPPED,),
+    ),
+    FaultProfile(
+        Fault.READER_READS_FILES,
+        "the Read RPC (os:admin only) answers os:reader clients: any file, the machine config "
+        "with its CA keys included",
+        changes=(Seam.AUTHORIZATION,),
+        reader_grants=("/machine.MachineService/Read",),
+    ),
+    FaultProfile(
+        Fault.READER_RESTARTS_SERVICES,
+        "ServiceRestart (os:admin, os:operator) answers os:reader clients",
+        changes=(Seam.AUTHORIZATION,),
+        reader_grants=("/machine.MachineService/ServiceRestart",),
+    ),
+    FaultProfile(
+        Fault.READER_WIPES_DISKS,
+        "BlockDeviceWipe skips its handler's os:admin check on a configured node: os:reader "
+        "clients may wipe disks (its rule admits them for maintenance only)",
+        changes=(Seam.AUTHORIZATION,),
+        quirks=(Quirk.BLOCK_WIPE_SKIPS_ROLE_CHECK,),
+    ),
+    FaultProfile(
+        Fault.UNLISTED_SECRETS_SERVED,
+        "the COSI API serves OSRootSecrets (the OS CA key) to every role although the node's "
+        "ResourceDefinitions do not list the type",
+        changes=(Seam.COSI, Seam.AUTHORIZATION),
+        quirks=(Quirk.COSI_SERVES_UNLISTED_SECRETS,),
+    ),
+    FaultProfile(
+        Fault.EKU_RULE_ONLY_REFUSES_SERVER_AUTH,
+        "apid's ExtKeyUsage rule refuses only a certificate without the extension or with "
+        "ServerAuth: [ClientAuth, CodeSigning] passes",
+        changes=(Seam.AUTHENTICATION,),
+        quirks=(Quirk.APID_EKU_RULE_ONLY_REFUSES_SERVER_AUTH,),
+    ),
+    FaultProfile(
+        Fault.NOT_YET_VALID_CERTS_ACCEPTED,
+        "apid checks only a client certificate's NotAfter: one whose NotBefore lies ahead passes",
+        changes=(Seam.AUTHENTICATION,),
+        quirks=(Quirk.APID_IGNORES_NOT_BEFORE,),
+    ),
+    FaultProfile(
+        Fault.NODE_UNINITIALIZED,
+        "the last node's Node keeps node.cloudprovider.kubernetes.io/uninitialized:NoSchedule "
+        "(kubelet with an external cloud provider, no cloud controller manager); Ready and "
+        "every condition stay clean",
+        changes=(Seam.KUBERNETES,),
+        scope="last-node",
+        quirks=(Quirk.KUBE_CLOUD_TAINT_STAYS,),
+    ),
+    FaultProfile(
+        Fault.PID1_INIT_WRAPPER,
+        "PID 1 is a one-thread init wrapper (tini-like) copied to /usr/bin/init and run as "
+        "/sbin/init; it starts the real machined as its child",
+        changes=(Seam.PROCESSES,),
+        # the wrapper reads like machined by name, path and args; machined, a Go program,
+        # always runs several threads, and there is only ever one of it
+        pid1=HostProcess("/sbin/init", "/usr/bin/init", threads=1),
+        host_processes=(HostProcess("/sbin/init", "/usr/bin/init", threads=24),),
+    ),
+    FaultProfile(
+        Fault.LOGIN_RUNNING,
+        "a login session, /bin/login -f root, runs on every node's host (a child of PID 1)",
+        changes=(Seam.PROCESSES,),
+        host_processes=(HostProcess("/bin/login", "/usr/bin/login", ("-f", "root")),),
+    ),
+    FaultProfile(
+        Fault.SHELL_IN_LIBEXEC_SUBDIR,
+        "a versioned bash, /usr/libexec/toolbox/bash-5.2, sits one level down in every node's "
+        "/usr/libexec",
+        changes=(Seam.ROOTFS,),
+        rootfs_executables=("/usr/libexec/toolbox/bash-5.2",),
+    ),
 )
 
 FAULTS: Mapping[str, FaultProfile] = {profile.name: profile for profile in PROFILES}

@@ -88,6 +88,23 @@ class Fault(StrEnum):
     EVENTS_IGNORE_TAIL_SECONDS = "events-ignore-tail-seconds"
     SERVICE_STUCK_PREPARING = "service-stuck-preparing"
     REFUSED_CONFIG_STAGED = "refused-config-staged"
+    TRY_REVERTS_EARLY = "try-reverts-early"
+    TRY_PERSISTS_CONFIG = "try-persists-config"
+    STAGED_SKIPS_VALIDATION = "staged-skips-validation"
+    TRY_ACCEPTS_REBOOT_FIELDS = "try-accepts-reboot-fields"
+    STAGED_DRY_RUN_APPLIES = "staged-dry-run-applies"
+    NO_REBOOT_NOT_PERSISTED = "no-reboot-not-persisted"
+    APPLY_DURING_TRY_DROPPED = "apply-during-try-dropped"
+    READER_READS_FILES = "reader-reads-files"
+    READER_RESTARTS_SERVICES = "reader-restarts-services"
+    READER_WIPES_DISKS = "reader-wipes-disks"
+    UNLISTED_SECRETS_SERVED = "unlisted-secrets-served"
+    EKU_RULE_ONLY_REFUSES_SERVER_AUTH = "eku-rule-only-refuses-server-auth"
+    NOT_YET_VALID_CERTS_ACCEPTED = "not-yet-valid-certs-accepted"
+    NODE_UNINITIALIZED = "node-uninitialized"
+    PID1_INIT_WRAPPER = "pid1-init-wrapper"
+    LOGIN_RUNNING = "login-running"
+    SHELL_IN_LIBEXEC_SUBDIR = "shell-in-libexec-subdir"
 
 
 class Quirk(StrEnum):
@@ -106,14 +123,24 @@ class Quirk(StrEnum):
     TRY_TIMER_SKIPS_REVERT = "try-timer-skips-revert"
     TRY_REVERT_KEEPS_NODE_LABELS = "try-revert-keeps-node-labels"
     REFUSED_APPLY_PERSISTS = "refused-apply-persists"
+    TRY_TIMER_FIRES_EARLY = "try-timer-fires-early"
+    TRY_WRITES_PERSISTENT = "try-writes-persistent"
+    STAGED_SKIPS_VALIDATION = "staged-skips-validation"
+    TRY_SKIPS_IMMEDIATE_CHECK = "try-skips-immediate-check"
+    STAGED_DRY_RUN_PERSISTS = "staged-dry-run-persists"
+    NO_REBOOT_SKIPS_PERSISTENT = "no-reboot-skips-persistent"
+    APPLY_DURING_TRY_DROPPED = "apply-during-try-dropped"
     # Seam.KUBERNETES (kubenode.kube_node_info)
     KUBE_LABELS_NEVER_SYNC = "kube-labels-never-sync"
     KUBE_READY_FLAPS = "kube-ready-flaps"
     KUBE_READY_FALSE = "kube-ready-false"
     KUBE_MEMORY_PRESSURE = "kube-memory-pressure"
     KUBE_UNSCHEDULABLE = "kube-unschedulable"
+    KUBE_CLOUD_TAINT_STAYS = "kube-cloud-taint-stays"
     # Seam.AUTHORIZATION (dispatch.LocalDispatcher)
     READER_REAL_APPLY_RUNS_AS_ADMIN = "reader-real-apply-runs-as-admin"
+    # Seam.AUTHORIZATION (dispatch_unmodelled: storaged's BlockDeviceWipe handler)
+    BLOCK_WIPE_SKIPS_ROLE_CHECK = "block-wipe-skips-role-check"
     # Seam.SERVICES (servicefaults.ServiceFaults)
     MACHINED_HEALTH_FAILS_AFTER_BOOT = "machined-health-fails-after-boot"
     CONTAINERD_KILLED_PERIODICALLY = "containerd-killed-periodically"
@@ -134,6 +161,7 @@ class Quirk(StrEnum):
     COSI_WATCH_SHOWS_SENSITIVE_TO_READERS = "cosi-watch-shows-sensitive-to-readers"
     COSI_HOSTNAME_STATUS_UNLISTABLE = "cosi-hostname-status-unlistable"
     COSI_CREATE_WRITES_THEN_DENIES = "cosi-create-writes-then-denies"
+    COSI_SERVES_UNLISTED_SECRETS = "cosi-serves-unlisted-secrets"
     # Seam.MACHINE_API (servicers.machine_info, servicers.machine_ops)
     VERSION_OMITS_FEATURES = "version-omits-features"
     EVENTS_TAIL_SECONDS_DROPS_HISTORY = "events-tail-seconds-drops-history"
@@ -143,6 +171,8 @@ class Quirk(StrEnum):
     APID_SKIPS_EKU_RULE = "apid-skips-eku-rule"
     APID_IGNORES_CERT_VALIDITY = "apid-ignores-cert-validity"
     APID_TRUSTS_KUBERNETES_CA = "apid-trusts-kubernetes-ca"
+    APID_EKU_RULE_ONLY_REFUSES_SERVER_AUTH = "apid-eku-rule-only-refuses-server-auth"
+    APID_IGNORES_NOT_BEFORE = "apid-ignores-not-before"
     # Seam.AUTHENTICATION, Seam.CERTIFICATES (emulatednode.EmulatedNode: apid cert and TLS)
     APID_CERT_LACKS_HOSTNAME_SAN = "apid-cert-lacks-hostname-san"
     APID_CLIENT_CERT_OPTIONAL = "apid-client-cert-optional"
