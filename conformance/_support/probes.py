@@ -1,7 +1,9 @@
 """Probes the API checks need beyond the regular client: connecting without a client
 certificate or with certificates apid must refuse (foreign CA, expired, without client-auth
-usage, from the Kubernetes CA), an os:reader asking for what only os:admin may have, and
-attempting COSI writes (judged by the state afterwards, not only by the reply).
+usage, not yet valid, from the Kubernetes CA), an os:reader or os:operator asking for what
+its role may not have (sensitive resources, admin and operator methods, each sent so that it
+changes nothing if let through), and attempting COSI writes (judged by the state
+afterwards, not only by the reply).
 
 Each returns what it saw as data; the checks decide. Nothing here prints key material.
 """
@@ -23,9 +25,12 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from cryptography.x509.oid import ExtendedKeyUsageOID
+from google.protobuf import descriptor_pb2, descriptor_pool, empty_pb2, message_factory
 from google.protobuf.message import Message
 
 from pytest_talos import models
+from pytest_talos._proto.common import common_pb2
+from pytest_talos._proto.machine import machine_pb2
 from pytest_talos._proto.v1alpha1 import resource_pb2, state_pb2
 from pytest_talos.client import TalosClient
 from pytest_talos.emulator.pki import CertificateAuthority, issue_client_cert
@@ -44,17 +49,24 @@ from pytest_talos.talosconfig import Context
 from pytest_talos.transport import Rpc, Target, Transport, build_ssl_context, certificate_roles
 
 __all__ = [
+    "ADMIN_ONLY_READS",
     "APPLY_BUSY",
     "BUSY_TRIES",
+    "CHANGING_CALLS",
+    "DISRUPTIVE_CALLS",
     "KNOWN_SENSITIVE",
+    "PRIVILEGED_READS",
     "Attempt",
+    "MethodCall",
     "certificate_attempt",
     "connect_without_certificate",
     "eku_attempts",
     "expired_credentials",
     "foreign_ca_attempt",
     "kubernetes_ca_attempt",
+    "method_attempts",
     "not_tested",
+    "not_yet_valid_attempt",
     "reader_admin_attempts",
     "reader_apply",
     "sensitive_read_attempts",
@@ -205,8 +217,19 @@ _UPDATE = Rpc(_STATE + "Update", state_pb2.UpdateRequest, state_pb2.UpdateRespon
 _DESTROY = Rpc(_STATE + "Destroy", state_pb2.DestroyRequest, state_pb2.DestroyResponse)
 
 
-def _probe_resource() -> resource_pb2.Resource:
-    kind, namespace = _PROBE_TYPE
+# Writes of an absent id in other namespaces: Talos's access filter refuses every non-read
+# verb before it looks at the type or namespace (internal/app/resources/access.go), so a
+# filter that opens one namespace (config, network) is caught too. A Destroy or Update of an
+# id that does not exist changes nothing even where writes are open (cosi answers NotFound).
+_OTHER_WRITE_TYPES = (
+    ("MachineConfigs.config.talos.dev", "config"),
+    ("AddressSpecs.net.talos.dev", "network"),
+)
+
+
+def _probe_resource(
+    kind: str = _PROBE_TYPE[0], namespace: str = _PROBE_TYPE[1]
+) -> resource_pb2.Resource:
     return resource_pb2.Resource(
         metadata=resource_pb2.Metadata(
             namespace=namespace, type=kind, id=_WRITE_PROBE_ID, version="1", phase="running"
@@ -227,9 +250,11 @@ def _verdict(what: str, exc: APIError | None) -> Attempt:
 _GET = Rpc(_STATE + "Get", state_pb2.GetRequest, state_pb2.GetResponse)
 
 
-async def _probe_exists(transport: Transport, target: Target) -> bool | None:
+async def _probe_exists(
+    transport: Transport, target: Target, kind_ns: tuple[str, str] = _PROBE_TYPE
+) -> bool | None:
     """Whether the probe resource exists (None: the node did not say)."""
-    kind, namespace = _PROBE_TYPE
+    kind, namespace = kind_ns
     request = state_pb2.GetRequest(namespace=namespace, type=kind, id=_WRITE_PROBE_ID)
     try:
         await transport.unary(_GET, request, target)
@@ -299,6 +324,44 @@ async def _writes(transport: Transport, node: str) -> list[Attempt]:
                     "be destroyed: it stays on the node",
                 )
             )
+    for other in _OTHER_WRITE_TYPES:
+        attempts += await _absent_writes(transport, target, other)
+    return attempts
+
+
+async def _absent_writes(
+    transport: Transport, target: Target, kind_ns: tuple[str, str]
+) -> list[Attempt]:
+    """Destroy and Update of an absent id of ``kind_ns``, each judged by its reply and by a
+    Get afterwards (a node that answers PermissionDenied but wrote is caught)."""
+    kind, namespace = kind_ns
+    calls: tuple[tuple[str, Rpc[Any, Any], Message], ...] = (
+        (
+            f"Destroy of an absent {kind} in {namespace}",
+            _DESTROY,
+            state_pb2.DestroyRequest(namespace=namespace, type=kind, id=_WRITE_PROBE_ID),
+        ),
+        (
+            f"Update of an absent {kind} in {namespace}",
+            _UPDATE,
+            state_pb2.UpdateRequest(new_resource=_probe_resource(kind, namespace)),
+        ),
+    )
+    attempts = []
+    for what, rpc, request in calls:
+        try:
+            await transport.unary(rpc, request, target)
+            verdict = _verdict(what, None)
+        except APIError as exc:
+            verdict = _verdict(what, exc)
+        if await _probe_exists(transport, target, kind_ns):
+            verdict = Attempt(
+                what,
+                accepted=True,
+                detail=f"{verdict.detail}; afterwards {kind} {namespace}/{_WRITE_PROBE_ID} "
+                "exists (destroy it by hand)",
+            )
+        attempts.append(verdict)
     return attempts
 
 
@@ -383,15 +446,22 @@ def eku_attempts(
 ) -> list[Attempt]:
     """Certificates of the cluster's CA whose ExtKeyUsage is not exactly ``[ClientAuth]``.
 
-    apid's ``verifyExtKeyUsage`` (internal/app/apid/service.go) refuses both: Go's TLS lets a
-    certificate without the extension through (no EKU means any), and one that also allows
-    ServerAuth, so only apid's own rule stops them.
+    apid's ``verifyExtKeyUsage`` (internal/app/apid/service.go) refuses every one: it
+    requires ``slices.Equal(cert.ExtKeyUsage, [ClientAuth])`` of each non-CA certificate.
+    Go's own chain verification lets each through (no extension means any usage;
+    anyExtendedKeyUsage and a list holding ClientAuth satisfy a ClientAuth request), so only
+    apid's rule stops them; a rule that only looks for ServerAuth misses the last two.
     """
     shapes: tuple[tuple[str, tuple[x509.ObjectIdentifier, ...]], ...] = (
         ("without ExtKeyUsage", ()),
         (
             "with ExtKeyUsage [ClientAuth, ServerAuth]",
             (ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH),
+        ),
+        ("with ExtKeyUsage [anyExtendedKeyUsage]", (ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE,)),
+        (
+            "with ExtKeyUsage [ClientAuth, CodeSigning]",
+            (ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.CODE_SIGNING),
         ),
     )
     attempts = []
@@ -408,6 +478,32 @@ def eku_attempts(
             )
         )
     return attempts
+
+
+# How far in the future the probe certificate's validity starts: far beyond any clock skew
+# a node that keeps time (Talos syncs NTP) could have.
+NOT_YET_VALID_BY = dt.timedelta(days=2)
+
+
+def not_yet_valid_attempt(
+    host: str, ca_pem: bytes, signer: CertificateAuthority, timeout: float
+) -> Attempt:
+    """Version with an os:reader certificate of the cluster's CA whose NotBefore lies two
+    days ahead: Go's chain verification (crypto/x509 ``isValid``, run by apid's
+    ``RequireAndVerifyClientCert``) refuses a certificate outside NotBefore..NotAfter, so a
+    node that checks only NotAfter is caught. Minting needs the CA key, nothing on the node
+    changes."""
+    start = dt.datetime.now(dt.UTC) + NOT_YET_VALID_BY
+    cert = issue_client_cert(signer, roles=["os:reader"], not_before=start)
+    return certificate_attempt(
+        host,
+        ca_pem,
+        cert.cert_pem,
+        cert.key_pem,
+        timeout,
+        f"Version with an os:reader certificate of the Talos CA not valid before "
+        f"{start:%Y-%m-%d %H:%M} UTC",
+    )
 
 
 def _kubeconfig_client(kubeconfig: bytes) -> tuple[bytes, bytes] | None:
@@ -445,28 +541,323 @@ def kubernetes_ca_attempt(
 
 # --------------------------------------------------------------------------- os:reader
 
-# Sensitive types (Sensitivity: meta.Sensitive) of pkg/machinery/resources/config/
-# machine_config.go and pkg/machinery/resources/secrets/*.go; the node's own resource
-# definitions name the rest.
-KNOWN_SENSITIVE = frozenset(
-    {
-        "MachineConfigs.config.talos.dev",
-        "ApiCertificates.secrets.talos.dev",
-        "CertSANs.secrets.talos.dev",
-        "EncryptionSalts.secrets.talos.dev",
-        "EtcdSecrets.secrets.talos.dev",
-        "EtcdRootSecrets.secrets.talos.dev",
-        "KubeletSecrets.secrets.talos.dev",
-        "KubernetesSecrets.secrets.talos.dev",
-        "KubernetesDynamicCerts.secrets.talos.dev",
-        "KubernetesRootSecrets.secrets.talos.dev",
-        "MaintenanceRootSecrets.secrets.talos.dev",
-        "OSRootSecrets.secrets.talos.dev",
-        "TrustdCertificates.secrets.talos.dev",
-    }
-)
+# Every sensitive type of Talos v1.13.9 (``Sensitivity: meta.Sensitive`` in
+# pkg/machinery/resources/**) with its default namespace. Each is probed whether or not the
+# node lists it in its ResourceDefinitions: Talos's access filter
+# (internal/app/resources/access.go) answers a type it does not define with PermissionDenied
+# ("resource type ... is not supported") and a sensitive one with PermissionDenied ("not
+# authorized") to anyone without os:admin, whatever the verb, namespace or id; so a node
+# that hides a type from its definitions but serves it is caught as well.
+_SENSITIVE_NAMESPACES: dict[str, str] = {
+    "MachineConfigs.config.talos.dev": "config",
+    "ApiCertificates.secrets.talos.dev": "secrets",
+    "CertSANs.secrets.talos.dev": "secrets",
+    "EncryptionSalts.secrets.talos.dev": "secrets",
+    "EtcdSecrets.secrets.talos.dev": "secrets",
+    "EtcdRootSecrets.secrets.talos.dev": "secrets",
+    "KubeletSecrets.secrets.talos.dev": "secrets",
+    "KubernetesSecrets.secrets.talos.dev": "secrets",
+    "KubernetesDynamicCerts.secrets.talos.dev": "secrets",
+    "KubernetesRootSecrets.secrets.talos.dev": "secrets",
+    "MaintenanceRootSecrets.secrets.talos.dev": "secrets",
+    "OSRootSecrets.secrets.talos.dev": "secrets",
+    "TrustdCertificates.secrets.talos.dev": "secrets",
+    "VolumeConfigs.block.talos.dev": "runtime",
+    "DiscoveryConfigs.cluster.talos.dev": "config",
+    "RegistryConfigs.cri.talos.dev": "cri",
+    "EtcFileSpecs.files.talos.dev": "files",
+    "APIServerConfigs.kubernetes.talos.dev": "controlplane",
+    "AuditPolicyConfigs.kubernetes.talos.dev": "controlplane",
+    "AuthorizationConfigs.kubernetes.talos.dev": "controlplane",
+    "KubeletConfigs.kubernetes.talos.dev": "k8s",
+    "KubeletSpecs.kubernetes.talos.dev": "k8s",
+    "NodeAnnotationSpecs.k8s.talos.dev": "k8s",
+    "NodeCordonedSpecs.k8s.talos.dev": "k8s",
+    "NodeLabelSpecs.k8s.talos.dev": "k8s",
+    "NodeTaintSpecs.k8s.talos.dev": "k8s",
+    "KubeSpanConfigs.kubespan.talos.dev": "config",
+    "KubeSpanIdentities.kubespan.talos.dev": "kubespan",
+    "DeviceConfigSpecs.net.talos.dev": "network",
+    "LinkSpecs.net.talos.dev": "network",
+    "OperatorSpecs.net.talos.dev": "network",
+    "ExtensionServiceConfigs.runtime.talos.dev": "runtime",
+    "OOMActions.talos.dev": "runtime",
+    "SiderolinkConfigs.siderolink.talos.dev": "config",
+    "SiderolinkTunnels.siderolink.talos.dev": "config",
+}
+KNOWN_SENSITIVE = frozenset(_SENSITIVE_NAMESPACES)
 _ABSENT_ID = "pytest-talos-absent"
-_WATCH_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class MethodCall:
+    """One call a role must be refused, with arguments that change nothing if it is not."""
+
+    what: str
+    rpc: Rpc[Any, Any]
+    request: Message
+    streaming: bool = False
+
+
+def _wire_messages() -> dict[str, type[Message]]:
+    """Requests of methods outside the kit's proto subset, built at run time with only the
+    fields a probe sets, numbered as in api/machine/machine.proto and api/machine/image.proto
+    (the wire format knows numbers, not names)."""
+    string, uint64 = (
+        descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+        descriptor_pb2.FieldDescriptorProto.TYPE_UINT64,
+    )
+    shapes = {
+        "PacketCaptureRequest": (("interface", 1, string),),
+        "ImageServiceRemoveRequest": (("image_ref", 2, string),),
+        "EtcdRemoveMemberByIDRequest": (("member_id", 1, uint64),),
+    }
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="pytest_talos_probes.proto", package="pytest_talos.probes", syntax="proto3"
+    )
+    for name, fields in shapes.items():
+        message = proto.message_type.add(name=name)
+        for field_name, number, kind in fields:
+            message.field.add(
+                name=field_name,
+                number=number,
+                type=kind,
+                label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+            )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return {
+        name: message_factory.GetMessageClass(
+            pool.FindMessageTypeByName(f"pytest_talos.probes.{name}")
+        )
+        for name in shapes
+    }
+
+
+_WIRE = _wire_messages()
+_M = "/machine.MachineService/"
+_EMPTY = empty_pb2.Empty  # replies are read (and thrown away) as Empty: unknown fields kept
+
+
+def _rpc(
+    path: str, request_type: type[Message], reply_type: type[Message] = _EMPTY
+) -> Rpc[Any, Any]:
+    return Rpc(path, request_type, reply_type)
+
+
+# os:admin only (machined.go rules). Read and Copy of a world-readable kernel file: read and
+# thrown away even where a defective node lets them through.
+ADMIN_ONLY_READS: tuple[MethodCall, ...] = (
+    MethodCall(
+        "Read /proc/version",
+        _rpc(_M + "Read", machine_pb2.ReadRequest, common_pb2.Data),
+        machine_pb2.ReadRequest(path="/proc/version"),
+        streaming=True,
+    ),
+    MethodCall(
+        "Copy /proc/version",
+        _rpc(_M + "Copy", machine_pb2.CopyRequest, common_pb2.Data),
+        machine_pb2.CopyRequest(root_path="/proc/version"),
+        streaming=True,
+    ),
+)
+# What os:reader may not read (machined.go rules): the admin-only reads above; EtcdSnapshot
+# (os:admin, os:operator, os:etcd:backup; only its first chunk is read, then the stream is
+# cancelled: a snapshot only reads etcd); PacketCapture (os:admin, os:operator) on an
+# interface that does not exist (the handler answers NotFound before opening any socket:
+# v1alpha1_server.go PacketCapture). machined's authorizer refuses before any handler runs,
+# so a control-plane-only method is refused on workers too.
+PRIVILEGED_READS: tuple[MethodCall, ...] = (
+    *ADMIN_ONLY_READS,
+    MethodCall(
+        "EtcdSnapshot (first chunk read and thrown away)",
+        _rpc(_M + "EtcdSnapshot", _EMPTY, common_pb2.Data),
+        _EMPTY(),
+        streaming=True,
+    ),
+    MethodCall(
+        f"PacketCapture on the absent interface {_ABSENT_ID}",
+        _rpc(_M + "PacketCapture", _WIRE["PacketCaptureRequest"], common_pb2.Data),
+        _WIRE["PacketCaptureRequest"](interface=_ABSENT_ID),
+        streaming=True,
+    ),
+)
+# Changing methods os:reader may not call (machined.go rules), each on something that does
+# not exist: a service id no node has (system.Services APIStart/APIStop/APIRestart answer
+# "service not found"), an image reference no node has (images.go Remove answers NotFound).
+CHANGING_CALLS: tuple[MethodCall, ...] = (
+    MethodCall(
+        f"ServiceStart {_ABSENT_ID}",
+        _rpc(
+            _M + "ServiceStart", machine_pb2.ServiceStartRequest, machine_pb2.ServiceStartResponse
+        ),
+        machine_pb2.ServiceStartRequest(id=_ABSENT_ID),
+    ),
+    MethodCall(
+        f"ServiceStop {_ABSENT_ID}",
+        _rpc(_M + "ServiceStop", machine_pb2.ServiceStopRequest, machine_pb2.ServiceStopResponse),
+        machine_pb2.ServiceStopRequest(id=_ABSENT_ID),
+    ),
+    MethodCall(
+        f"ServiceRestart {_ABSENT_ID}",
+        _rpc(
+            _M + "ServiceRestart",
+            machine_pb2.ServiceRestartRequest,
+            machine_pb2.ServiceRestartResponse,
+        ),
+        machine_pb2.ServiceRestartRequest(id=_ABSENT_ID),
+    ),
+    MethodCall(
+        f"ImageService/Remove of the absent image {_ABSENT_ID}.invalid/absent:probe",
+        _rpc("/machine.ImageService/Remove", _WIRE["ImageServiceRemoveRequest"]),
+        _WIRE["ImageServiceRemoveRequest"](image_ref=f"{_ABSENT_ID}.invalid/absent:probe"),
+    ),
+)
+# Disruptive-level methods (pytest_talos.talos_api CHANGING_METHODS), sent so that they change
+# nothing: BlockDeviceWipe of no device (storaged/server.go checks the role, then loops over
+# the empty list; its rule admits os:reader for maintenance only, the handler refuses it on
+# a configured node) and EtcdRemoveMemberByID of member 0, which no etcd member has
+# (NotFound).
+DISRUPTIVE_CALLS: tuple[MethodCall, ...] = (
+    MethodCall(
+        "BlockDeviceWipe of no device",
+        _rpc("/storage.StorageService/BlockDeviceWipe", _EMPTY),
+        _EMPTY(),
+    ),
+    MethodCall(
+        "EtcdRemoveMemberByID of member 0 (no member has it)",
+        _rpc(_M + "EtcdRemoveMemberByID", _WIRE["EtcdRemoveMemberByIDRequest"]),
+        _WIRE["EtcdRemoveMemberByIDRequest"](member_id=0),
+    ),
+)
+
+
+async def _first_message(transport: Transport, call: MethodCall, target: Target) -> str:
+    """Read one message of a stream, throw it away and cancel the rest."""
+    stream = transport.stream(call.rpc, call.request, target, total_timeout=transport.timeout)
+    async with contextlib.aclosing(stream) as messages:
+        async for _message in messages:
+            return "answered (the first message was read and thrown away)"
+    return "answered with an empty stream"
+
+
+async def _method_attempt(transport: Transport, target: Target, call: MethodCall) -> Attempt:
+    """PermissionDenied is a refusal; any other answer (NotFound, Unimplemented, a reply)
+    means the call got past the authorization, as does no answer at all in time."""
+    try:
+        if call.streaming:
+            detail = await _first_message(transport, call, target)
+        else:
+            await transport.unary(call.rpc, call.request, target)
+            detail = "answered"
+    except APIError as exc:
+        if exc.code == "PERMISSION_DENIED":
+            return Attempt(call.what, accepted=False, detail=f"refused: {exc.details}")
+        return Attempt(
+            call.what, accepted=True, detail=f"past the authorization: {exc.code}: {exc.details}"
+        )
+    except DeadlineExceeded:
+        detail = f"not refused within {transport.timeout:g}s"
+    return Attempt(call.what, accepted=True, detail=detail)
+
+
+def _as_role(role: str, attempt: Attempt) -> Attempt:
+    return Attempt(f"{attempt.what} as {role}", attempt.accepted, attempt.detail)
+
+
+def method_attempts(
+    endpoint: str,
+    credentials: models.ClientConfiguration,
+    node: str,
+    timeout: float,
+    calls: tuple[MethodCall, ...],
+) -> list[Attempt]:
+    """Send each of ``calls`` to ``node`` (through ``endpoint``) with ``credentials``, on a
+    connection of their own (the client has no such methods, on purpose); each attempt is
+    labelled with the certificate's role."""
+    role = ", ".join(certificate_roles(credentials.crt_pem)) or "no role"
+    ssl_context = build_ssl_context(credentials.ca_pem, credentials.crt_pem, credentials.key_pem)
+
+    async def run() -> list[Attempt]:
+        transport = Transport(endpoint, ssl_context, timeout=timeout)
+        target = Target(node=node)
+        try:
+            return [_as_role(role, await _method_attempt(transport, target, c)) for c in calls]
+        finally:
+            await transport.aclose()
+
+    return asyncio.run(run())
+
+
+_LIST = _rpc(_STATE + "List", state_pb2.ListRequest, state_pb2.ListResponse)
+_WATCH = _rpc(_STATE + "Watch", state_pb2.WatchRequest, state_pb2.WatchResponse)
+
+
+def _cosi_reads(kind: str, namespace: str, ids: list[str]) -> list[MethodCall]:
+    """Get of each id, List, Watch of the kind and Watch of the first id (a single-resource
+    watch sends the resource's current state at once: cosi's state server)."""
+    calls = [
+        MethodCall(
+            f"Get {kind} {namespace}/{id_}",
+            _GET,
+            state_pb2.GetRequest(namespace=namespace, type=kind, id=id_),
+        )
+        for id_ in ids
+    ]
+    watch_kind = state_pb2.WatchRequest(
+        namespace=namespace,
+        type=kind,
+        options=state_pb2.WatchOptions(bootstrap_contents=True),
+        api_version=1,
+    )
+    watch_one = state_pb2.WatchRequest(namespace=namespace, type=kind, id=ids[0], api_version=1)
+    return [
+        *calls,
+        MethodCall(
+            f"List {kind} in {namespace}",
+            _LIST,
+            state_pb2.ListRequest(namespace=namespace, type=kind),
+            streaming=True,
+        ),
+        MethodCall(f"Watch {kind} in {namespace}", _WATCH, watch_kind, streaming=True),
+        MethodCall(f"Watch {kind} {namespace}/{ids[0]}", _WATCH, watch_one, streaming=True),
+    ]
+
+
+def sensitive_targets(admin: TalosClient) -> tuple[list[MethodCall], list[str]]:
+    """The reads of every sensitive type: those the node's definitions mark sensitive, and
+    every known one (:data:`KNOWN_SENSITIVE`) whether the node serves it or not. Gets ask for
+    the ids the admin sees (at most two a type), or an absent id: the access filter refuses
+    before any lookup (internal/app/resources/access.go), so NotFound is a finding too.
+    Returns the calls and the known-sensitive types the node does not list."""
+    served = {d.resource_type: d for d in admin.resource_definitions(refresh=True)}
+    targets = {kind: ns for kind, ns in _SENSITIVE_NAMESPACES.items()}
+    targets.update({kind: d.default_namespace for kind, d in served.items() if d.sensitive})
+    calls: list[MethodCall] = []
+    for kind in sorted(targets):
+        namespace = targets[kind]
+        ids: list[str] = []
+        if kind in served:
+            try:
+                ids = [r.id for r in admin.list_resources(kind, namespace)][:2]
+            except APIError:
+                ids = []
+        calls += _cosi_reads(kind, namespace, ids or [_ABSENT_ID])
+    return calls, sorted(KNOWN_SENSITIVE - set(served))
+
+
+def sensitive_read_attempts(
+    admin: TalosClient,
+    endpoint: str,
+    credentials: models.ClientConfiguration,
+    node: str,
+    timeout: float,
+) -> tuple[list[Attempt], list[str]]:
+    """Get, List, Watch (kind and id) of every sensitive type, with ``credentials`` (a role
+    without os:admin). Returns the attempts and the known-sensitive types the node does not
+    list."""
+    calls, not_served = sensitive_targets(admin)
+    return method_attempts(endpoint, credentials, node, timeout, tuple(calls)), not_served
 
 
 def _reader_verdict(what: str, call: Callable[[], str]) -> Attempt:
@@ -479,57 +870,6 @@ def _reader_verdict(what: str, call: Callable[[], str]) -> Attempt:
             what, accepted=True, detail=f"past the access policy: {exc.code}: {exc.details}"
         )
     return Attempt(what, accepted=True, detail=detail)
-
-
-def _watched(reader: TalosClient, kind: str, namespace: str) -> str:
-    with reader.watch(kind, namespace=namespace, bootstrap=True, timeout=_WATCH_SECONDS) as events:
-        seen = 0
-        with contextlib.suppress(DeadlineExceeded):
-            for event in events:
-                if event.type == "bootstrapped":
-                    break
-                seen += 1
-    return f"the watch was set up and delivered {seen} resource(s)"
-
-
-def _reader_reads(reader: TalosClient, kind: str, namespace: str, ids: list[str]) -> list[Attempt]:
-    def get(id_: str) -> Callable[[], str]:
-        return lambda: f"read version {reader.get(kind, id_, namespace).version}"
-
-    attempts = [_reader_verdict(f"Get {kind} {namespace}/{id_}", get(id_)) for id_ in ids]
-    attempts.append(
-        _reader_verdict(
-            f"List {kind}",
-            lambda: f"listed {len(reader.list_resources(kind, namespace))} resource(s)",
-        )
-    )
-    attempts.append(_reader_verdict(f"Watch {kind}", lambda: _watched(reader, kind, namespace)))
-    return attempts
-
-
-def sensitive_read_attempts(
-    admin: TalosClient, reader: TalosClient
-) -> tuple[list[Attempt], list[str]]:
-    """Get, List and Watch of every sensitive type the node serves, as os:reader.
-
-    Sensitive = marked so in the node's resource definitions, or known so upstream
-    (:data:`KNOWN_SENSITIVE`). Gets ask for the ids the admin sees (at most two a type),
-    or an absent id: the access policy refuses before any lookup
-    (internal/app/resources/access.go), so NotFound is a finding too. Returns the attempts
-    and the known-sensitive types the node does not serve.
-    """
-    definitions = admin.resource_definitions(refresh=True)
-    served = {d.resource_type: d for d in definitions}
-    targets = [d for d in definitions if d.sensitive or d.resource_type in KNOWN_SENSITIVE]
-    attempts = []
-    for definition in sorted(targets, key=lambda d: d.resource_type):
-        kind, namespace = definition.resource_type, definition.default_namespace
-        try:
-            ids = [r.id for r in admin.list_resources(kind, namespace)][:2]
-        except APIError:
-            ids = []
-        attempts += _reader_reads(reader, kind, namespace, ids or [_ABSENT_ID])
-    return attempts, sorted(KNOWN_SENSITIVE - set(served))
 
 
 def reader_admin_attempts(reader: TalosClient) -> dict[str, Attempt]:
@@ -561,13 +901,25 @@ APPLY_BUSY = "another apply configuration is already in progress"
 BUSY_TRIES = 6
 
 
+# The try-mode timer of a reader's try apply: should a defective node take it, the node goes
+# back to the same bytes this soon.
+READER_TRY_SECONDS = 10.0
+
+
 def reader_apply(
-    node: TalosNode, reader: TalosClient, raw: bytes, *, dry_run: bool
+    node: TalosNode,
+    reader: TalosClient,
+    raw: bytes,
+    *,
+    dry_run: bool,
+    mode: models.ApplyMode = "no-reboot",
 ) -> models.ApplyResult:
-    """The reader's apply, tried again while the node is busy with another apply."""
+    """The reader's apply in ``mode``, tried again while the node is busy with another
+    apply."""
+    try_timeout = READER_TRY_SECONDS if mode == "try" else None
     for attempt in range(BUSY_TRIES):
         try:
-            return reader.apply_configuration(raw, "no-reboot", dry_run=dry_run)
+            return reader.apply_configuration(raw, mode, dry_run=dry_run, try_timeout=try_timeout)
         except FailedPrecondition as exc:
             if APPLY_BUSY not in exc.details:
                 raise

@@ -2,8 +2,11 @@
 resource API is readable but never writable (as Talos's own integration tests check it:
 ``internal/integration/api/version.go``, ``apid.go``, ``resources.go``).
 
-The access probes cannot change a healthy node: refused certificates are refused at TLS,
-an os:reader's requests are refused before any handler runs, and the one real apply sends
+The access probes cannot change a node, healthy or not: refused certificates are refused at
+TLS; an os:reader's (or os:operator's) calls are refused before any handler runs, and each is
+sent with arguments that change nothing even where a defective node lets it through (a
+world-readable file read and thrown away, a service, image, interface, device list or etcd
+member that does not exist; see ``conformance/_support/probes.py``); the real applies send
 the node's current config bytes unchanged under the config guard."""
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pytest_talos.errors import (
 from pytest_talos.guard import ConfigGuard
 from pytest_talos.node import TalosNode
 from pytest_talos.plugin.conformance import ADMIN
+from pytest_talos.talos_api import OPERATOR, READER
 
 # Resources every configured node has (registered in
 # internal/app/machined/pkg/runtime/v1alpha2/v1alpha2_state.go); each must list without error.
@@ -109,6 +113,43 @@ def expired_credentials(talos_cluster: TalosCluster) -> tuple[bytes, bytes, str]
         return probes.expired_credentials(talos_cluster.controlplane().client)
     except TalosError as exc:
         return f"no expired certificate: GenerateClientConfiguration failed ({exc})"
+
+
+@pytest.fixture(scope="module")
+def role_credentials(talos_cluster: TalosCluster) -> dict[str, models.ClientConfiguration | str]:
+    """Client credentials with os:reader and with os:operator from GenerateClientConfiguration
+    (os:admin, a control plane), or why there are none; minting changes nothing on a node."""
+    found: dict[str, models.ClientConfiguration | str] = {}
+    for role in (READER, OPERATOR):
+        try:
+            client = talos_cluster.controlplane().client
+            found[role] = client.generate_client_configuration([role], 3600)
+        except TalosError as exc:
+            found[role] = (
+                f"no {role} certificate: GenerateClientConfiguration on a control plane "
+                f"failed ({exc}); needs an os:admin talosconfig"
+            )
+    return found
+
+
+def _credentials(
+    role_credentials: dict[str, models.ClientConfiguration | str], role: str
+) -> models.ClientConfiguration:
+    found = role_credentials[role]
+    if isinstance(found, str):
+        pytest.skip(found)
+    return found
+
+
+def _role_attempts(
+    cluster: TalosCluster,
+    node: TalosNode,
+    credentials: models.ClientConfiguration,
+    calls: tuple[probes.MethodCall, ...],
+) -> list[probes.Attempt]:
+    return probes.method_attempts(
+        cluster.client.endpoint, credentials, node.address, cluster.client.timeout, calls
+    )
 
 
 @pytest.fixture(scope="module")
@@ -243,27 +284,40 @@ def test_certificate_from_foreign_ca_is_refused(
 @pytest.mark.talos_check(
     "api.expired-cert-refused",
     severity="critical",
-    claim="apid refuses an expired client certificate of the cluster's own CA",
+    claim="apid refuses a client certificate of the cluster's own CA outside its validity "
+    "period: expired, or (when the CA key is known) not valid yet",
 )
 def test_expired_certificate_is_refused(
     talos_node: TalosNode,
     talos_cluster: TalosCluster,
     expired_credentials: tuple[bytes, bytes, str] | str,
+    talos_ca_signer: CertificateAuthority | str,
     talos_evidence: dict[str, Any],
 ) -> None:
+    if isinstance(expired_credentials, str) and isinstance(talos_ca_signer, str):
+        pytest.skip(f"{expired_credentials}; {talos_ca_signer}")
+    ca_pem, timeout = _ca_pem(talos_cluster), talos_cluster.client.timeout
+    attempts = []
     if isinstance(expired_credentials, str):
-        pytest.skip(expired_credentials)
-    crt, key, what = expired_credentials
-    attempt = probes.certificate_attempt(
-        talos_node.host, _ca_pem(talos_cluster), crt, key, talos_cluster.client.timeout, what
-    )
+        talos_evidence["expired certificate"] = f"not tried: {expired_credentials}"
+    else:
+        crt, key, what = expired_credentials
+        attempts.append(
+            probes.certificate_attempt(talos_node.host, ca_pem, crt, key, timeout, what)
+        )
+    if isinstance(talos_ca_signer, str):
+        talos_evidence["not-yet-valid certificate"] = f"not tried: {talos_ca_signer}"
+    else:
+        attempts.append(
+            probes.not_yet_valid_attempt(talos_node.host, ca_pem, talos_ca_signer, timeout)
+        )
     _refused_or_fail(
         "api.expired-cert-refused",
         talos_node,
-        [attempt],
+        attempts,
         talos_evidence,
-        "apid accepted an expired client certificate",
-        "the TLS handshake refused (certificate expired)",
+        "apid accepted a client certificate outside its validity period",
+        "the TLS handshake refused (certificate expired or not yet valid)",
     )
 
 
@@ -355,12 +409,20 @@ def test_reader_cannot_apply_configuration(
     )
 
 
+# The modes a reader's real apply is tried in: machined's handler refuses a non-admin outside
+# maintenance before it looks at the mode (v1alpha1_server.go ApplyConfiguration), so each must
+# be refused alike. Each sends the node's current bytes: a defective node that takes the
+# no-reboot or try apply keeps the same config (a try goes back to the same bytes after
+# probes.READER_TRY_SECONDS), and a staged one is undone by the config guard.
+READER_APPLY_MODES: tuple[models.ApplyMode, ...] = ("no-reboot", "staged", "try")
+
+
 @pytest.mark.talos_mutating
 @pytest.mark.talos_check(
     "api.reader-cannot-apply-for-real",
     severity="critical",
-    claim="An os:reader client's real ApplyConfiguration is refused (sent with the node's "
-    "current config bytes, under the config guard)",
+    claim="An os:reader client's real ApplyConfiguration is refused in no-reboot, staged and "
+    "try mode (sent with the node's current config bytes, under the config guard)",
 )
 def test_reader_cannot_really_apply_configuration(
     talos_node: TalosNode,
@@ -369,70 +431,146 @@ def test_reader_cannot_really_apply_configuration(
     talos_evidence: dict[str, Any],
 ) -> None:
     reader = talos_reader.for_node(talos_node.address)
-    # The guard snapshots the config first: whatever a defective node takes is undone.
+    # The guard snapshots the config (active and persistent) first: whatever a defective
+    # node takes is undone.
     talos_config_guard.protect(talos_node)
     before = talos_node.machine_config
-    try:
-        # The current bytes unchanged: even a node that wrongly accepts changes only the version.
-        reply = probes.reader_apply(talos_node, reader, before.raw, dry_run=False)
-    except PermissionDenied as exc:
-        talos_evidence["reply"] = f"{exc.code}: {exc.details}"
+    accepted: list[str] = []
+    for mode in READER_APPLY_MODES:
+        try:
+            reply = probes.reader_apply(talos_node, reader, before.raw, dry_run=False, mode=mode)
+        except PermissionDenied as exc:
+            talos_evidence[f"{mode} reply"] = f"{exc.code}: {exc.details}"
+            continue
+        except APIError as exc:
+            raise ConformanceFailure(
+                "api.reader-cannot-apply-for-real",
+                "the reader was refused, but not for lack of rights",
+                node=talos_node.name,
+                expected="PermissionDenied: not authorized",
+                observed=f"{mode}: {exc.code}: {exc.details}",
+            ) from None
+        details = reply.mode_details.splitlines()[0] if reply.mode_details else ""
+        accepted.append(f"{mode} accepted: {details}")
+    if not accepted:
         return
-    except APIError as exc:
-        raise ConformanceFailure(
-            "api.reader-cannot-apply-for-real",
-            "the reader was refused, but not for lack of rights",
-            node=talos_node.name,
-            expected="PermissionDenied: not authorized",
-            observed=f"{exc.code}: {exc.details}",
-        ) from None
     after = talos_node.machine_config
-    same = after.raw == before.raw
-    talos_evidence.update(
-        version_before=before.version, version_after=after.version, bytes_unchanged=same
-    )
-    if not same:
-        talos_config_guard.restore_node(talos_node)
+    talos_evidence.update(version_before=before.version, version_after=after.version)
+    talos_config_guard.restore_node(talos_node)  # a staged or tried config is taken back
     raise ConformanceFailure(
         "api.reader-cannot-apply-for-real",
         "an os:reader client's real apply was carried out",
         node=talos_node.name,
-        expected="PermissionDenied: not authorized",
-        observed=f"accepted: {reply.mode_details.splitlines()[0] if reply.mode_details else ''}"
-        f" (MachineConfig version {before.version} -> {after.version}, bytes "
-        f"{'unchanged' if same else 'changed, restored'})",
+        expected="PermissionDenied: not authorized in every mode",
+        observed=f"{'; '.join(accepted)} (MachineConfig version {before.version} -> "
+        f"{after.version}; the config guard restored the node)",
     )
 
 
 @pytest.mark.talos_check(
     "api.reader-cannot-read-secrets",
     severity="high",
-    claim="An os:reader client can neither Get, List nor Watch a sensitive resource "
-    "(MachineConfig, the secrets types)",
+    claim="Neither an os:reader nor an os:operator client can Get, List or Watch (a type or "
+    "one id) any sensitive resource (MachineConfig, the secrets types, every type Talos marks "
+    "sensitive), nor Read or Copy a file; os:reader cannot take an EtcdSnapshot or a "
+    "PacketCapture either",
 )
 def test_reader_cannot_read_sensitive_resources(
-    talos_node: TalosNode, talos_reader: ReaderAccess, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_cluster: TalosCluster,
+    role_credentials: dict[str, models.ClientConfiguration | str],
+    talos_evidence: dict[str, Any],
 ) -> None:
-    reader = talos_reader.for_node(talos_node.address)
-    attempts, not_served = probes.sensitive_read_attempts(talos_node.client, reader)
+    reader = _credentials(role_credentials, READER)
+    client = talos_cluster.client
+    # What each role may not read (machined.go rules): os:operator may take an etcd snapshot
+    # and capture packets, so it is asked only for the admin-only reads.
+    per_role: list[tuple[str, models.ClientConfiguration, tuple[probes.MethodCall, ...]]] = [
+        (READER, reader, probes.PRIVILEGED_READS)
+    ]
+    operator = role_credentials[OPERATOR]
+    if isinstance(operator, str):
+        talos_evidence[OPERATOR] = f"not tried: {operator}"
+    else:
+        per_role.append((OPERATOR, operator, probes.ADMIN_ONLY_READS))
+    attempts: list[probes.Attempt] = []
+    not_served: list[str] = []
+    for _role, credentials, reads in per_role:
+        found, not_served = probes.sensitive_read_attempts(
+            talos_node.client, client.endpoint, credentials, talos_node.address, client.timeout
+        )
+        attempts += found + _role_attempts(talos_cluster, talos_node, credentials, reads)
     talos_evidence["probed"] = len(attempts)
     if not_served:
-        talos_evidence["known sensitive types the node does not serve"] = not_served
-    if not attempts:
+        talos_evidence["known sensitive types the node does not list (probed all the same)"] = (
+            not_served
+        )
+    accepted = [a for a in attempts if a.accepted]
+    talos_evidence["refused"] = len(attempts) - len(accepted)
+    if accepted:
         raise ConformanceFailure(
             "api.reader-cannot-read-secrets",
-            "the node serves no sensitive resource type",
+            "a client without os:admin read what only os:admin may read",
             node=talos_node.name,
-            expected="MachineConfigs defined and marked sensitive",
-            observed="no resource definition is sensitive",
+            expected="PermissionDenied for every Get, List, Watch, Read, Copy, EtcdSnapshot "
+            "and PacketCapture",
+            observed="; ".join(f"{a.what}: {a.detail}" for a in accepted),
         )
+
+
+@pytest.mark.talos_mutating
+@pytest.mark.talos_check(
+    "api.reader-cannot-change-node",
+    severity="critical",
+    claim="An os:reader client is refused the changing calls of os:operator and os:admin "
+    "(ServiceStart, ServiceStop, ServiceRestart, image removal), sent so that they would "
+    "change nothing",
+)
+def test_reader_cannot_change_the_node(
+    talos_node: TalosNode,
+    talos_cluster: TalosCluster,
+    role_credentials: dict[str, models.ClientConfiguration | str],
+    talos_evidence: dict[str, Any],
+) -> None:
+    reader = _credentials(role_credentials, READER)
+    # Each names a service or image no node has: even a node that lets the reader through
+    # answers "not found" and changes nothing (probes.CHANGING_CALLS).
+    attempts = _role_attempts(talos_cluster, talos_node, reader, probes.CHANGING_CALLS)
     _refused_or_fail(
-        "api.reader-cannot-read-secrets",
+        "api.reader-cannot-change-node",
         talos_node,
         attempts,
         talos_evidence,
-        "an os:reader client read sensitive resources",
-        "PermissionDenied: not authorized for every Get, List and Watch",
+        "an os:reader client got past the authorization of a changing call",
+        "PermissionDenied: not authorized for every call",
+    )
+
+
+@pytest.mark.talos_disruptive
+@pytest.mark.talos_check(
+    "api.reader-cannot-run-disruptive-calls",
+    severity="critical",
+    claim="An os:reader client is refused BlockDeviceWipe (its handler's os:admin check) and "
+    "EtcdRemoveMemberByID, sent so that they would change nothing",
+)
+def test_reader_cannot_run_disruptive_calls(
+    talos_node: TalosNode,
+    talos_cluster: TalosCluster,
+    role_credentials: dict[str, models.ClientConfiguration | str],
+    talos_evidence: dict[str, Any],
+) -> None:
+    reader = _credentials(role_credentials, READER)
+    # A wipe of no device and the removal of member 0 (no member has it) change nothing even
+    # where the reader gets through (probes.DISRUPTIVE_CALLS); the methods are marked
+    # disruptive because they are (pytest_talos.talos_api CHANGING_METHODS).
+    attempts = _role_attempts(talos_cluster, talos_node, reader, probes.DISRUPTIVE_CALLS)
+    _refused_or_fail(
+        "api.reader-cannot-run-disruptive-calls",
+        talos_node,
+        attempts,
+        talos_evidence,
+        "an os:reader client got past the authorization of a disruptive call",
+        "PermissionDenied: not authorized for every call",
     )
 
 
@@ -516,7 +654,8 @@ def test_core_resources_are_readable(talos_node: TalosNode, talos_evidence: dict
 @pytest.mark.talos_check(
     "api.resource-writes-refused",
     severity="critical",
-    claim="The resource API refuses Create, Update and Destroy (write access is not allowed)",
+    claim="The resource API refuses Create, Update and Destroy (write access is not allowed), "
+    "in the runtime, config and network namespaces",
 )
 def test_resource_writes_are_refused(
     talos_node: TalosNode, talos_cluster: TalosCluster, talos_evidence: dict[str, Any]

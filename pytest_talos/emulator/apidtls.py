@@ -12,6 +12,7 @@ import asyncio
 import base64
 import contextlib
 import ssl
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,9 @@ from grpclib.server import Server
 
 from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.tls import (
+    certificate_expired,
     ext_key_usage_acceptable,
+    ext_key_usage_lacks_server_auth,
     ignore_validity_period,
     trust_also,
 )
@@ -94,15 +97,27 @@ def _kubernetes_ca_pem(config: bytes) -> bytes | None:
     return None
 
 
+# The node's quirks by its listener's SSL context (filed by apply_tls_faults): the rules a
+# connection's certificate meets after the handshake depend on some of them.
+_NODE_QUIRKS: weakref.WeakKeyDictionary[ssl.SSLContext, Callable[[Quirk], bool]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def apply_tls_faults(tls: ssl.SSLContext, quirk: Callable[[Quirk], bool], config: bytes) -> None:
     """Faults of apid's client-certificate verification (healthy apid: Go crypto/tls with
     the Talos OS CA as the only client CA, internal/app/apid/pkg/provider/provider.go)."""
-    if quirk(Quirk.APID_IGNORES_CERT_VALIDITY):
-        ignore_validity_period(tls)
+    _NODE_QUIRKS[tls] = quirk
+    if quirk(Quirk.APID_IGNORES_CERT_VALIDITY) or quirk(Quirk.APID_IGNORES_NOT_BEFORE):
+        ignore_validity_period(tls)  # NotAfter alone is then judged after the handshake
     if quirk(Quirk.APID_TRUSTS_KUBERNETES_CA):
         kube_ca = _kubernetes_ca_pem(config)
         if kube_ca is not None:
             trust_also(tls, kube_ca)
+
+
+def _no_quirk(_quirk: Quirk) -> bool:
+    return False
 
 
 class _CheckedProtocol(H2Protocol):
@@ -118,7 +133,8 @@ class _CheckedProtocol(H2Protocol):
         assert isinstance(transport, asyncio.Transport)
         ssl_object = transport.get_extra_info("ssl_object")
         der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
-        if not self.book.lax_eku() and not ext_key_usage_acceptable(der):
+        quirk = _NODE_QUIRKS.get(ssl_object.context) if ssl_object is not None else None
+        if not self._acceptable(der, quirk or _no_quirk):
             self._refused = True
             transport.abort()
             return
@@ -129,6 +145,21 @@ class _CheckedProtocol(H2Protocol):
         self.book.transports.add(transport)
         self.book.peers[self._peer] = certificate_identity(cert)
         super().connection_made(transport)
+
+    def _acceptable(self, der: bytes | None, quirk: Callable[[Quirk], bool]) -> bool:
+        """apid's ``verifyExtKeyUsage`` (or a fault's weaker rule), and for fault
+        ``not-yet-valid-certs-accepted`` the NotAfter check its TLS no longer makes."""
+        if not self.book.lax_eku():
+            weak = quirk(Quirk.APID_EKU_RULE_ONLY_REFUSES_SERVER_AUTH)
+            rule = ext_key_usage_lacks_server_auth if weak else ext_key_usage_acceptable
+            if not rule(der):
+                return False
+        only_not_after = quirk(Quirk.APID_IGNORES_NOT_BEFORE)
+        return not (
+            only_not_after
+            and not quirk(Quirk.APID_IGNORES_CERT_VALIDITY)
+            and certificate_expired(der)
+        )
 
     def data_received(self, data: bytes) -> None:
         if not getattr(self, "_refused", True):

@@ -4,6 +4,10 @@ The rules are those of :data:`~pytest_talos.emulator.servicers.ROLE_RULES`
 (``internal/app/machined/pkg/system/services/machined.go``; a refusal is ``PermissionDenied``
 ``not authorized``, ``pkg/grpc/middleware/authz``); some faults widen them
 (``FaultProfile.reader_grants``, ``Quirk.READER_REAL_APPLY_RUNS_AS_ADMIN``).
+
+The dispatcher completes the method table it is given with the methods outside the proto
+subset (:mod:`.dispatch_unmodelled`), so the listener and the router, which share that
+table, serve them too: a real node's authorizer answers every method of its API.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 from grpclib.const import Handler, Status
 from grpclib.exceptions import GRPCError
 
+from pytest_talos.emulator.dispatch_unmodelled import complete_method_table
 from pytest_talos.emulator.errors import ConfigRejected, RPCFailure, ServiceRefused
 from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.grpcerrors import as_grpc_error
@@ -32,6 +37,7 @@ class LocalDispatcher:
 
     def __init__(self, context: NodeContext, table: MethodTable) -> None:
         self.context = context
+        complete_method_table(table)  # shared with the listener and the router
         self._table = table
 
     async def serve(

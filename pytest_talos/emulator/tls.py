@@ -6,6 +6,7 @@ Upstream: ``internal/app/apid/service.go`` and siderolabs/crypto ``tls/tls.go``.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import ssl
 
 from cryptography import x509
@@ -14,8 +15,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from pytest_talos.keyfile import load_chain
 
 __all__ = [
+    "certificate_expired",
     "client_tls_context",
     "ext_key_usage_acceptable",
+    "ext_key_usage_lacks_server_auth",
     "ignore_validity_period",
     "load_cert_chain",
     "server_tls_context",
@@ -84,6 +87,33 @@ def ext_key_usage_acceptable(der: bytes | None) -> bool:
     except x509.ExtensionNotFound:
         return False
     return usages == [ExtendedKeyUsageOID.CLIENT_AUTH]
+
+
+def ext_key_usage_lacks_server_auth(der: bytes | None) -> bool:
+    """Fault ``eku-rule-only-refuses-server-auth``: a weaker rule than apid's, refusing only a
+    certificate without the extension or with ServerAuth in it (so ``[ClientAuth,
+    CodeSigning]`` passes; OpenSSL's own client-purpose check still refuses a list without
+    ClientAuth or anyExtendedKeyUsage before this runs)."""
+    if der is None:
+        return True
+    cert = x509.load_der_x509_certificate(der)
+    with contextlib.suppress(x509.ExtensionNotFound):
+        if cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca:
+            return True
+    try:
+        usages = list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    except x509.ExtensionNotFound:
+        return False
+    return ExtendedKeyUsageOID.SERVER_AUTH not in usages
+
+
+def certificate_expired(der: bytes | None) -> bool:
+    """Whether a client certificate's NotAfter has passed (wall clock, as TLS judges it): for
+    fault ``not-yet-valid-certs-accepted``, whose apid checks NotAfter only."""
+    if der is None:
+        return False
+    cert = x509.load_der_x509_certificate(der)
+    return cert.not_valid_after_utc < dt.datetime.now(dt.UTC)
 
 
 def ignore_validity_period(context: ssl.SSLContext) -> None:

@@ -95,6 +95,13 @@ def _not_found(namespace: str, type_: str, id_: str) -> RPCFailure:
 
 
 _DEFINITIONS_BY_ID = {definition.id: definition for definition in DEFINITIONS.values()}
+# Quirk.COSI_SERVES_UNLISTED_SECRETS: a type served although no ResourceDefinition lists it
+# (so the sensitivity rule, which reads the definition, never applies). Healthy Talos refuses
+# a type without a definition (access.go: resource type ... is not supported).
+_UNLISTED = {
+    d.id: d
+    for d in (ResourceDefinition("OSRootSecrets.secrets.talos.dev", "OSRootSecret", "secrets"),)
+}
 
 
 class StateServicer:
@@ -112,6 +119,8 @@ class StateServicer:
         if write and not state.quirk(Quirk.COSI_ACCEPTS_WRITES):
             raise RPCFailure("PERMISSION_DENIED", "write access is not allowed")
         definition = _DEFINITIONS_BY_ID.get(type_.lower())
+        if definition is None and state.quirk(Quirk.COSI_SERVES_UNLISTED_SECRETS):
+            definition = _UNLISTED.get(type_.lower())
         if definition is None:
             raise RPCFailure("PERMISSION_DENIED", f'resource type "{type_}" is not supported')
         leaky = state.quirk(Quirk.COSI_SHOWS_SENSITIVE_TO_READERS)
