@@ -9,7 +9,11 @@ why; a ``$patch: delete`` of that key heals it within seconds; try mode reverts 
 apply cancels it; a dry run shows a diff and changes nothing; ``no-reboot`` refuses fields that
 need a reboot (``CanApplyImmediate`` in
 ``internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_runtime.go``: ``machine.env`` and
-``machine.files`` are not on its list).
+``machine.files`` are not on its list), and so does ``try`` (its case falls through to
+no-reboot's). Validation and the dry-run return come before the mode is acted on
+(``internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go`` ApplyConfiguration),
+so the refusal and the dry run are also sent in ``staged`` mode, judged by the persistent
+config (the next boot's), which is the only one staged mode writes.
 
 A refusal, a dry run and a revert are judged again after the node has had ``CONFIG_SETTLE``
 node seconds to act on them (a node may answer one thing and do another a moment later), by
@@ -37,8 +41,10 @@ from pytest_talos.checks import (
 from pytest_talos.checks.config import persisted_changes, read_persisted_config
 from pytest_talos.checks.kubernetes import read_kube_node
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
+from pytest_talos.drift import compare_configs
 from pytest_talos.errors import ConformanceFailure, InvalidArgument, WaitTimeout
 from pytest_talos.guard import ConfigGuard
+from pytest_talos.models import ApplyMode
 from pytest_talos.node import TalosNode
 from pytest_talos.wait import (
     config_summary,
@@ -106,18 +112,31 @@ def _require_no_label(
         )
 
 
+# The modes a refusal and a dry run are sent in: the handler validates, and returns on a dry
+# run, before it acts on the mode; staged writes only the next boot's config.
+CHECKED_MODES: tuple[ApplyMode, ...] = ("no-reboot", "staged")
+
+
+def _mode(case: str) -> ApplyMode:
+    return next(mode for mode in CHECKED_MODES if mode == case)
+
+
 def _invalid_patch_rejected(
     node: TalosNode, run: NodeRun, *, cluster: TalosCluster, timing: Timing
 ) -> None:
-    """config.invalid-patch-rejected on one node."""
+    """config.invalid-patch-rejected on one node, in the mode ``run.case``."""
     # A valid label rides along with the invalid one: if the node applies the patch anyway,
     # even later, the valid one shows on the Kubernetes Node.
     key = _label("rejected")
     patch = {"machine": {"nodeLabels": {key: "yes", "bad label name with spaces": "yes"}}}
     result = assert_config_unchanged_after_rejection(
-        node, patch, settle=timing.real(CONFIG_SETTLE), cancelled=run.cancelled
+        node,
+        patch,
+        mode=_mode(run.case),
+        settle=timing.real(CONFIG_SETTLE),
+        cancelled=run.cancelled,
     )
-    run.evidence.update(result.evidence)
+    run.evidence.update(mode=run.case, **result.evidence)
     _require_no_label(
         "config.invalid-patch-rejected",
         cluster,
@@ -134,7 +153,11 @@ def invalid_patch(
 ) -> Iterator[NodeRuns[None]]:
     check = partial(_invalid_patch_rejected, cluster=talos_cluster, timing=talos_timing)
     yield from node_runs(
-        request, test_invalid_label_patch_is_rejected_without_change, check, "the invalid patch"
+        request,
+        test_invalid_label_patch_is_rejected_without_change,
+        check,
+        "the invalid patch",
+        cases=CHECKED_MODES,
     )
 
 
@@ -142,16 +165,22 @@ def invalid_patch(
 @pytest.mark.talos_check(
     "config.invalid-patch-rejected",
     severity="critical",
-    claim="A patch with an invalid label name is rejected and leaves the config untouched "
-    "(version and bytes, also after a settle time) and the Kubernetes Node unlabelled",
+    claim="A patch with an invalid label name is rejected, no-reboot or staged, and leaves "
+    "the config untouched (active and persistent; version and bytes, also after a settle "
+    "time) and the Kubernetes Node unlabelled",
 )
+@pytest.mark.parametrize("mode", CHECKED_MODES)
 def test_invalid_label_patch_is_rejected_without_change(
-    talos_node: TalosNode, invalid_patch: NodeRuns[None], talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    invalid_patch: NodeRuns[None],
+    talos_evidence: dict[str, Any],
+    mode: str,
 ) -> None:
-    invalid_patch.outcome(talos_node, talos_evidence)
+    invalid_patch.outcome(talos_node, talos_evidence, mode)
 
 
-REBOOT_FIELDS = ("env", "files")
+# Each field in no-reboot mode, and machine.env in try mode (CanApplyImmediate runs for both).
+REBOOT_FIELDS = ("env", "files", "env-try")
 
 
 def _reboot_field_patch(field: str) -> dict[str, Any]:
@@ -174,17 +203,23 @@ def _reboot_field_patch(field: str) -> dict[str, Any]:
 
 
 def _reboot_field_refused(node: TalosNode, run: NodeRun, *, timing: Timing) -> None:
-    """config.no-reboot-refuses-reboot-fields on one node, for the field ``run.case``."""
+    """config.no-reboot-refuses-reboot-fields on one node, for the case ``run.case``: a
+    field, in no-reboot mode or (``-try``) in try mode."""
+    field, _, tried = run.case.partition("-")
+    mode: ApplyMode = "try" if tried else "no-reboot"
     result = assert_config_unchanged_after_rejection(
         node,
-        _reboot_field_patch(run.case),
-        mode="no-reboot",
+        _reboot_field_patch(field),
+        mode=mode,
         settle=timing.real(CONFIG_SETTLE),
         expect_rejection=IMMEDIATE_REFUSAL,
         check_id="config.no-reboot-refuses-reboot-fields",
         cancelled=run.cancelled,
+        # A node that takes it reverts by itself within the settle time: the guard's
+        # no-reboot restore of a reboot-only field would be refused as well.
+        try_timeout=CONFIG_SETTLE / 2 if tried else None,
     )
-    run.evidence.update(field=f"machine.{run.case}", **result.evidence)
+    run.evidence.update(field=f"machine.{field}", mode=mode, **result.evidence)
 
 
 @pytest.fixture(scope="module")
@@ -203,17 +238,17 @@ def reboot_fields(request: pytest.FixtureRequest, talos_timing: Timing) -> Itera
 @pytest.mark.talos_check(
     "config.no-reboot-refuses-reboot-fields",
     severity="high",
-    claim="A no-reboot apply of fields that need a reboot (machine.env, machine.files) is "
-    "refused and leaves the config untouched",
+    claim="A no-reboot apply of fields that need a reboot (machine.env, machine.files), and "
+    "a try-mode one of machine.env, is refused and leaves the config untouched",
 )
-@pytest.mark.parametrize("field", REBOOT_FIELDS)
+@pytest.mark.parametrize("case", REBOOT_FIELDS)
 def test_no_reboot_refuses_reboot_only_fields(
     talos_node: TalosNode,
     reboot_fields: NodeRuns[None],
     talos_evidence: dict[str, Any],
-    field: str,
+    case: str,
 ) -> None:
-    reboot_fields.outcome(talos_node, talos_evidence, field)
+    reboot_fields.outcome(talos_node, talos_evidence, case)
 
 
 def _label_applies(
@@ -247,6 +282,7 @@ def _label_applies(
             expected=f"version > {before.version} with the label",
             observed=config_summary(after.raw, after.version),
         )
+    _require_persisted_as_active(node, after.raw)
     registration = node.kubernetes_registration
     run.evidence.update(registration.evidence())
     if not registration.registered:
@@ -270,6 +306,30 @@ def _label_applies(
         ) from None
 
 
+def _require_persisted_as_active(node: TalosNode, active: bytes) -> None:
+    """A no-reboot apply writes the persistent config, then the active one, from the same
+    config (``v1alpha1_server.go`` ApplyConfiguration NO_REBOOT: SetPersistedConfig, then
+    SetConfig), both before it replies: the next boot keeps the change."""
+    persisted = read_persisted_config(node)
+    if persisted is None:
+        problem = "the node has no persistent config after the apply"
+    else:
+        comparison = compare_configs(
+            active, persisted.raw, left_name="active", right_name="persistent"
+        )
+        if comparison.equal:
+            return
+        problem = "; ".join(comparison.lines(limit=5))
+    raise ConformanceFailure(
+        "config.label-applies-without-reboot",
+        "the label was applied to the active config only: the next boot would load a "
+        "config without it",
+        node=node.name,
+        expected="the persistent config equal to the active one (a no-reboot apply writes both)",
+        observed=problem,
+    )
+
+
 @pytest.fixture(scope="module")
 def label_applies(
     request: pytest.FixtureRequest, talos_kubernetes: KubernetesAccess, talos_timing: Timing
@@ -284,8 +344,8 @@ def label_applies(
 @pytest.mark.talos_check(
     "config.label-applies-without-reboot",
     severity="high",
-    claim="A no-reboot label patch applies at once, bumps the config version and reaches "
-    "the Kubernetes Node",
+    claim="A no-reboot label patch applies at once, bumps the config version, is kept for "
+    "the next boot (persistent config) and reaches the Kubernetes Node",
 )
 def test_label_patch_applies_without_reboot(
     talos_node: TalosNode, label_applies: NodeRuns[None], talos_evidence: dict[str, Any]
@@ -356,6 +416,7 @@ def _try_reverts(node: TalosNode, run: NodeRun, *, cluster: TalosCluster, timing
         timeout=timing.real(TRY_WINDOW * 2) + node.client.timeout,
         settle=timing.real(CONFIG_SETTLE),
         cancelled=run.cancelled,
+        time_scale=timing.scale,
     )
     run.evidence.update(result.evidence)
     # The revert must reach Kubernetes too: the tried label leaves the Node.
@@ -391,8 +452,9 @@ def try_reverts(
 @pytest.mark.talos_check(
     "config.try-mode-reverts",
     severity="high",
-    claim="A try-mode change is reverted to the exact previous config when its timer ends, "
-    "stays reverted, and its label leaves the Kubernetes Node",
+    claim="A try-mode change is reverted to the exact previous config when its timer ends "
+    "(not seconds before), stays reverted, never reaches the persistent config, and its "
+    "label leaves the Kubernetes Node",
 )
 def test_try_mode_change_reverts(
     talos_node: TalosNode,
@@ -409,6 +471,16 @@ def _apply_cancels_revert(node: TalosNode, run: NodeRun, *, timing: Timing) -> N
     node.apply_patch(_label_patch(kept), mode="no-reboot")
     current = node.machine_config
     run.evidence["after both applies"] = config_summary(current.raw, current.version)
+    if not _has_label(current.raw, kept):
+        raise ConformanceFailure(
+            "config.apply-cancels-try-revert",
+            "the regular apply during the try window did not land: its label is not in the "
+            "active config",
+            node=node.name,
+            expected=f"the active config with label {kept}",
+            observed=f"{config_summary(current.raw, current.version)}; try label present: "
+            f"{_has_label(current.raw, tried)}",
+        )
     try:
         changed = wait_for_config(
             node,
@@ -442,7 +514,7 @@ def apply_cancels(request: pytest.FixtureRequest, talos_timing: Timing) -> Itera
 @pytest.mark.talos_check(
     "config.apply-cancels-try-revert",
     severity="medium",
-    claim="A regular apply during the try window cancels the pending revert",
+    claim="A regular apply during the try window lands and cancels the pending revert",
 )
 def test_apply_during_try_window_cancels_revert(
     talos_node: TalosNode, apply_cancels: NodeRuns[None], talos_evidence: dict[str, Any]
@@ -453,7 +525,7 @@ def test_apply_during_try_window_cancels_revert(
 def _dry_run_changes_nothing(
     node: TalosNode, run: NodeRun, *, cluster: TalosCluster, timing: Timing
 ) -> None:
-    """config.dry-run-changes-nothing on one node."""
+    """config.dry-run-changes-nothing on one node, in the mode ``run.case``."""
     check = "config.dry-run-changes-nothing"
     key = _label("dry-run")
     # A dry run is guarded like any change: a node that applies it anyway is put back.
@@ -462,7 +534,7 @@ def _dry_run_changes_nothing(
         raise TypeError(f"the dry-run check needs a node with a ConfigGuard, not {guard!r}")
     guard.protect(node)
     before, persisted_before = node.machine_config, read_persisted_config(node)
-    reply = node.apply_patch(_label_patch(key), mode="no-reboot", dry_run=True)
+    reply = node.apply_patch(_label_patch(key), mode=_mode(run.case), dry_run=True)
     after = node.machine_config
     when = "at once"
     if (after.version, after.raw) == (before.version, before.raw):
@@ -478,7 +550,10 @@ def _dry_run_changes_nothing(
     # The config for the next boot too: a dry run returns before SetPersistedConfig.
     staged = persisted_changes(persisted_before, read_persisted_config(node))
     run.evidence.update(
-        reply=reply.mode_details.splitlines()[:3], before=before.version, after=after.version
+        mode=run.case,
+        reply=reply.mode_details.splitlines()[:3],
+        before=before.version,
+        after=after.version,
     )
     problems = []
     if "Dry run summary" not in reply.mode_details or key not in reply.mode_details:
@@ -510,17 +585,25 @@ def dry_run(
     request: pytest.FixtureRequest, talos_cluster: TalosCluster, talos_timing: Timing
 ) -> Iterator[NodeRuns[None]]:
     check = partial(_dry_run_changes_nothing, cluster=talos_cluster, timing=talos_timing)
-    yield from node_runs(request, test_dry_run_shows_diff_and_changes_nothing, check, "the dry run")
+    yield from node_runs(
+        request,
+        test_dry_run_shows_diff_and_changes_nothing,
+        check,
+        "the dry run",
+        cases=CHECKED_MODES,
+    )
 
 
 @pytest.mark.talos_mutating
 @pytest.mark.talos_check(
     "config.dry-run-changes-nothing",
     severity="high",
-    claim="A dry run shows the change as a diff and leaves the config untouched (also after "
-    "a settle time) and the Kubernetes Node unlabelled",
+    claim="A dry run, no-reboot or staged, shows the change as a diff and leaves the config "
+    "untouched (active and persistent, also after a settle time) and the Kubernetes Node "
+    "unlabelled",
 )
+@pytest.mark.parametrize("mode", CHECKED_MODES)
 def test_dry_run_shows_diff_and_changes_nothing(
-    talos_node: TalosNode, dry_run: NodeRuns[None], talos_evidence: dict[str, Any]
+    talos_node: TalosNode, dry_run: NodeRuns[None], talos_evidence: dict[str, Any], mode: str
 ) -> None:
-    dry_run.outcome(talos_node, talos_evidence)
+    dry_run.outcome(talos_node, talos_evidence, mode)

@@ -3,25 +3,33 @@
 Give the desired state with ``--talos-desired DIR`` (ini ``talos_desired``, env
 ``$TALOS_DESIRED``): the base configs ``talosctl gen config`` wrote, the patch files, and
 ``talos-desired.yaml`` saying which patches make which node (see docs/conformance.md). The
-active config must equal the desired one as data; the persistent one must equal the active
-one, or a reboot changes the node. Differences name the document and path; secret values
-are masked. Reading machine configs needs ``os:admin``. ``-k drift`` runs only these.
+active config must equal the desired one as data. The persistent one must equal the active
+one, or a reboot changes the node: that needs no desired state and runs without one.
+Differences name the document and path; secret values are masked. Reading machine configs
+needs ``os:admin``. ``-k drift`` runs only these.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conformance._support.settings import DESIRED_FROM_EMULATOR, SuiteSettings
+from pytest_talos.checks.config import read_persisted_config
 from pytest_talos.cluster import TalosCluster
-from pytest_talos.drift import DesiredState, check_node, load_desired
+from pytest_talos.drift import DesiredState, check_node, compare_configs, load_desired
 from pytest_talos.errors import ConfigError, ConformanceFailure
 from pytest_talos.node import TalosNode
 
 NO_DESIRED_STATE = "no desired state to compare with"
+NO_PERSISTENT = (
+    "no persistent config: the node booted from its STATE partition and nothing was applied "
+    "since, so the next boot loads the same config"
+)
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +66,13 @@ def talos_desired(
     "documents, keys and values; comments and order aside)",
 )
 def test_active_config_matches_desired_state(
-    talos_node: TalosNode, talos_desired: DesiredState, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_desired: DesiredState,
+    talos_unchanged: Callable[[TalosNode], AbstractContextManager[None]],
+    talos_evidence: dict[str, Any],
 ) -> None:
-    drift = check_node(talos_node, talos_desired)
+    with talos_unchanged(talos_node):  # not mid-way through another worker's change
+        drift = check_node(talos_node, talos_desired)
     talos_evidence.update(desired=drift.plan.describe(), active_version=drift.active_version)
     if drift.matches_desired:
         return
@@ -92,25 +104,34 @@ def test_active_config_matches_desired_state(
     "the next reboot",
 )
 def test_persistent_config_matches_active_config(
-    talos_node: TalosNode, talos_desired: DesiredState, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_unchanged: Callable[[TalosNode], AbstractContextManager[None]],
+    talos_evidence: dict[str, Any],
 ) -> None:
-    drift = check_node(talos_node, talos_desired)
+    # Persistent against active: no desired state involved. An installed node that booted
+    # from STATE keeps no persistent config until an apply
+    # (internal/app/machined/pkg/controllers/config/acquire.go): its next boot loads the same.
+    # Both read under the node's lock: another worker's try window moves them apart.
+    with talos_unchanged(talos_node):
+        active = talos_node.machine_config
+        persisted = read_persisted_config(talos_node)
     talos_evidence.update(
-        active_version=drift.active_version, persistent_version=drift.persistent_version
+        active_version=active.version,
+        persistent_version=persisted.version if persisted is not None else None,
     )
-    if drift.persisted is None:
-        talos_evidence["note"] = drift.staged_lines()[0].split(": ", 1)[1]
+    if persisted is None:
+        talos_evidence["note"] = NO_PERSISTENT
         return
-    if drift.persisted.equal:
+    staged = compare_configs(active.raw, persisted.raw, left_name="active", right_name="persistent")
+    if staged.equal:
         return
-    talos_evidence["staged_differences"] = drift.persisted.to_json()
+    talos_evidence["staged_differences"] = staged.to_json()
     raise ConformanceFailure(
         "config.persisted-matches-active",
         "a change is waiting for the next reboot: the persistent config differs from the "
-        f"active one in {len(drift.persisted.differences)} place(s) (a staged apply, or a "
-        "try-mode change not yet reverted) — not drift from git, but the next boot changes "
-        "the node",
+        f"active one in {len(staged.differences)} place(s) (a staged apply, or a try-mode "
+        "change not yet reverted) — not drift from git, but the next boot changes the node",
         node=talos_node.name,
         expected="persistent = active",
-        evidence={"diff": "\n".join(drift.persisted.lines())},
+        evidence={"diff": "\n".join(staged.lines())},
     )

@@ -10,6 +10,7 @@ node's own, else a private one) so that whatever it changed is restored.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -25,6 +26,7 @@ from pytest_talos.errors import (
 )
 from pytest_talos.guard import ConfigGuard, guarding
 from pytest_talos.node import TalosNode
+from pytest_talos.node._node import as_patch_list
 from pytest_talos.patches import PatchInput
 from pytest_talos.wait import (
     MACHINE_CONFIG_RESOURCE,
@@ -37,6 +39,7 @@ from pytest_talos.wait import (
 
 __all__ = [
     "DEFAULT_STABLE_FOR",
+    "EARLY_REVERT_FRACTION",
     "PersistedConfig",
     "assert_config_unchanged_after_rejection",
     "assert_service_healthy_after_patch",
@@ -48,6 +51,14 @@ __all__ = [
 # A crash-looping service is restarted every 5 s (internal/app/machined/pkg/system/runner/
 # restart/restart.go); 12 s covers two periods.
 DEFAULT_STABLE_FOR = 12.0
+# A try-mode revert seen sooner than this share of its timer (in node seconds, from just
+# before the apply was sent) came early. A healthy node cannot be seen early: Talos arms the
+# timer when it handles the apply, after it was sent, and time.AfterFunc never fires before
+# its duration (runtime/v1alpha1/v1alpha1_runtime.go RollbackToConfigAfter); the watch sees
+# the revert after it happened; load only delays both. The 20 % margin is for a clock rate
+# that differs from the one stated (real clocks differ by parts per million).
+EARLY_REVERT_FRACTION = 0.8
+_TRY_CHECK = "config.try-mode-reverts"
 _EVENT_LINES = 8
 _LOG_LINES = 30
 
@@ -62,6 +73,7 @@ def assert_config_unchanged_after_rejection(
     expect_rejection: str = "",
     check_id: str = "config.invalid-patch-rejected",
     cancelled: Cancelled | None = None,
+    try_timeout: float | None = None,
 ) -> CheckResult:
     """Applying ``patch`` is refused with InvalidArgument and leaves the config untouched.
 
@@ -72,14 +84,16 @@ def assert_config_unchanged_after_rejection(
     ``expect_rejection``, when given, must appear in the node's refusal. If the node accepts
     the patch, or changes its config later, the original config is restored and the check
     fails with what was seen. ``check_id`` names the failure; ``cancelled`` stops the settle
-    wait early (WaitCancelled).
+    wait early (WaitCancelled); ``try_timeout`` is sent with a ``try`` mode apply (the
+    revert timer of a node that takes it: keep it below ``settle``, which is how long such a
+    node is given to revert by itself before the guard restores it).
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
     check = check_id
     with guarding(node, guard) as chosen:
         before, persisted_before = node.machine_config, read_persisted_config(node)
         try:
-            reply = node.apply_patch(patch, mode=mode, guard=chosen)
+            reply = node.apply_patch(patch, mode=mode, guard=chosen, try_timeout=try_timeout)
         except InvalidArgument as exc:
             rejection = exc.details
         except APIError as exc:
@@ -91,6 +105,10 @@ def assert_config_unchanged_after_rejection(
                 observed=f"{exc.code}: {exc.details}",
             ) from None
         else:
+            if mode == "try":
+                # A node that took a field no immediate apply may change refuses the
+                # no-reboot restore too: let its own revert come first (within ``settle``).
+                _settled_config(node, before, settle, cancelled, back=True)
             chosen.restore_node(node)
             raise ConformanceFailure(
                 check,
@@ -125,14 +143,17 @@ def _settled_config(
     before: models.MachineConfig,
     settle: float,
     cancelled: Cancelled | None = None,
+    *,
+    back: bool = False,
 ) -> models.MachineConfig:
-    """The active config once ``settle`` s have passed with no change (or at the first one)."""
+    """The active config once ``settle`` s have passed with no change (or at the first one);
+    with ``back``, once it is ``before`` again (or ``settle`` s have passed)."""
     with contextlib.suppress(WaitTimeout):
         wait_for_config(
             node,
-            lambda raw: raw != before.raw,
+            (lambda raw: raw == before.raw) if back else (lambda raw: raw != before.raw),
             timeout=settle,
-            description="a late change (there should be none)",
+            description="the revert" if back else "a late change (there should be none)",
             cancelled=cancelled,
         )
     return node.machine_config
@@ -311,20 +332,30 @@ def assert_try_reverts(
     guard: ConfigGuard | None = None,
     settle: float = 0.0,
     cancelled: Cancelled | None = None,
+    time_scale: float | None = None,
 ) -> CheckResult:
     """A try-mode apply takes effect, then the exact previous config comes back by itself.
 
     ``try_timeout`` is sent to the node (its revert timer); ``timeout`` bounds the wait for
     the revert on this side (default: ``try_timeout`` + 30 s). With ``settle`` > 0 the
     reverted config must then stay as it is (bytes and version) for ``settle`` seconds.
+    The ``persistent`` config (the next boot's) must not change at all: try mode sets only
+    the active config, and so does its revert (``v1alpha1_server.go`` ApplyConfiguration,
+    ``v1alpha1_runtime.go`` RollbackToConfigAfter). With ``time_scale`` (the node clock's
+    rate against this machine's: 1 for a real node) a revert seen sooner than
+    :data:`EARLY_REVERT_FRACTION` of ``try_timeout`` node seconds after the apply was sent
+    fails (the timer fired early); without it the revert's timing is not judged.
     ``cancelled`` stops the waits early (WaitCancelled; the guard restores the node).
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
-    check = "config.try-mode-reverts"
+    check = _TRY_CHECK
     with guarding(node, guard) as chosen:
-        before = node.machine_config
-        reply = node.apply_patch(patch, mode="try", guard=chosen, try_timeout=try_timeout)
+        before, persisted = node.machine_config, read_persisted_config(node)
+        data = node.patched_config(*as_patch_list(patch))
+        sent = time.monotonic()  # the node arms its timer after this
+        reply = node.apply_config(data, mode="try", guard=chosen, try_timeout=try_timeout)
         tried = node.machine_config
+        evidence = {"apply": reply.mode_details}
         if tried.raw == before.raw:
             raise ConformanceFailure(
                 check,
@@ -332,44 +363,114 @@ def assert_try_reverts(
                 node=node.name,
                 expected="the patched config active during the try window",
                 observed=f"still {config_summary(before.raw, before.version)}",
-                evidence={"apply": reply.mode_details},
+                evidence=evidence,
             )
+        _require_persisted_kept(node, chosen, persisted, "during the try window", evidence)
         limit = timeout if timeout is not None else try_timeout + 30.0
-        try:
-            wait_for_config(
-                node,
-                lambda raw: raw == before.raw,
-                timeout=limit,
-                description="the try-mode change to revert",
-                cancelled=cancelled,
-            )
-        except WaitTimeout as exc:
-            chosen.restore_node(node)
-            raise ConformanceFailure(
-                check,
-                f"the try-mode change was not reverted within {limit:g}s "
-                "(the original config was restored)",
-                node=node.name,
-                expected=f"back to {config_summary(before.raw, before.version)}",
-                observed=str(exc.last_observation),
-                evidence={"apply": reply.mode_details},
-            ) from None
+        _wait_for_revert(node, chosen, before, limit, cancelled, evidence)
+        waited = time.monotonic() - sent
+        if time_scale is not None:
+            evidence["reverted after"] = f"{waited * time_scale:.1f} node seconds"
+            _require_not_early(node, try_timeout, waited * time_scale, evidence)
+        _require_persisted_kept(node, chosen, persisted, "after the revert", evidence)
         if settle > 0:
-            reverted = node.machine_config
-            settled = _settled_config(node, reverted, settle, cancelled)
-            if (settled.version, settled.raw) != (reverted.version, reverted.raw):
-                chosen.restore_node(node)
-                raise ConformanceFailure(
-                    check,
-                    f"the try-mode change was reverted, but the config changed again within "
-                    f"{settle:g}s (the original config was restored)",
-                    node=node.name,
-                    expected=f"stays {config_summary(reverted.raw, reverted.version)}",
-                    observed=config_summary(settled.raw, settled.version),
-                    evidence={"apply": reply.mode_details},
-                )
+            _require_settled(node, chosen, settle, cancelled, evidence)
+            _require_persisted_kept(node, chosen, persisted, "after the settle time", evidence)
     return CheckResult(
-        check,
-        node.name,
-        {"apply": reply.mode_details, "tried": config_summary(tried.raw, tried.version)},
+        check, node.name, {**evidence, "tried": config_summary(tried.raw, tried.version)}
+    )
+
+
+def _wait_for_revert(
+    node: TalosNode,
+    chosen: ConfigGuard,
+    before: models.MachineConfig,
+    limit: float,
+    cancelled: Cancelled | None,
+    evidence: dict[str, str],
+) -> None:
+    try:
+        wait_for_config(
+            node,
+            lambda raw: raw == before.raw,
+            timeout=limit,
+            description="the try-mode change to revert",
+            cancelled=cancelled,
+        )
+    except WaitTimeout as exc:
+        chosen.restore_node(node)
+        raise ConformanceFailure(
+            _TRY_CHECK,
+            f"the try-mode change was not reverted within {limit:g}s "
+            "(the original config was restored)",
+            node=node.name,
+            expected=f"back to {config_summary(before.raw, before.version)}",
+            observed=str(exc.last_observation),
+            evidence=evidence,
+        ) from None
+
+
+def _require_not_early(
+    node: TalosNode, try_timeout: float, seen_after: float, evidence: dict[str, str]
+) -> None:
+    """The revert came no sooner than the timer allows (node seconds since the apply was
+    sent; see :data:`EARLY_REVERT_FRACTION` for the margin)."""
+    earliest = try_timeout * EARLY_REVERT_FRACTION
+    if seen_after >= earliest:
+        return
+    raise ConformanceFailure(
+        _TRY_CHECK,
+        f"the try-mode change was reverted early: {seen_after:.1f} node seconds after the "
+        f"apply was sent, before its {try_timeout:g}s timer could end",
+        node=node.name,
+        expected=f"the revert {try_timeout:g} node seconds after the apply "
+        f"(not sooner than {earliest:g})",
+        observed=f"reverted after {seen_after:.1f} node seconds",
+        evidence=evidence,
+    )
+
+
+def _require_persisted_kept(
+    node: TalosNode,
+    chosen: ConfigGuard,
+    persisted: PersistedConfig | None,
+    when: str,
+    evidence: dict[str, str],
+) -> None:
+    """Try mode and its revert never touch the config the next boot loads."""
+    changes = persisted_changes(persisted, read_persisted_config(node))
+    if not changes:
+        return
+    chosen.restore_node(node)
+    raise ConformanceFailure(
+        _TRY_CHECK,
+        f"the try-mode apply changed the config the next boot loads ({when}; the original "
+        "config was restored): a reboot would keep the tried change",
+        node=node.name,
+        expected="the persistent config unchanged (try mode sets only the active config)",
+        observed="; ".join(changes),
+        evidence=evidence,
+    )
+
+
+def _require_settled(
+    node: TalosNode,
+    chosen: ConfigGuard,
+    settle: float,
+    cancelled: Cancelled | None,
+    evidence: dict[str, str],
+) -> None:
+    reverted = node.machine_config
+    settled = _settled_config(node, reverted, settle, cancelled)
+    if (settled.version, settled.raw) == (reverted.version, reverted.raw):
+        return
+    chosen.restore_node(node)
+    raise ConformanceFailure(
+        _TRY_CHECK,
+        f"the try-mode change was reverted, but the config changed again within "
+        f"{settle:g}s (the original config was restored)",
+        node=node.name,
+        expected=f"stays {config_summary(reverted.raw, reverted.version)}",
+        observed=config_summary(settled.raw, settled.version),
+        evidence=evidence,
     )

@@ -36,6 +36,7 @@ __all__ = [
 
 DEFAULT_TRY_TIMEOUT = 60.0  # pkg/machinery/constants: ConfigTryTimeout = 1m
 LATE_APPLY_DELAY = 2.0  # node seconds: how late the late-applying faults change the config
+EARLY_TRY_FRACTION = 0.5  # quirk TRY_TIMER_FIRES_EARLY: the share of the timeout it waits
 # pkg/machinery/resources/config/machine_config.go NewMachineConfigWithID
 CONFIG_ANNOTATIONS = {"talos.dev/yaml-spec": "1"}
 
@@ -147,13 +148,21 @@ class MachineConfigState:
             self._applying = False
 
     def _apply(self, request: ApplyRequest) -> ApplyResult:
+        # Quirk APPLY_DURING_TRY_DROPPED: a regular apply in a try window is answered as
+        # applied but changes nothing (the rollback is still cancelled below).
+        dropped = (
+            request.mode != "TRY"
+            and not request.dry_run
+            and self.try_pending
+            and self._quirk(Quirk.APPLY_DURING_TRY_DROPPED)
+        )
         # Any non-TRY request cancels a pending rollback first, even a dry run or one that
         # fails later.
         if request.mode != "TRY" and not self._quirk(Quirk.APPLY_KEEPS_PENDING_TRY):
             self.cancel_try()
         old, new = self.active_config, request.data
         try:
-            warnings = self._validate(request.data)
+            warnings = self._validate(request.data, staged=request.mode == "STAGED")
         except NodeFailure:
             if self._quirk(Quirk.REJECTED_APPLY_LANDS_LATE) and _parses_with_v1alpha1(new):
                 # refused in the reply, applied 2 s later anyway
@@ -174,9 +183,12 @@ class MachineConfigState:
                 self._execute(mode, new, timeout)
             elif self._quirk(Quirk.DRY_RUN_EXECUTES_LATE):
                 self._clock.call_later(LATE_APPLY_DELAY, lambda: self._execute(mode, new, timeout))
+            elif mode == "STAGED" and self._quirk(Quirk.STAGED_DRY_RUN_PERSISTS):
+                self._execute(mode, new, timeout)  # the dry-run flag honoured for no-reboot only
             self._persist_if_quirk(new)
             return ApplyResult(mode, mc.dry_run_details(mode, old, new))
-        self._execute(mode, new, timeout)
+        if not dropped:
+            self._execute(mode, new, timeout)
         try_text = go_duration(timeout) if mode == "TRY" else ""
         details = mc.apply_mode_details(mode, reason=reason, try_timeout=try_text)
         return ApplyResult(mode, details, warnings)
@@ -187,20 +199,27 @@ class MachineConfigState:
         if self._quirk(Quirk.REFUSED_APPLY_PERSISTS):
             self._set_persisted(data)
 
-    def _validate(self, data: bytes) -> list[str]:
-        """configloader, Validate and RuntimeValidate (InvalidArgument with their text);
-        a quirk accepts anything that parses."""
+    def _validate(self, data: bytes, *, staged: bool = False) -> list[str]:
+        """configloader, Validate and RuntimeValidate (InvalidArgument with their text), for
+        every mode alike: the handler validates before it looks at the mode. A quirk accepts
+        anything that parses (in every mode, or only in staged mode)."""
         try:
             return list(mc.validate(data, container_mode=self._container).warnings)
         except mc.ConfigRejected as exc:
-            if self._quirk(Quirk.VALIDATION_ACCEPTS_PARSEABLE) and _parses_with_v1alpha1(data):
+            lenient = self._quirk(Quirk.VALIDATION_ACCEPTS_PARSEABLE) or (
+                staged and self._quirk(Quirk.STAGED_SKIPS_VALIDATION)
+            )
+            if lenient and _parses_with_v1alpha1(data):
                 return []
             if self._quirk(Quirk.REJECT_BUMPS_VERSION):
                 self._store.bump("config", T.MACHINE_CONFIGS, "v1alpha1")
             raise NodeFailure(exc.code, exc.message) from None
 
     def _resolve_mode(self, mode: str, old: bytes, new: bytes) -> tuple[str, str]:
-        """TRY/NO_REBOOT must pass CanApplyImmediate; AUTO picks NO_REBOOT or REBOOT."""
+        """TRY/NO_REBOOT must pass CanApplyImmediate (TRY falls through to NO_REBOOT's case);
+        AUTO picks NO_REBOOT or REBOOT."""
+        if mode == "TRY" and self._quirk(Quirk.TRY_SKIPS_IMMEDIATE_CHECK):
+            return mode, ""  # try mode takes anything
         if mode in ("TRY", "NO_REBOOT", "AUTO"):
             blockers = mc.immediate_apply_blockers(old, new)
             if self._quirk(Quirk.IMMEDIATE_ALLOWS_ENV_AND_FILES):
@@ -217,11 +236,14 @@ class MachineConfigState:
     def _execute(self, mode: str, new: bytes, try_timeout: float) -> None:
         """TRY: arm the rollback, set active; NO_REBOOT: persisted then active; STAGED:
         persisted; REBOOT: persisted, then reboot. Each set bumps that resource's version."""
-        if mode == "TRY":
+        if mode == "TRY":  # SetConfig only: the next boot loads the config it had
             self._arm_try(try_timeout)
+            if self._quirk(Quirk.TRY_WRITES_PERSISTENT):
+                self._set_persisted(new)  # the tried config would boot next time
             self._set_active(new)
         elif mode == "NO_REBOOT":
-            self._set_persisted(new)
+            if not self._quirk(Quirk.NO_REBOOT_SKIPS_PERSISTENT):
+                self._set_persisted(new)
             self._set_active(new)
         elif mode == "STAGED":
             self._set_persisted(new)
@@ -286,6 +308,8 @@ class MachineConfigState:
         self._try_target = self.active_config
         if self._try_timer is not None:
             self._try_timer.cancel()
+        if self._quirk(Quirk.TRY_TIMER_FIRES_EARLY):
+            timeout *= EARLY_TRY_FRACTION
         self._try_timer = self._clock.call_later(max(timeout, 0.0), self._try_expired)
 
     def _try_expired(self) -> None:

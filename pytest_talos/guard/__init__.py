@@ -39,6 +39,7 @@ from pytest_talos.guard.config_guard import (
     ConfigGuard,
     GuardConflict,
     JournalOrigin,
+    unchanged_while,
 )
 
 # Internal to the kit (kept out of __all__), re-exported for checks (the helpers' guard) and
@@ -62,4 +63,5 @@ __all__ = [
     "node_key_of",
     "recover_record",
     "set_announcer",
+    "unchanged_while",
 ]

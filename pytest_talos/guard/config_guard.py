@@ -384,3 +384,32 @@ def _hold(node: TalosNode, guard: ConfigGuard) -> None:
     """What a change does first, in the same order: the node's own guard, then ``guard``."""
     for chosen in dict.fromkeys(g for g in (node.guard, guard) if g is not None):
         chosen.protect(node)
+
+
+@contextlib.contextmanager
+def unchanged_while(
+    node: TalosNode, *, state_dir: str | Path | None = None, timeout: float = DEFAULT_LOCK_TIMEOUT
+) -> Iterator[None]:
+    """Hold ``node``'s lock for a read that must not see a change in flight (a config
+    compared with another, mid try window or mid restore): waits for any other worker or
+    run that is changing the node, and keeps them waiting meanwhile. Nothing is journaled.
+    Where this process already holds the node (a guard of its own), or the lock cannot be
+    taken (an unwritable state directory), the read goes ahead unlocked."""
+    client = unwrapped(node.client)
+    key = node_key_of(client, node.address)
+    with CLAIMS_LOCK:
+        held_here = key in CLAIMS
+    if held_here:
+        yield
+        return
+    where = Path(state_dir) if state_dir is not None else default_state_dir()
+    lock = NodeLock(where, key, label="a read that waits for changes")
+    try:
+        lock.acquire(timeout, node.name)
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()

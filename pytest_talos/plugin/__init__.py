@@ -251,6 +251,18 @@ def talos_guarded(
     return session_of(request.config).registered_guard
 
 
+@pytest.fixture(scope="session")
+def talos_unchanged(
+    request: pytest.FixtureRequest,
+) -> Callable[[TalosNode], contextlib.AbstractContextManager[None]]:
+    """``with talos_unchanged(node):`` a read no other pytest-xdist worker or run changes
+    the node during: it waits for the node's lock, as a change does, and holds it (nothing
+    is journaled). For a read-only check that compares two things a change in flight moves
+    apart, such as the persistent and the active config during another worker's try
+    window."""
+    return session_of(request.config).unchanged_while
+
+
 @pytest.fixture
 def talos_node(request: pytest.FixtureRequest, talos_cluster: TalosCluster) -> TalosNode:
     """One target node (the test runs once per node; ids are hostnames)."""

@@ -12,7 +12,7 @@ import pytest
 from pytest_talos.client import ChangeGate
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import ConfigError, TalosError
-from pytest_talos.guard import ConfigGuard, ConfigRestoreError, JournalOrigin
+from pytest_talos.guard import ConfigGuard, ConfigRestoreError, JournalOrigin, unchanged_while
 from pytest_talos.hookspecs import PytestTalosDeprecationWarning
 from pytest_talos.node import TalosNode, expected_ports_for
 from pytest_talos.plugin.settings import Setting, TalosSettings
@@ -195,6 +195,12 @@ class TalosSession:
         finally:
             guard.restore(reraise_deferred=False)
             self.guards.remove(guard)
+
+    def unchanged_while(self, node: TalosNode) -> contextlib.AbstractContextManager[None]:
+        """A read that no other worker or run changes ``node`` during (its lock, in the
+        run's state directory, waited for as long as a change may take)."""
+        s = self.settings
+        return unchanged_while(node, state_dir=s.state_dir.value, timeout=s.lock_timeout.value)
 
     @property
     def cached_cluster(self) -> TalosCluster | None:

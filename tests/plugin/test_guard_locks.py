@@ -125,3 +125,34 @@ def test_an_unusable_state_directory_refuses_the_change_clearly(
         ]
     )
     assert active_config(emulated, WORKER) == original
+
+
+def test_a_read_that_must_not_see_a_change_waits_for_the_changer(
+    cluster_run: Run, pytester: pytest.Pytester, emulated: EmulatedCluster, tmp_path: Path
+) -> None:
+    # config.persisted-matches-active reads under the node's lock (talos_unchanged): while
+    # another worker or run holds it, the read waits; here it gives up after the lock
+    # timeout and says who holds the node, instead of comparing a config mid-change.
+    address = emulated.node(WORKER).address
+    with TalosClient.from_talosconfig(emulated.talosconfig_path, node=address) as client:
+        key = node_key_of(client, address)
+    held = NodeLock(tmp_path / "state", key, label="another worker's try window")
+    held.acquire(1.0, WORKER)
+    try:
+        pytester.makepyfile("""
+            import pytest
+
+            @pytest.mark.talos_role("worker")
+            def test_read(talos_node, talos_unchanged):
+                with talos_unchanged(talos_node):
+                    pass
+        """)
+        busy = cluster_run("--talos-lock-timeout=0.5")
+    finally:
+        held.release()
+    busy.assert_outcomes(failed=1)
+    busy.stdout.fnmatch_lines(
+        [f"*NodeBusy: *node {WORKER} is being changed by pid * (another worker's try window)*"]
+    )
+    free = cluster_run("--talos-lock-timeout=0.5")  # nobody holds it: the read goes ahead
+    free.assert_outcomes(passed=1)
