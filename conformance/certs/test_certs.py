@@ -3,8 +3,9 @@
 Lose the talosconfig certificate and a path to apid, and a node cannot be repaired; let
 kube-apiserver's certificate lapse, and Kubernetes stops. Long-lived certificates warn under
 ``--talos-cert-warn-days`` (default 30) and fail under ``--talos-cert-fail-days`` (default 7)
-days to expiry; apid's, which Talos renews itself every 12 hours, must be valid and renewed
-on time. Evidence shows subjects, issuers, serials, names and dates, never key material.
+days to expiry; apid's, which Talos issues for 24 hours and renews every 12, must be valid,
+renewed on time and live no longer than that. Evidence shows subjects, issuers, serials,
+names and dates, never key material.
 """
 
 from __future__ import annotations
@@ -108,8 +109,9 @@ def test_client_certificate_far_from_expiry(
 @pytest.mark.talos_check(
     "certs.api-certificate",
     severity="high",
-    claim="apid's certificate is issued by the talosconfig's CA, valid, renewed on time and "
-    "names the address the node is reached on, its hostname and FQDN; the CA is not close "
+    claim="apid's certificate is issued by the talosconfig's CA, valid, renewed on time, "
+    "valid no longer than the 24 hours Talos gives it, and names the address the node is "
+    "reached on, every node address, 127.0.0.1, its hostname and FQDN; the CA is not close "
     "to expiry",
 )
 def test_apid_certificate_trusted_and_names_node(
@@ -149,7 +151,9 @@ def node_kubeconfig(talos_node: TalosNode) -> bytes:
     "certs.kubernetes-api",
     severity="high",
     claim="kube-apiserver's certificate (at the kubeconfig's server and at the node's local "
-    "API server port) is issued by the kubeconfig's CA and not close to expiry",
+    "API server port) is issued by the kubeconfig's CA, not close to expiry, and names what "
+    "in-cluster clients reach it as (kubernetes.default.svc, the service IP, localhost, "
+    "127.0.0.1) and, at the node, its addresses and hostname",
 )
 def test_kube_apiserver_certificates_valid_and_trusted(
     talos_node: TalosNode,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from pytest_talos import models
-from pytest_talos.checks import SHELL_DIRECTORIES
+from pytest_talos.checks import SHELL_DIRECTORIES, pod_workload_pids
 
 __all__ = [
     "IMAGE_TREES",
@@ -16,6 +16,7 @@ __all__ = [
     "PACKAGE_MANAGERS",
     "WRITABLE_IN_IMAGE",
     "is_machined",
+    "machined_doubts",
     "writable_image_mounts",
 ]
 
@@ -27,11 +28,14 @@ PACKAGE_MANAGERS = frozenset(
         "aptitude",
         "dpkg",
         "dpkg-deb",
+        "dpkg-query",
         "yum",
         "dnf",
         "microdnf",
         "tdnf",
         "rpm",
+        "rpm-ostree",
+        "ostree",
         "zypper",
         "apk",
         "pacman",
@@ -48,9 +52,12 @@ PACKAGE_MANAGERS = frozenset(
         "slackpkg",
         "tce-load",
         "swupd",
+        "pip",
+        "pip3",
     }
 )
-# Where shells are looked for (the node's PATH, /usr/libexec, /opt/*/bin), and /opt/bin.
+# Where shells are looked for (the node's PATH, /usr/libexec and one level below it,
+# /opt/*/bin and /opt/*/sbin), and /opt/bin.
 PACKAGE_DIRECTORIES = (*SHELL_DIRECTORIES, "/opt/bin")
 
 # The trees the system image provides. / is the read-only SquashFS (or an overlay of
@@ -123,3 +130,36 @@ def is_machined(init: models.ProcessInfo) -> bool:
         and len(words) == 1
         and words[0] in MACHINED_ARGS
     )
+
+
+def machined_doubts(init: models.ProcessInfo, processes: Iterable[models.ProcessInfo]) -> list[str]:
+    """What gives away a PID 1 that only looks like machined by name, path and args.
+
+    machined is a Go program (``internal/app/machined``): the Go runtime starts its sysmon
+    thread before ``main`` runs, so it always has several threads, and ``/proc/<pid>/stat``
+    ``num_threads`` is what Processes reports (``internal/pkg/miniprocfs/processes.go``);
+    a single thread is some other init (tini, dumb-init, busybox init, a wrapper). 0 means
+    not reported and is not judged. And only PID 1 runs the init binary as ``/sbin/init``:
+    switchroot execs it once (``internal/pkg/mount/switchroot/switchroot.go``), apid and
+    trustd run it bind-mounted as ``/apid``/``/trustd`` and ``dashboard``, ``poweroff``
+    reach it through symlinks with their own argv (``Dockerfile``, the rootfs stage); a
+    second host process running it as init is machined started under a wrapper. Processes
+    of pod workloads (under a ``k8s.io`` containerd shim) are the pods' own business.
+    """
+    table = list(processes)
+    doubts = []
+    if init.threads == 1:
+        doubts.append("PID 1 runs a single thread (machined, a Go program, always runs several)")
+    in_pods = pod_workload_pids(table)
+    for process in table:
+        if process.pid in (1, init.pid) or process.pid in in_pods:
+            continue
+        if process.executable in MACHINED_EXECUTABLES and process.args.split() in (
+            ["/sbin/init"],
+            ["/usr/bin/init"],
+        ):
+            doubts.append(
+                f"pid {process.pid} (parent {process.ppid}) also runs {process.executable} "
+                f"as {process.args}: machined started by another init"
+            )
+    return doubts

@@ -26,6 +26,7 @@ from conformance.immutability.rules import (
     PACKAGE_DIRECTORIES,
     PACKAGE_MANAGERS,
     is_machined,
+    machined_doubts,
     writable_image_mounts,
 )
 from pytest_talos.checks import assert_no_shell, assert_only_expected_ports, find_programs
@@ -109,24 +110,40 @@ def test_node_has_no_package_manager(talos_node: TalosNode, talos_evidence: dict
 @pytest.mark.talos_check(
     "immutability.pid1-is-machined",
     severity="critical",
-    claim="PID 1 is machined, Talos's own init (not systemd or a shell)",
+    claim="PID 1 is machined, Talos's own init (not systemd, a shell, or another init "
+    "wrapping machined)",
 )
 def test_pid1_is_machined(talos_node: TalosNode, talos_evidence: dict[str, Any]) -> None:
-    first = [p for p in talos_node.processes if p.pid == 1]
+    processes = talos_node.processes
+    first = [p for p in processes if p.pid == 1]
     if not first:
         raise ConformanceFailure(
             "immutability.pid1-is-machined", "the process list has no PID 1", node=talos_node.name
         )
     init = first[0]
     talos_evidence["pid 1"] = f"{init.command} ({init.executable}) {init.args}".strip()
+    talos_evidence["pid 1 threads"] = init.threads
+    observed = (
+        f"command {init.command or '?'}, executable {init.executable or 'unknown'}, "
+        f"args {init.args or 'none'}"
+    )
     if not is_machined(init):
         raise ConformanceFailure(
             "immutability.pid1-is-machined",
             "PID 1 is not machined",
             node=talos_node.name,
             expected="command init, executable /usr/bin/init (machined), args /sbin/init",
-            observed=f"command {init.command or '?'}, executable "
-            f"{init.executable or 'unknown'}, args {init.args or 'none'}",
+            observed=observed,
+        )
+    doubts = machined_doubts(init, processes)
+    if doubts:
+        raise ConformanceFailure(
+            "immutability.pid1-is-machined",
+            "PID 1 looks like machined but is another init",
+            node=talos_node.name,
+            expected="machined itself as PID 1: several threads (a Go program), and no other "
+            "host process running /usr/bin/init as /sbin/init",
+            observed=f"{observed}, {init.threads} thread(s); " + "; ".join(doubts),
         )
 
 

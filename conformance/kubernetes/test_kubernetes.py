@@ -15,15 +15,26 @@ import yaml
 
 from conformance._support.context import Timing
 from conformance._support.settings import SuiteSettings
+from conformance.kubernetes.kubeconfig_rules import kubeconfig_tls_problems
 from conformance.kubernetes.node_addresses import AddressBook
 from conformance.kubernetes.node_lookup import registered_node
 from conformance.kubernetes.ready_watch import ReadyWatches, ready_changes
+from conformance.kubernetes.taints import (
+    LIFECYCLE_TAINTS,
+    TAINT_GRACE,
+    Taint,
+    blocking_taints,
+    declared_taint_keys,
+    owned_taint_keys,
+    taints_of,
+)
 from pytest_talos import models
 from pytest_talos.checks import assert_node_ready
 from pytest_talos.checks.kubernetes import read_kube_node
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
-from pytest_talos.errors import ConformanceFailure, PermissionDenied, TalosError
-from pytest_talos.node import TalosNode
+from pytest_talos.errors import ConformanceFailure, PermissionDenied, TalosError, WaitTimeout
+from pytest_talos.node import TalosNode, v1alpha1_document
+from pytest_talos.wait import wait_until
 
 # Talos defaults when the machine config names none (pkg/machinery/constants/constants.go
 # DefaultIPv4PodNet, DefaultIPv4ServiceNet).
@@ -34,13 +45,15 @@ READY_SETTLE = 10.0  # node seconds a node may take to report Ready
 # (kubernetes pkg/kubelet/nodestatus/setters.go), the CNI or cloud route controller
 # NetworkUnavailable (flannel sets it False once it runs; a node without it is fine).
 PROBLEM_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
+CONDITIONS_CHECK = "kubernetes.node-conditions-clear"
 
 
 @pytest.mark.talos_role("controlplane")
 @pytest.mark.talos_check(
     "kubernetes.kubeconfig-obtainable",
     severity="high",
-    claim="A control plane hands out an admin kubeconfig through the Talos API, and it works",
+    claim="A control plane hands out an admin kubeconfig through the Talos API; it verifies "
+    "the API server by its CA, and it works",
 )
 def test_kubeconfig_is_obtainable_from_control_plane(
     talos_node: TalosNode, talos_evidence: dict[str, Any]
@@ -58,8 +71,20 @@ def test_kubeconfig_is_obtainable_from_control_plane(
             expected="a .tar.gz holding one kubeconfig file",
             observed=str(exc),
         ) from None
+    document = yaml.safe_load(kubeconfig)
+    insecure = kubeconfig_tls_problems(document)
+    if insecure:
+        access.close()
+        raise ConformanceFailure(
+            "kubernetes.kubeconfig-obtainable",
+            "the kubeconfig from the Talos API does not verify the API server",
+            node=talos_node.name,
+            expected="certificate-authority-data for every cluster and no "
+            "insecure-skip-tls-verify (pkg/kubeconfig/generate.go)",
+            observed="; ".join(insecure),
+        )
     try:
-        server = yaml.safe_load(kubeconfig)["clusters"][0]["cluster"]["server"]
+        server = document["clusters"][0]["cluster"]["server"]
         names = [
             n.metadata.name
             for n in access.core_v1.list_node(_request_timeout=access.request_timeout).items
@@ -130,24 +155,56 @@ def test_node_is_ready_in_kubernetes(
 @pytest.mark.talos_check(
     "kubernetes.node-conditions-clear",
     severity="high",
-    claim="Every Talos node's Node is schedulable (not cordoned) and reports no memory, disk "
-    "or PID pressure and no unavailable network",
+    claim="Every Talos node's Node is schedulable (not cordoned), reports no memory, disk "
+    "or PID pressure and no unavailable network, and carries no taint that keeps pods off "
+    "(not-ready, unreachable, pressure, uninitialized by the cloud) but those its config sets",
 )
 def test_node_is_schedulable_without_pressure(
     talos_node: TalosNode,
     talos_kubernetes: KubernetesAccess,
+    talos_timing: Timing,
     talos_evidence: dict[str, Any],
 ) -> None:
     registration = registered_node(talos_node)
-    kube_node = read_kube_node(talos_kubernetes, talos_node, "kubernetes.node-conditions-clear")
+    kube_node = read_kube_node(talos_kubernetes, talos_node, CONDITIONS_CHECK)
     talos_evidence.update(registration.evidence())
+    problems = _condition_problems(kube_node, talos_evidence)
+    declared: frozenset[str] | None = None
+    blocking = blocking_taints(taints_of(kube_node), owned_taint_keys(kube_node))
+    if blocking:
+        declared = _declared_taint_keys(talos_node)
+        talos_evidence["taints the config declares"] = sorted(declared)
+        blocking = blocking_taints(blocking, declared)
+    waited = ""
+    if blocking and not problems:  # a taint may lag its condition: give it the grace
+        kube_node, blocking = _wait_taints_clear(
+            talos_kubernetes, talos_node, talos_timing, kube_node, declared or frozenset()
+        )
+        waited = f" (still there after {TAINT_GRACE:g}s of node time)"
+    talos_evidence["taints"] = [str(t) for t in taints_of(kube_node)] or "none"
+    problems += [f"tainted {taint}{waited}" for taint in blocking]
+    if problems:
+        raise ConformanceFailure(
+            CONDITIONS_CHECK,
+            "the Kubernetes Node is cordoned, under pressure or tainted to keep pods off",
+            node=talos_node.name,
+            expected="schedulable; "
+            + ", ".join(f"{k} not True" for k in PROBLEM_CONDITIONS)
+            + "; no lifecycle taint ("
+            + ", ".join(sorted(LIFECYCLE_TAINTS))
+            + ") but those the node's machine.nodeTaints declares",
+            observed="; ".join(problems),
+        )
+
+
+def _condition_problems(kube_node: Any, evidence: dict[str, Any]) -> list[str]:
     conditions = {
         str(c.type): (str(c.status), " ".join(filter(None, [c.reason, c.message])))
         for c in getattr(kube_node.status, "conditions", None) or []
     }
     unschedulable = bool(getattr(kube_node.spec, "unschedulable", None))
-    talos_evidence["conditions"] = {kind: status for kind, (status, _) in conditions.items()}
-    talos_evidence["unschedulable"] = unschedulable
+    evidence["conditions"] = {kind: status for kind, (status, _) in conditions.items()}
+    evidence["unschedulable"] = unschedulable
     problems = [
         f"{kind}=True" + (f" ({why})" if why else "")
         for kind in PROBLEM_CONDITIONS
@@ -156,14 +213,46 @@ def test_node_is_schedulable_without_pressure(
     ]
     if unschedulable:
         problems.append("cordoned (spec.unschedulable: true)")
-    if problems:
-        raise ConformanceFailure(
-            "kubernetes.node-conditions-clear",
-            "the Kubernetes Node is cordoned or under pressure",
-            node=talos_node.name,
-            expected="schedulable; " + ", ".join(f"{k} not True" for k in PROBLEM_CONDITIONS),
-            observed="; ".join(problems),
+    return problems
+
+
+def _declared_taint_keys(node: TalosNode) -> frozenset[str]:
+    """The taint keys the node's config sets (:func:`declared_taint_keys`); none when the
+    machine config cannot be read (it needs os:admin): the owned-taints annotation then
+    speaks for the config."""
+    try:
+        return declared_taint_keys(v1alpha1_document(node.machine_config))
+    except TalosError:
+        return frozenset()
+
+
+def _wait_taints_clear(
+    kube: KubernetesAccess,
+    node: TalosNode,
+    timing: Timing,
+    first: Any,
+    declared: frozenset[str],
+) -> tuple[Any, list[Taint]]:
+    """Re-read the Node (``first`` as read before) until its lifecycle taints are gone or
+    :data:`TAINT_GRACE` node seconds have passed: the Node as last read and the taints
+    still on it."""
+
+    def blocking(kube_node: Any) -> list[Taint]:
+        owned = owned_taint_keys(kube_node) | declared
+        return blocking_taints(taints_of(kube_node), owned)
+
+    try:
+        kube_node = wait_until(
+            lambda: read_kube_node(kube, node, CONDITIONS_CHECK),
+            lambda found: not blocking(found),
+            timeout=timing.real(TAINT_GRACE),
+            description=f"the lifecycle taints of {node.kubernetes_name} to clear",
+            node=node.name,
         )
+    except WaitTimeout as exc:
+        last = exc.last_observation
+        kube_node = first if isinstance(last, (str, BaseException)) else last
+    return kube_node, blocking(kube_node)
 
 
 def _subnets(config: models.MachineConfig) -> tuple[list[str], list[str]]:

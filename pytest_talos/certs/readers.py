@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import ipaddress
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,12 +18,14 @@ from urllib.parse import urlsplit
 import yaml
 from cryptography import x509
 
+from pytest_talos import models
 from pytest_talos.certs.facts import certificate_facts, issuer_among, load_certificates, utc_now
 from pytest_talos.certs.verdicts import (
     CertificateReport,
     ExpiryPolicy,
     Finding,
     chain_findings,
+    lifetime_findings,
     name_findings,
     renewal_findings,
 )
@@ -43,6 +47,20 @@ __all__ = [
 # pkg/machinery/constants DefaultControlPlanePort: kube-apiserver's port on a control plane
 # when cluster.controlPlane.localAPIServerPort is not set.
 DEFAULT_API_SERVER_PORT = 6443
+# api_cert_sans.go and kubernetes_cert_sans.go put every IP of this NodeAddresses resource in
+# apid's and kube-apiserver's certificates (controllers/secrets), with 127.0.0.1.
+NODE_ADDRESSES = ("NodeAddresses.net.talos.dev", "accumulative-no-k8s", "network")
+LOOPBACK = "127.0.0.1"
+# A certificate lacking a node address may be one renewal behind an address that just came
+# up (the SANs change, then the certificate is issued again): read it once more after this.
+RENEWAL_RETRY = 5.0
+# kubernetes_cert_sans.go: the names every kube-apiserver certificate carries, besides
+# kubernetes.default.svc.<cluster.network.dnsDomain> and the first IP of each service CIDR
+# (v1alpha1_clusterconfig.go APIServerIPs; defaults constants.DefaultDNSDomain,
+# DefaultIPv4ServiceNet).
+IN_CLUSTER_NAMES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc", "localhost")
+DEFAULT_DNS_DOMAIN = "cluster.local"
+DEFAULT_SERVICE_SUBNETS = ("10.96.0.0/12",)
 
 
 def client_certificate(
@@ -116,26 +134,56 @@ def _fqdn(node: TalosNode) -> str | None:
     return None
 
 
-def apid_certificate(
-    node: TalosNode, context: Context, *, timeout: float = 10.0, now: dt.datetime | None = None
+def node_ips(node: TalosNode) -> list[str]:
+    """The IPs of the node's ``NodeAddresses/accumulative-no-k8s`` (every address it has had
+    since boot, CNI addresses left out); none when the resource cannot be read."""
+    try:
+        spec = node.resource(*NODE_ADDRESSES[:2], NODE_ADDRESSES[2]).spec
+    except TalosError:
+        return []
+    prefixes = spec.get("addresses") if isinstance(spec, dict) else None
+    return [str(prefix).split("/", 1)[0] for prefix in prefixes or []]
+
+
+def _apid_report(
+    node: TalosNode, context: Context, timeout: float, moment: dt.datetime
 ) -> CertificateReport:
-    """apid's serving certificate on ``node``: issued by the talosconfig CA, valid and
-    renewed on time, naming the address the node is reached on, its hostname and FQDN."""
     der, how, tls_error = _apid_der(node, context, timeout)
-    moment = now or utc_now()
     facts = certificate_facts(der)
     what = f"apid's certificate on {node.name}"
     findings, issuer = chain_findings(
         facts, load_certificates(context.ca_pem), what, "the talosconfig CA"
     )
     findings += renewal_findings(facts, what, moment)
-    names = [node.host, node.hostname, _fqdn(node) or ""]
+    findings += lifetime_findings(facts, what)
+    names = [node.host, *node_ips(node), LOOPBACK, node.hostname, _fqdn(node) or ""]
     findings += name_findings(facts, names, what)
     if tls_error and not findings:
         findings.append(
             Finding("failure", f"the TLS handshake with {node.host} failed: {tls_error}")
         )
     return CertificateReport(what, facts, findings, issuer, how, moment)
+
+
+def apid_certificate(
+    node: TalosNode,
+    context: Context,
+    *,
+    timeout: float = 10.0,
+    now: dt.datetime | None = None,
+    retry_after: float = RENEWAL_RETRY,
+) -> CertificateReport:
+    """apid's serving certificate on ``node``: issued by the talosconfig CA, valid, renewed
+    on time, valid no longer than Talos makes it (24 hours), and naming what
+    ``api_cert_sans.go`` puts in it: the address the node is reached on, every IP of its
+    ``NodeAddresses/accumulative-no-k8s``, 127.0.0.1, its hostname and FQDN. A certificate
+    missing a name is read once more after ``retry_after`` seconds (a renewal may be on its
+    way after an address change)."""
+    report = _apid_report(node, context, timeout, now or utc_now())
+    if report.failures and retry_after > 0 and any("does not name" in f for f in report.failures):
+        time.sleep(retry_after)
+        report = _apid_report(node, context, timeout, now or utc_now())
+    return report
 
 
 @dataclass(frozen=True)
@@ -207,6 +255,34 @@ def _apiserver_report(
     return CertificateReport(what, facts, findings, issuer, f"TLS handshake with {where}", moment)
 
 
+def in_cluster_names(config: models.MachineConfig | None) -> list[str]:
+    """The names kubernetes_cert_sans.go gives every kube-apiserver certificate whatever
+    the node: :data:`IN_CLUSTER_NAMES`, ``kubernetes.default.svc.<dnsDomain>``, 127.0.0.1
+    and the first IP of each service CIDR (``cluster.network`` of ``config``; Talos's
+    defaults where it says nothing). Without a config only the fixed names."""
+    names = [*IN_CLUSTER_NAMES, LOOPBACK]
+    if config is None:
+        return names
+    network = dig(v1alpha1_document(config), "cluster", "network")
+    network = network if isinstance(network, dict) else {}
+    domain = network.get("dnsDomain") or DEFAULT_DNS_DOMAIN
+    names.append(f"kubernetes.default.svc.{domain}")
+    for cidr in network.get("serviceSubnets") or DEFAULT_SERVICE_SUBNETS:
+        try:
+            net = ipaddress.ip_network(str(cidr), strict=False)
+        except ValueError:
+            continue
+        names.append(str(net.network_address + 1))  # sideronet.NthIPInCIDRSet(cidrs, 1)
+    return names
+
+
+def _machine_config(node: TalosNode) -> models.MachineConfig | None:
+    try:
+        return node.machine_config
+    except TalosError:
+        return None
+
+
 def kubernetes_certificates(
     node: TalosNode,
     kubeconfig: bytes,
@@ -218,8 +294,11 @@ def kubernetes_certificates(
 ) -> list[CertificateReport]:
     """On a control plane: the kube-apiserver certificate at the kubeconfig's server and at
     the node's own address on ``node_port`` (its local API server port), each issued by the
-    kubeconfig's CA, not near expiry and naming what it is reached as; and the kubeconfig's
-    client certificate, as evidence only.
+    kubeconfig's CA, not near expiry and naming what it is reached as and what in-cluster
+    clients reach it as (:func:`in_cluster_names`; at the node's own address also its
+    hostname and every IP of its ``NodeAddresses/accumulative-no-k8s``, as
+    kubernetes_cert_sans.go puts them); and the kubeconfig's client certificate, as
+    evidence only.
 
     The Kubeconfig RPC mints that client certificate on every call, valid for
     ``cluster.adminKubeconfig.certLifetime`` (v1alpha1_server.go Kubeconfig,
@@ -229,9 +308,15 @@ def kubernetes_certificates(
     moment = now or utc_now()
     config = _kubeconfig(kubeconfig)
     cas = load_certificates(config.ca_pem)
-    targets = [(config.host, config.port, [config.host])]
-    if (node.host, node_port) != (config.host, config.port):
-        targets.append((node.host, node_port, [node.host, config.host]))
+    common = in_cluster_names(_machine_config(node))
+    own = [node.host, *node_ips(node), node.hostname, *common]
+    if (node.host, node_port) == (config.host, config.port):
+        targets = [(config.host, config.port, [config.host, *own])]
+    else:
+        targets = [
+            (config.host, config.port, [config.host, *common]),
+            (node.host, node_port, [*own, config.host]),
+        ]
     reports = [
         _apiserver_report(host, port, names, cas, policy, timeout, moment)
         for host, port, names in targets

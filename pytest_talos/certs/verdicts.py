@@ -26,6 +26,7 @@ from pytest_talos.certs.facts import (
 )
 
 __all__ = [
+    "APID_CERT_LIFETIME",
     "DEFAULT_FAIL_DAYS",
     "DEFAULT_WARN_DAYS",
     "RENEWAL_FLOOR",
@@ -34,6 +35,7 @@ __all__ = [
     "Finding",
     "Level",
     "chain_findings",
+    "lifetime_findings",
     "name_findings",
     "renewal_findings",
     "validity_findings",
@@ -44,6 +46,12 @@ DEFAULT_FAIL_DAYS = 7.0
 # Talos renews apid's (and kube-apiserver's) certificate at half its lifetime; one with less
 # than a quarter left was not renewed when it should have been.
 RENEWAL_FLOOR = 0.25
+# How long Talos makes apid's certificate valid: siderolabs/crypto x509
+# DefaultCertificateValidityDuration, 24 hours from its NotBefore (controllers/secrets/api.go
+# on control planes, trustd's signing of the worker's CSR: internal/app/trustd/internal/reg),
+# refreshed every 12 hours. X.509 times have a second's precision: a minute is allowed.
+APID_CERT_LIFETIME = 24 * 3600.0
+_LIFETIME_SLACK = 60.0
 
 Level = Literal["failure", "warning"]
 
@@ -127,6 +135,24 @@ def renewal_findings(facts: CertificateFacts, what: str, now: dt.datetime) -> li
             )
         ]
     return []
+
+
+def lifetime_findings(
+    facts: CertificateFacts, what: str, longest: float = APID_CERT_LIFETIME
+) -> list[Finding]:
+    """A failure when the certificate is valid for longer than ``longest`` seconds (plus a
+    minute): not one Talos issued, and one that never needs renewing."""
+    if facts.lifetime <= longest + _LIFETIME_SLACK:
+        return []
+    return [
+        Finding(
+            "failure",
+            f"{what} is valid for {duration_text(facts.lifetime)} "
+            f"({utc_text(facts.not_before)} to {utc_text(facts.not_after)}); Talos issues it "
+            f"for {duration_text(longest)} and renews it at half that, so it was not issued "
+            "by the node's own certificate controller",
+        )
+    ]
 
 
 def chain_findings(

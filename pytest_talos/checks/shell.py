@@ -37,7 +37,11 @@ __all__ = [
 # /usr/local/sbin, /usr/local/bin and go-cni's /opt/cni/bin; EnvPathWithBin puts /bin first),
 # the links of the usr-merged root (/sbin and /usr/sbin are usr/bin), helper directories
 # that are not on PATH (/usr/libexec), and every add-on tree under /opt (``*`` is one
-# directory level: /opt/containerd/bin, /opt/cni/bin, ...).
+# directory level: /opt/containerd/bin, /opt/cni/bin, ...). One level down in /usr/libexec
+# too, where packages keep their helpers (/usr/libexec/<package>/...): the stock image has
+# only the empty /usr/libexec/kubernetes there (Dockerfile, the rootfs stage, and the packages
+# it copies; hack/cleanup.sh drops /usr/libexec/getconf), and /opt/*/sbin, which no stock
+# /opt tree has (/opt/containerd/{bin,lib}, /opt/cni/bin).
 SHELL_DIRECTORIES = (
     "/bin",
     "/sbin",
@@ -47,7 +51,9 @@ SHELL_DIRECTORIES = (
     "/usr/local/sbin",
     "/opt/cni/bin",
     "/usr/libexec",
+    "/usr/libexec/*",
     "/opt/*/bin",
+    "/opt/*/sbin",
 )
 SHELL_NAMES = frozenset(
     {
@@ -78,9 +84,11 @@ SHELL_NAMES = frozenset(
     }
 )
 # Login and remote-access daemons: OpenSSH (and its per-session helpers since 9.8), Dropbear,
-# telnet, getty, web terminals and terminal sharing.
+# telnet, getty and the login programs they run, web terminals and terminal sharing.
 REMOTE_ACCESS_PROCESSES = frozenset(
     {
+        "login",
+        "sulogin",
         "sshd",
         "sshd-session",
         "sshd-auth",
@@ -106,12 +114,14 @@ SHELL_PROCESSES = SHELL_NAMES | REMOTE_ACCESS_PROCESSES
 # EXEC:sh``, ``nc -l -e /bin/sh``).
 _RELAYS = frozenset({"socat", "ncat", "nc", "netcat"})
 # A program under another name: a build or architecture suffix (busybox.static,
-# toybox-x86_64, apk.static), then a version (bash5, ksh93, bash5.2, dnf5).
+# toybox-x86_64, apk.static) or a Debian diversion's (sh.distrib, dash.orig, bash.real), then
+# a version, right after the name or after a dash or underscore (bash5, ksh93, bash5.2, dnf5,
+# bash-5.2, busybox-1.36.1).
 _BUILD_SUFFIX = re.compile(
     r"[.-](?:static|dynamic|musl|glibc|minimal|x86_64|amd64|aarch64|arm64|armv7l|armhf|i686|"
-    r"i386|riscv64|ppc64le|s390x)$"
+    r"i386|riscv64|ppc64le|s390x|distrib|orig|real)$"
 )
-_VERSION_SUFFIX = re.compile(r"(?<=[a-z])\d[\d.]*$")
+_VERSION_SUFFIX = re.compile(r"(?:(?<=[a-z])|[-_])\d[\d.]*$")
 SSH_PORT = 22
 
 
@@ -187,8 +197,9 @@ def assert_no_shell(
 
 def is_program_named(name: str, names: Iterable[str]) -> bool:
     """Whether the file or process ``name`` is one of ``names``, or one of them under a
-    well-known alias: a build or architecture suffix (``busybox.static``, ``toybox-x86_64``,
-    ``apk.static``) and a version (``bash5``, ``ksh93``, ``dnf5``)."""
+    well-known alias: a build, architecture or diversion suffix (``busybox.static``,
+    ``toybox-x86_64``, ``apk.static``, ``sh.distrib``) and a version (``bash5``, ``ksh93``,
+    ``dnf5``, ``bash-5.2``)."""
     wanted = frozenset(names)
     name = posixpath.basename(name.rstrip("/")).lower()
     if name in wanted:
@@ -201,13 +212,15 @@ def find_programs(
     node: TalosNode, names: Iterable[str], directories: Iterable[str] = SHELL_DIRECTORIES
 ) -> tuple[list[str], list[str], list[str]]:
     """Programs called one of ``names`` (or an alias, see :func:`is_program_named`) directly
-    in ``directories``: the real paths found (each once), the directories searched and those
-    that do not exist.
+    in ``directories``, or links there to one (a busybox under any name with its applet
+    links, ``ls -> toolbox``, is found by the links' target): the real paths found (each
+    once, a link as ``<path> -> <target>``), the directories searched and those that do not
+    exist.
 
     A directory with a ``*`` component is expanded one level at a time from what the node
-    lists (``/opt/*/bin`` is the ``bin`` of each directory in ``/opt``). A missing directory
-    is Unknown ``lstat <path>: no such file or directory`` on Talos (``pkg/archiver/walker.go``):
-    absent, not an error. Any other error is raised.
+    lists (``/opt/*/bin`` is the ``bin`` of each directory in ``/opt`` that has one). A
+    missing directory is Unknown ``lstat <path>: no such file or directory`` on Talos
+    (``pkg/archiver/walker.go``): absent, not an error. Any other error is raised.
     """
     wanted = frozenset(names)
     found: dict[str, None] = {}
@@ -224,8 +237,12 @@ def find_programs(
                 raise TalosError(
                     f"cannot list {directory}: {entry.error}", node=node.name, method="List"
                 )
-            if not entry.is_dir and is_program_named(entry.name, wanted):
+            if entry.is_dir:
+                continue
+            if is_program_named(entry.name, wanted):
                 found[entry.name] = None
+            elif entry.link and is_program_named(entry.link, wanted):
+                found[f"{entry.name} -> {entry.link}"] = None
     return list(found), searched, absent
 
 
@@ -245,8 +262,16 @@ def _expand_directories(node: TalosNode, directories: Iterable[str]) -> list[str
             if entry.is_dir and not entry.error
         ]
         for child in sorted(children):
-            expanded.update(dict.fromkeys(_expand_directories(node, [posixpath.join(child, rest)])))
+            if rest and not _has_entry(node, child, rest.split("/", 1)[0]):
+                continue  # a wildcard names only the trees that have the rest of the path
+            below = posixpath.join(child, rest) if rest else child
+            expanded.update(dict.fromkeys(_expand_directories(node, [below])))
     return list(expanded)
+
+
+def _has_entry(node: TalosNode, directory: str, name: str) -> bool:
+    entries = node.files.entries(directory) or []
+    return any(posixpath.basename(e.name.rstrip("/")) == name for e in entries if not e.error)
 
 
 def pod_workload_pids(processes: Iterable[models.ProcessInfo]) -> frozenset[int]:

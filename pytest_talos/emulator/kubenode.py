@@ -10,6 +10,7 @@ it runs healthy, and after :data:`NODE_MONITOR_GRACE` without status the Node tu
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -31,8 +32,10 @@ __all__ = [
     "kube_node_info",
     "kubelet_node_name",
     "node_registered",
+    "node_taints",
     "nodename_of",
     "ready_flap",
+    "talos_taints",
 ]
 
 # pkg/machinery/constants/constants.go K8sExtensionPrefix
@@ -120,6 +123,71 @@ def nodename_of(hostname: str, domain: str, config: bytes) -> str:
     fqdn = _kubelet_section(config).get("registerWithFQDN") is True
     name = f"{hostname}.{domain}" if fqdn and domain else hostname
     return kubernetes_node_name(name)
+
+
+# pkg/machinery/constants/constants.go LabelNodeRoleControlPlane, AnnotationOwnedTaints
+CONTROL_PLANE_TAINT_KEY = "node-role.kubernetes.io/control-plane"
+OWNED_TAINTS_ANNOTATION = "talos.dev/owned-taints"
+# Quirk KUBE_CLOUD_TAINT_STAYS: kubelet runs with --cloud-provider=external and no cloud
+# controller manager ever initialises the Node (Kubernetes cloud-provider api well-known
+# taint TaintExternalCloudProvider)
+CLOUD_UNINITIALIZED_TAINT = {
+    "key": "node.cloudprovider.kubernetes.io/uninitialized",
+    "value": "true",
+    "effect": "NoSchedule",
+}
+# The node lifecycle controller taints a cordoned node and one under pressure (kubernetes
+# pkg/controller/nodelifecycle; INFERRED here: Kubernetes, not Talos). Not modelled: the
+# not-ready/unreachable taints of a NotReady or Unknown Node.
+_CONDITION_TAINTS = {
+    "MemoryPressure": "node.kubernetes.io/memory-pressure",
+    "DiskPressure": "node.kubernetes.io/disk-pressure",
+    "PIDPressure": "node.kubernetes.io/pid-pressure",
+}
+
+
+def talos_taints(controlplane: bool, config: bytes) -> list[dict[str, str]]:
+    """The NodeTaintSpecs Talos makes and NodeApplyController puts on the Node
+    (controllers/k8s/node_taint_spec.go): ``node-role.kubernetes.io/control-plane``
+    NoSchedule on a control plane unless ``cluster.allowSchedulingOnControlPlanes`` (or the
+    older ``allowSchedulingOnMasters`` when that is unset:
+    v1alpha1_clusterconfig.go ScheduleOnControlPlanes), then one per ``machine.nodeTaints``
+    entry, its value ``value:effect`` or just ``effect`` (cut at the first colon)."""
+    document = main_document(config)
+    cluster = document.get("cluster") or {}
+    allowed = cluster.get("allowSchedulingOnControlPlanes")
+    if allowed is None:
+        allowed = cluster.get("allowSchedulingOnMasters")
+    taints = [] if allowed is True or not controlplane else [_control_plane_taint()]
+    declared = (document.get("machine") or {}).get("nodeTaints") or {}
+    for key, raw in declared.items() if isinstance(declared, dict) else ():
+        value, colon, effect = str(raw).partition(":")
+        taint = {"key": str(key), "value": value, "effect": effect}
+        taints = [t for t in taints if t["key"] != taint["key"]]  # one spec per key
+        taints.append(taint if colon else {"key": str(key), "effect": value})
+    return taints
+
+
+def _control_plane_taint() -> dict[str, str]:
+    return {"key": CONTROL_PLANE_TAINT_KEY, "effect": "NoSchedule"}
+
+
+def node_taints(
+    info: KubeNodeInfo, config: bytes, quirk: Callable[[Quirk], bool]
+) -> tuple[list[dict[str, str]], dict[str, str]]:
+    """The Node's ``spec.taints`` and the annotations Talos keeps for them: its own
+    (:func:`talos_taints`, their keys owned in ``talos.dev/owned-taints`` as a sorted JSON
+    list: node_apply.go marshalOwnedAnnotation), then what Kubernetes adds."""
+    own = talos_taints(info.controlplane, config)
+    taints = [*own]
+    taints += [{"key": _CONDITION_TAINTS[kind], "effect": "NoSchedule"} for kind in info.pressure]
+    if info.unschedulable:
+        taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
+    if quirk(Quirk.KUBE_CLOUD_TAINT_STAYS):
+        taints.append(dict(CLOUD_UNINITIALIZED_TAINT))
+    keys = sorted({t["key"] for t in own})
+    annotations = {OWNED_TAINTS_ANNOTATION: json.dumps(keys, separators=(",", ":"))} if keys else {}
+    return taints, annotations
 
 
 def node_registered(config: bytes) -> bool:

@@ -15,14 +15,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytest_talos.emulator import kubeapi
-from pytest_talos.emulator.identity import KubeNodeInfo
-from pytest_talos.emulator.kubenode import kubelet_node_name, node_registered
+from pytest_talos.emulator.kubenode import kubelet_node_name, node_registered, node_taints
 from pytest_talos.emulator.state import NodeState
 
 __all__ = ["ClusterKubeProvider"]
 
 _CONTROL_PLANE_PODS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
-_CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
 
 
 def _when(seconds: float) -> dt.datetime:
@@ -31,23 +29,6 @@ def _when(seconds: float) -> dt.datetime:
 
 def _maybe_when(seconds: float | None) -> dt.datetime | None:
     return None if seconds is None else _when(seconds)
-
-
-# The node lifecycle controller taints a cordoned node and one under pressure
-# (kubernetes pkg/controller/nodelifecycle: node.kubernetes.io/unschedulable, .../memory-pressure).
-_CONDITION_TAINTS = {
-    "MemoryPressure": "node.kubernetes.io/memory-pressure",
-    "DiskPressure": "node.kubernetes.io/disk-pressure",
-    "PIDPressure": "node.kubernetes.io/pid-pressure",
-}
-
-
-def _taints(info: KubeNodeInfo) -> list[dict[str, str]]:
-    taints = [_CONTROL_PLANE_TAINT] if info.controlplane else []
-    taints += [{"key": _CONDITION_TAINTS[kind], "effect": "NoSchedule"} for kind in info.pressure]
-    if info.unschedulable:
-        taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
-    return taints
 
 
 class ClusterKubeProvider:
@@ -63,6 +44,7 @@ class ClusterKubeProvider:
             if not node_registered(state.active_config):
                 continue  # skipNodeRegistration: kubelet_spec.go gives kubelet no kubeconfig
             info = state.kube_node()
+            taints, annotations = node_taints(info, state.active_config, state.quirk)
             objects.append(
                 kubeapi.make_node_object(
                     info.name,
@@ -73,7 +55,8 @@ class ClusterKubeProvider:
                     pod_cidr=info.pod_cidr,
                     resource_version=0,  # the API server stamps its own versions
                     creation_ts=_when(info.created),
-                    taints=_taints(info),
+                    taints=taints,
+                    annotations=annotations,
                     unschedulable=info.unschedulable,
                     pressure=info.pressure,
                     ready_since=_maybe_when(info.ready_since),

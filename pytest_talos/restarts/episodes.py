@@ -3,7 +3,8 @@
 From a service's timed state changes (:mod:`pytest_talos.restarts.history`),
 :func:`restart_episodes` finds each time a service stopped running after it had run: a
 crash (the restart runner's ``Waiting`` "going to restart", internal/app/machined/pkg/
-system/runner/restart/restart.go), a stop, a failure, or an unhealthy spell (a ``Running``
+system/runner/restart/restart.go), a stop, a start over without a stop (a pre-start state
+after ``Running``), a failure, or an unhealthy spell (a ``Running``
 event "Health check failed", service_runner.go healthUpdate). :func:`judge` then excuses
 what the boot or the kit's own config changes (:mod:`pytest_talos.restarts.kit_changes`)
 explain; the rest is the node's.
@@ -32,12 +33,18 @@ __all__ = [
 
 BOOT = "before the machine first reached the running stage (the boot)"
 
-EpisodeKind = Literal["crash", "stop", "failure", "unhealthy"]
+EpisodeKind = Literal["crash", "stop", "restart", "failure", "unhealthy"]
 # service_runner.go healthUpdate: the Running event recorded when a health check starts failing
 _HEALTH_FAILED = "Health check failed"
 # system/system.go Start: what a service whose run returned no error ends with
 _FINISHED_OK = "Service finished successfully"
 
+# service_runner.go Start: the states a run passes through before Running (Waiting "Waiting
+# for ..." on its conditions, Preparing, Starting). After Running, a healthy service records
+# only Running (health changes), Stopping and Finished, Failed, or the restart runner's
+# Waiting: the pre-start steps are not repeated when the restart runner runs it again
+# (runner/restart/restart.go). One of them after Running is a start over without a stop.
+_START_OVER = ("WAITING", "PREPARING", "STARTING", "INITIALIZED")
 # restart.go: what the restart runner says when it will run the service again
 _RESTART_MARKS = (
     "going to restart forever",
@@ -79,6 +86,7 @@ class Episode:
         what = {
             "crash": "crashed",
             "stop": "stopped",
+            "restart": "started over without a stop",
             "failure": "failed",
             "unhealthy": "turned unhealthy while Running",
         }[self.kind]
@@ -87,8 +95,8 @@ class Episode:
 
 
 def restart_episodes(events: Iterable[TimedServiceEvent]) -> list[Episode]:
-    """Every crash, stop-after-running, failure and unhealthy spell in ``events`` (in
-    order)."""
+    """Every crash, stop-after-running, start over without a stop, failure and unhealthy
+    spell in ``events`` (in order)."""
     episodes: list[Episode] = []
     ran: dict[str, bool] = {}
     for event in events:
@@ -106,6 +114,10 @@ def restart_episodes(events: Iterable[TimedServiceEvent]) -> list[Episode]:
         elif action in ("STOPPING", "FINISHED") and ran.get(name):
             if not is_one_shot_success(name, action, event.message):
                 episodes.append(Episode(name, "stop", event.at, event.message))
+            ran[name] = False
+        elif action in _START_OVER and ran.get(name):
+            text = f"{action.capitalize()} {event.message}".rstrip()
+            episodes.append(Episode(name, "restart", event.at, text))
             ran[name] = False
     return episodes
 

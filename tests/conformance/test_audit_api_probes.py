@@ -33,12 +33,11 @@ from pytest_talos.certs import (
 )
 from pytest_talos.emulator import EmulatedCluster
 from pytest_talos.emulator.pki import (
-    KUBERNETES_CERT_VALIDITY,
     CertificateAuthority,
     issue_client_cert,
-    issue_server_cert,
+    issue_kube_apiserver_cert,
 )
-from pytest_talos.errors import ConnectError, PermissionDenied
+from pytest_talos.errors import ConnectError, NotFound, PermissionDenied
 from pytest_talos.talos_api import APID_PORT
 
 # Addresses nothing answers on: a loopback address no emulator uses (connection refused),
@@ -171,13 +170,8 @@ class Handshakes:
 @pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> Handshakes:
     kube_ca = CertificateAuthority.generate(organization="kubernetes", key_type="ecdsa")
-    cert = issue_server_cert(
-        kube_ca,
-        hostname="cp",
-        ips=["10.5.0.2"],
-        dns=["lb.example"],
-        key_type="ecdsa",
-        validity=KUBERNETES_CERT_VALIDITY,
+    cert = issue_kube_apiserver_cert(  # as kubernetes_cert_sans.go names it
+        kube_ca, hostname="cp", fqdn="cp", ips=["10.5.0.2"], endpoint_host="lb.example"
     )
     handshakes = Handshakes(kube_ca)
 
@@ -202,6 +196,9 @@ class _Node:
         if self._config is None:
             raise PermissionDenied("not authorized", code="PERMISSION_DENIED")
         return SimpleNamespace(documents=[self._config])
+
+    def resource(self, *args: str) -> Any:  # NodeAddresses, HostnameStatuses: none here
+        raise NotFound("resource not found", code="NOT_FOUND")
 
 
 def _node(config: dict[str, Any] | None) -> Any:

@@ -68,15 +68,18 @@ def issue_server_cert(
     organization: str | None = None,
     hostname_san: bool = True,
     not_before: dt.datetime | None = None,
+    loopback: bool = True,
 ) -> CertAndKey:
     """A server certificate: CN = ``common_name`` (default the hostname); SANs = IPs +
     127.0.0.1, the hostname + ``dns``.
 
-    ``hostname_san=False`` leaves the hostname out of the SANs and ``not_before`` moves the
-    validity window (both for faults: a certificate missing a name, an expired one).
+    ``hostname_san=False`` leaves the hostname out of the SANs, ``loopback=False`` leaves
+    127.0.0.1 out and ``not_before`` moves the validity window (for faults and tests: a
+    certificate missing a name, an expired one).
     """
     key = generate_key(key_type)
-    ip_sans = [ipaddress.ip_address(ip) for ip in _unique([*ips, "127.0.0.1"])]
+    wanted = [*ips, "127.0.0.1"] if loopback else [ip for ip in ips if ip != "127.0.0.1"]
+    ip_sans = [ipaddress.ip_address(ip) for ip in _unique(wanted)]
     dns_sans = _unique([hostname, *dns] if hostname_san else [n for n in dns if n != hostname])
     sans: list[x509.GeneralName] = [x509.IPAddress(ip) for ip in ip_sans]
     sans += [x509.DNSName(name) for name in dns_sans]
@@ -106,16 +109,28 @@ def issue_apid_cert(
     fqdn: str,
     ips: Sequence[str],
     hostname_san: bool = True,
+    validity: dt.timedelta = DEFAULT_SERVER_VALIDITY,
+    loopback: bool = True,
 ) -> CertAndKey:
     """apid's serving certificate as machined issues it.
 
     internal/app/machined/pkg/controllers/secrets/api.go: CN = FQDN, the siderolabs/crypto
-    default validity; api_cert_sans.go: IPs = node addresses + 127.0.0.1, DNS = hostname and
-    FQDN. ``hostname_san=False`` (fault apid-cert-missing-san) leaves both names out.
+    default validity (24 h; a worker's comes from trustd's signing of its CSR with the same
+    default, internal/app/trustd/internal/reg/reg.go); api_cert_sans.go: IPs = every IP of
+    NodeAddresses ``accumulative-no-k8s`` (``ips``) + 127.0.0.1, DNS = hostname and FQDN.
+    ``hostname_san=False`` (fault apid-cert-missing-san) leaves both names out;
+    ``validity`` and ``loopback=False`` make certificates Talos never issues (tests).
     """
     names = _unique([hostname, fqdn]) if hostname_san else []
     return issue_server_cert(
-        ca, hostname=hostname, ips=ips, dns=names, common_name=fqdn, hostname_san=hostname_san
+        ca,
+        hostname=hostname,
+        ips=ips,
+        dns=names,
+        common_name=fqdn,
+        hostname_san=hostname_san,
+        validity=validity,
+        loopback=loopback,
     )
 
 
@@ -129,6 +144,7 @@ def issue_kube_apiserver_cert(
     service_ip: str = "10.96.0.1",
     dns_domain: str = "cluster.local",
     expired: bool = False,
+    in_cluster_names: bool = True,
 ) -> CertAndKey:
     """kube-apiserver's serving certificate as machined issues it.
 
@@ -137,18 +153,19 @@ def issue_kube_apiserver_cert(
     kubernetes_cert_sans.go: the endpoint's host, ``kubernetes``, ``kubernetes.default``,
     ``kubernetes.default.svc``, ``kubernetes.default.svc.<domain>``, ``localhost``, the
     hostname and FQDN, the first service IP, the node addresses and 127.0.0.1.
-    ``expired`` (fault kube-cert-expired) issues one whose year ended a day ago.
+    ``expired`` (fault kube-cert-expired) issues one whose year ended a day ago;
+    ``in_cluster_names=False`` one without the in-cluster names, the service IP and
+    127.0.0.1 (a certificate Talos never issues: tests).
     """
-    dns = [
+    in_cluster = [
         "kubernetes",
         "kubernetes.default",
         "kubernetes.default.svc",
         f"kubernetes.default.svc.{dns_domain}",
         "localhost",
-        hostname,
-        fqdn,
     ]
-    addresses = [service_ip, *ips]
+    dns = [*(in_cluster if in_cluster_names else []), hostname, fqdn]
+    addresses = [service_ip, *ips] if in_cluster_names else list(ips)
     try:
         ipaddress.ip_address(endpoint_host)
     except ValueError:
@@ -166,6 +183,7 @@ def issue_kube_apiserver_cert(
         common_name="kube-apiserver",
         organization="kube-master",
         not_before=start,
+        loopback=in_cluster_names,
     )
 
 
