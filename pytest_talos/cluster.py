@@ -1,7 +1,9 @@
 """TalosCluster: the target nodes, their roles, and a Kubernetes client on demand.
 
 Nodes come from (first that applies): the addresses given, the talosconfig context's
-``nodes``, the cluster's ``Members`` resources (discovery), else the endpoint itself. Each
+``nodes``, the cluster's ``Members`` resources (discovery), else the endpoint's node itself,
+addressed by one of its own addresses (the endpoint may be a DNS name, a load balancer or a
+NAT address, which a worker would not serve and a control plane would forward through). Each
 node's hostname and role are read once (``Hostname`` and ``MachineTypes``); nodes are kept
 sorted by hostname so every process (pytest-xdist workers too) sees the same order.
 
@@ -24,7 +26,13 @@ import yaml
 
 from pytest_talos import models
 from pytest_talos.client import DEFAULT_TIMEOUT, TalosClient
-from pytest_talos.errors import ConfigError, NotFound, TalosError, TransportError
+from pytest_talos.errors import (
+    ConfigError,
+    NotFound,
+    PermissionDenied,
+    TalosError,
+    TransportError,
+)
 from pytest_talos.node import TalosNode
 from pytest_talos.talos_api import ResourceType, split_host_port
 from pytest_talos.talosconfig import TalosConfig, load_talosconfig
@@ -223,7 +231,32 @@ def _discover(client: TalosClient) -> list[str]:
         members = []
     addresses = [_member_address(member) for member in members]
     found = [address for address in addresses if address]
-    return found or [_endpoint_host(client.endpoint)]
+    return found or [_endpoint_node(client)]
+
+
+# NodeAddresses the endpoint's node is asked for, in turn, when it is the only target: its
+# routed addresses without the Kubernetes ones (what discovery publishes, controllers/
+# cluster/local_affiliate.go), then all its current ones (controllers/network/node_address.go)
+_OWN_ADDRESSES = ("routed-no-k8s", "current")
+
+
+def _endpoint_node(client: TalosClient) -> str:
+    """The address to target the endpoint's own node by: the endpoint's host when it is one
+    of the node's addresses, else the node's first address (asked without node metadata,
+    so the endpoint's apid answers itself). apid serves a target locally only when it is
+    one of the node's own addresses or names (internal/app/apid/pkg/director/
+    local_address.go); a control plane forwards any other over the network
+    (director.go, backend/apid.go)."""
+    host = _endpoint_host(client.endpoint)
+    for ident in _OWN_ADDRESSES:
+        try:
+            spec = client.get(ResourceType.NODE_ADDRESSES, ident, "network").typed_spec
+        except TalosError:
+            continue
+        own = [a.split("/", 1)[0] for a in getattr(spec, "addresses", ())]
+        if own:
+            return host if host in own else own[0]
+    return host
 
 
 def _member_address(member: models.Resource) -> str | None:
@@ -264,8 +297,25 @@ def _describe_node(client: TalosClient, address: str, scan_baseline: str | None)
     try:
         hostname, role = node.hostname, node.role
     except TalosError as exc:
-        return TalosNode(client, address, role="unknown", unreachable=exc)
+        return TalosNode(client, address, role="unknown", unreachable=_explained(exc))
     return TalosNode(client, address, hostname=hostname, role=role, scan_baseline=scan_baseline)
+
+
+# internal/app/apid/pkg/director/director.go: what an apid that cannot forward answers (a
+# worker's: it has no client certificate, controllers/secrets/api.go, apid/service.go)
+NO_FORWARDING = "no request forwarding"
+WORKER_ENDPOINT = "this endpoint is a worker; use a control-plane endpoint"
+
+
+def _explained(exc: TalosError) -> TalosError:
+    """A node's error, saying what to do when it is the endpoint that cannot forward."""
+    if isinstance(exc, PermissionDenied) and exc.details == NO_FORWARDING:
+        return PermissionDenied(
+            f"{NO_FORWARDING}: {WORKER_ENDPOINT} (a worker's apid serves only itself)",
+            node=exc.node,
+            method=exc.method,
+        )
+    return exc
 
 
 # --------------------------------------------------------------------------- Kubernetes

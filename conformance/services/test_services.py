@@ -44,11 +44,15 @@ from pytest_talos.errors import (
 from pytest_talos.node import TalosNode
 from pytest_talos.restarts import (
     SERVICE_EVENTS_KEPT,
+    XID_SLACK,
     Episode,
     KitChange,
     TimedServiceEvent,
     Verdict,
+    boot_places,
+    clock_step,
     events_before,
+    excuse_clock_steps,
     history_gaps,
     is_restart_message,
     judge,
@@ -172,14 +176,18 @@ def _verdict(
     kit: KitChanges,
     services: Sequence[models.ServiceInfo] = (),
     since: float | None = None,
+    upper: float | None = None,
 ) -> Verdict:
     timed, running_at = timed_service_events(events)
     if since is not None:
         timed = merge_histories(timed, services, since)
     booted = running_at is not None or _machine_running(node)
-    return judge(
-        restart_episodes(timed), running_at=running_at, booted=booted, kit_changes=kit(node)
+    places = boot_places(events)
+    verdict = judge(
+        restart_episodes(timed), running_at=places.running_at, booted=booted, kit_changes=kit(node)
     )
+    excuse_clock_steps(verdict.counted, places, upper=upper, booted=verdict.booted)
+    return verdict
 
 
 def _excused_evidence(verdict: Verdict) -> list[str]:
@@ -228,10 +236,13 @@ def recent_events(talos_cluster: TalosCluster, talos_timing: Timing) -> FanOut[R
 def _in_window(events: list[models.Event], since: float | None) -> list[models.Event]:
     """The events of a read made a little earlier, cut to the window ``since`` opens (the
     node's own tail filter at this moment); an id's time is whole seconds, so only events
-    surely older go."""
+    surely older go, and with them every event the stream sent before one of them (the
+    stream is in publishing order: what a clock that stepped back stamped later is older)."""
     if since is None:
         return events
-    return [e for e in events if (at := xid_time(e.id)) is None or at + 1 > since]
+    times = [xid_time(e.id) for e in events]
+    older = [i for i, at in enumerate(times) if at is not None and at + 1 <= since]
+    return events[older[-1] + 1 :] if older else events
 
 
 def _recent_or_fanned_out(
@@ -247,6 +258,7 @@ def _recent_or_fanned_out(
             settled, events = False, []
         if settled:
             return _in_window(events, lower - RECENT)
+        return _in_window(_recent_events(node, timing), lower - RECENT)
     return _recent_events(node, timing)
 
 
@@ -324,6 +336,7 @@ def test_expected_services_are_running_and_healthy(
         talos_kit_changes,
         talos_node.services if since is not None else (),
         since,
+        upper,
     )
     crashes = {
         name: [e for e in found if e.kind != "stop"] for name, found in verdict.by_service().items()
@@ -435,9 +448,14 @@ def test_no_service_restarted_recently(
         if running_at is not None or events_cover:
             episodes += _resource_restarts(talos_node, merged, start, after)
     from_stream = {(e.service, e.kind, e.at) for e in restart_episodes(stream)}
+    places = boot_places(observation.records)
     verdict = judge(
-        episodes, running_at=running_at, booted=booted, kit_changes=talos_kit_changes(talos_node)
+        episodes,
+        running_at=places.running_at,
+        booted=booted,
+        kit_changes=talos_kit_changes(talos_node),
     )
+    excuse_clock_steps(verdict.counted, places, upper=upper, booted=verdict.booted)
     for episode in verdict.counted:
         if (episode.service, episode.kind, episode.at) in from_stream:
             continue
@@ -598,6 +616,20 @@ def _missing_text(missing: list[TimedServiceEvent]) -> str:
     return "; ".join(shown) + more
 
 
+def _clock_stepped(records: list[models.Event], seen: list[float], upper: float | None) -> str:
+    """How the stream shows the node's clock stepped back ("": it does not): its times go
+    back, or some are later than the node's clock can be now."""
+    step = clock_step(records)
+    if step is not None:
+        return step.describe()
+    if upper is not None and seen and max(seen) > upper + XID_SLACK:
+        return (
+            f"the node's clock stepped back: events are stamped up to {_iso(max(seen))}, "
+            f"later than its clock can be now ({_iso(upper)})"
+        )
+    return ""
+
+
 @pytest.mark.talos_check(
     "services.events-cover-window",
     severity="medium",
@@ -620,8 +652,10 @@ def test_events_stream_covers_the_window(
     lower, upper = _node_now(talos_emulator, talos_timing)
     history = talos_suite.restart_window
     seen = [t for t in (xid_time(e.id) for e in observation.records) if t is not None]
-    # the node's clock is at least as late as the newest event it sent
-    if seen:
+    stepped = _clock_stepped(observation.records, seen, upper)
+    # the node's clock is at least as late as the newest event it sent, unless that event
+    # was stamped by a clock that has since stepped back
+    if seen and not stepped:
         newest = max(seen)
         lower = max(lower, newest) if lower is not None else newest
     began_lower = _node_time_at(lower, talos_timing, observation.began)
@@ -632,7 +666,16 @@ def test_events_stream_covers_the_window(
     talos_evidence["tail_seconds"] = int(history)
     talos_evidence["events"] = len(observation.records)
     problems: list[str] = []
-    if began_lower is not None:
+    not_compared: list[str] = []
+    if stepped:
+        # runtime/v1alpha1/v1alpha1_events.go Watch finds the window's start by a binary
+        # search (sort.Search) over the buffer, which holds only for times that increase:
+        # after a step back the node may send its whole buffer, and is right to
+        not_compared.append(
+            f"{stepped}: events older than the window cannot be told (the node's "
+            "tail_seconds search assumes event times that only increase)"
+        )
+    elif began_lower is not None:
         older = events_before(observation.records, began_lower - max(1, int(history)))
         if older:
             oldest = min(xid_time(e.id) or 0.0 for e in older)
@@ -650,10 +693,12 @@ def test_events_stream_covers_the_window(
                 + _missing_text(missing)
             )
     else:
-        talos_evidence["not compared"] = (
+        not_compared.append(
             "the node's clock is not known here (an emulated clock faster than real time, "
             "reached from outside): ServiceList events were not placed in the window"
         )
+    if not_compared:
+        talos_evidence["not compared"] = "; ".join(not_compared)
     if problems:
         raise ConformanceFailure(
             "services.events-cover-window",

@@ -158,6 +158,26 @@ def test_node_runs_expected_kubernetes_version(
         )
 
 
+# controllers/time/sync.go: with no machine.time section the node waits for its first NTP
+# sync without end (bootTimeout 0), and machine_status.go keeps it not ready ("time").
+TIME_SYNC_HINT = (
+    "the node's clock is not synced: check that the node reaches its NTP servers "
+    "(machine.time.servers; time.cloudflare.com unless set), or set machine.time.bootTimeout "
+    "so that it counts as synced once that time has passed"
+)
+
+
+def _unmet_evidence(unmet: str) -> dict[str, str] | None:
+    return {"unmet conditions": unmet} if unmet else None
+
+
+def _with_hint(message: str, unmet: str) -> str:
+    """The failure message, with what to look at when the clock is what is waited for."""
+    if any(part.strip().startswith("time:") for part in unmet.split(";")):
+        return f"{message}: {TIME_SYNC_HINT}"
+    return message
+
+
 @pytest.mark.talos_check(
     "upgrade.nodes-running",
     severity="critical",
@@ -175,21 +195,21 @@ def test_node_finished_booting_and_is_ready(
         stage, ready, unmet = seen if isinstance(seen, tuple) else (str(seen), False, "")
         raise ConformanceFailure(
             "upgrade.nodes-running",
-            f"the machine is not running and ready within {STAGE_SETTLE:g}s",
+            _with_hint(f"the machine is not running and ready within {STAGE_SETTLE:g}s", unmet),
             node=talos_node.name,
             expected="stage running, ready",
             observed=f"stage {stage}, ready {ready}",
-            evidence={"unmet conditions": unmet} if unmet else None,
+            evidence=_unmet_evidence(unmet),
         ) from None
     if held.lapse is not None:
         stage, ready, unmet = held.lapse
         raise ConformanceFailure(
             "upgrade.nodes-running",
-            "the machine did not stay running and ready",
+            _with_hint("the machine did not stay running and ready", unmet),
             node=talos_node.name,
             expected=f"stage running, ready for {held.hold:g}s",
             observed=f"stage {stage}, ready {ready}",
-            evidence={"unmet conditions": unmet} if unmet else None,
+            evidence=_unmet_evidence(unmet),
         )
     talos_evidence.update(
         stage=held.reached.stage, ready=held.reached.ready, stable_for=READY_STABLE_FOR

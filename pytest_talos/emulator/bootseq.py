@@ -16,14 +16,41 @@ __all__ = ["Emit", "finish_boot_sequence", "run_boot_sequence"]
 Emit = Callable[[Payload], object]  # publishes one runtime event of the node
 
 
-def run_boot_sequence(emit: Emit, services: ServiceManager, *, container: bool) -> None:
+def run_boot_sequence(
+    emit: Emit, services: ServiceManager, *, container: bool, rtc_ahead: float = 0.0
+) -> None:
     """The initialize and boot sequences, with the services each phase starts, at once.
 
     internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer.go (Initialize, Boot)
     and v1alpha1_sequencer_tasks.go (the task names, StartAllServices). The boot ends
     (its SequenceEvent STOP, stage running) only once every service is up: until then
     StartAllServices is still waiting (:func:`finish_boot_sequence`).
+
+    ``rtc_ahead``: seconds the node's clock runs ahead until its first time sync steps it
+    back (controllers/time/sync.go). Everything of the initialize and boot phases is
+    stamped on that clock (event ids: rs/xid, runtime/events.go; service histories); the
+    services StartAllServices starts come after the sync, since etcd, kubelet and trustd
+    wait for it (system/services/etcd.go, kubelet.go, trustd.go: "time sync"). Where in
+    the phases the sync lands depends on the network; here it lands at their end (INFERRED).
     """
+    with services.clock.running_ahead(rtc_ahead):
+        _initialize_and_boot_phases(emit, services, container=container)
+    emit(PhasePayload("startEverything", "START"))
+    emit(TaskPayload("startAllServices", "START"))
+    # StartAllServices: cri, and trustd + etcd on control planes; kubelet is started by
+    # controllers/k8s/kubelet_service.go, extension services by their controller
+    services.boot(
+        [
+            "cri",
+            "trustd",
+            "etcd",
+            "kubelet",
+            *(sid for sid in services.services if sid.startswith("ext-")),
+        ]
+    )
+
+
+def _initialize_and_boot_phases(emit: Emit, services: ServiceManager, *, container: bool) -> None:
     emit(SequencePayload("initialize", "START"))
     if container:
         initialize = [
@@ -69,19 +96,6 @@ def run_boot_sequence(emit: Emit, services: ServiceManager, *, container: bool) 
     ]
     for phase, tasks in boot:
         _run_phase(emit, services, phase, tasks)
-    emit(PhasePayload("startEverything", "START"))
-    emit(TaskPayload("startAllServices", "START"))
-    # StartAllServices: cri, and trustd + etcd on control planes; kubelet is started by
-    # controllers/k8s/kubelet_service.go, extension services by their controller
-    services.boot(
-        [
-            "cri",
-            "trustd",
-            "etcd",
-            "kubelet",
-            *(sid for sid in services.services if sid.startswith("ext-")),
-        ]
-    )
 
 
 def _run_phase(emit: Emit, services: ServiceManager, phase: str, tasks: Sequence[str]) -> None:

@@ -6,14 +6,21 @@ a flapping service, a reboot) is scheduled through one :class:`Clock` per cluste
 the emulated wall clock (event and resource timestamps) advances ``X`` times faster than the
 real one, so a 60 s try window or a 5 s crash-loop period look right in timestamps while
 tests run quickly. Nothing sleeps in logic: callbacks are scheduled on the event loop.
+
+A node whose clock runs ahead until its first time sync (variant ``clock-stepped``) reads
+the emulated time plus an offset while :meth:`Clock.running_ahead` is in effect: only on the
+thread that entered it (the loop's, booting that node), so other nodes and readers of the
+cluster's time are not affected. When the block ends the clock steps back (the sync).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 __all__ = ["Cancellable", "Clock"]
@@ -35,6 +42,8 @@ class Clock:
         self._wall_start = time.time()
         self._mono_start = time.monotonic()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._ahead = 0.0  # seconds the clock reads ahead, on _ahead_thread only
+        self._ahead_thread: int | None = None
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Schedule callbacks on ``loop`` from now on (the cluster's loop)."""
@@ -51,8 +60,30 @@ class Clock:
         return (time.monotonic() - self._mono_start) * self.time_scale
 
     def time(self) -> float:
-        """Emulated Unix time in seconds."""
-        return self._wall_start + self.monotonic()
+        """Emulated Unix time in seconds (ahead while :meth:`running_ahead`)."""
+        return self._wall_start + self.monotonic() + self._offset()
+
+    def _offset(self) -> float:
+        return self._ahead if self._ahead_thread == threading.get_ident() else 0.0
+
+    @property
+    def synced(self) -> bool:
+        """Whether the clock reads the right time (not ahead, as before a time sync)."""
+        return self._offset() == 0.0
+
+    @contextlib.contextmanager
+    def running_ahead(self, seconds: float) -> Iterator[None]:
+        """Read ``seconds`` ahead (on this thread) until the block ends, then step back:
+        a node's clock set from a real-time clock that is ahead, until its first time sync
+        steps it (internal/app/machined/pkg/controllers/time/sync.go)."""
+        if seconds <= 0:
+            yield
+            return
+        self._ahead, self._ahead_thread = float(seconds), threading.get_ident()
+        try:
+            yield
+        finally:
+            self._ahead, self._ahead_thread = 0.0, None
 
     def now(self) -> dt.datetime:
         """Emulated wall-clock time (UTC)."""

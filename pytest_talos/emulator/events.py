@@ -154,12 +154,32 @@ class EventBuffer:
         self, *, tail_events: int, tail_id: str, tail_seconds: int, now: float
     ) -> list[RuntimeEvent]:
         """The buffered events an Events request asks for: the last N, those after an id,
-        or those of the last seconds by the node's clock (v1alpha1_server.go Events)."""
+        or those of the last seconds by the node's clock (v1alpha1_server.go Events).
+
+        An id or a number of seconds is found as runtime/v1alpha1/v1alpha1_events.go Watch
+        finds it: a binary search (Go's sort.Search) for the first event whose id is later,
+        or whose id's time (whole seconds) is after ``now - tail_seconds``. That holds only
+        while ids increase: after the node's clock stepped back, it may start anywhere
+        the search lands (the whole buffer, often)."""
         events = self.snapshot()
         if tail_id:
-            return [e for e in events if e.id > tail_id]
+            return events[_search(len(events), lambda i: events[i].id > tail_id) :]
         if tail_seconds > 0:
-            return [e for e in events if e.time >= now - tail_seconds]
+            since = now - tail_seconds
+            return events[_search(len(events), lambda i: int(events[i].time) > since) :]
         if tail_events < 0:
             return events
         return events[-tail_events:] if tail_events > 0 else []
+
+
+def _search(n: int, after: Callable[[int], bool]) -> int:
+    """Go's sort.Search: the smallest index in [0, n) where ``after`` holds, assuming it
+    holds for every index past that one (n when it never does)."""
+    low, high = 0, n
+    while low < high:
+        middle = (low + high) // 2
+        if after(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low

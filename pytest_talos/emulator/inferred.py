@@ -90,9 +90,9 @@ INFERRED: tuple[str, ...] = (
     "`allAliases`, `defaultNamespace`, `printColumns`, `sensitivity`), namespace "
     "descriptions, owners (`cluster.MemberController`, `runtime.MachineStatusController`), "
     "EtcdMember spec `memberID` (field 1) and Nodename spec (`nodename` 1, `hostname` 2), "
-    "Version spec name `Talos`, MachineStatus unmet condition `services` with reason "
-    "`unhealthy services: <ids>`. Namespaces registered: those of v1alpha2_state.go; types: the "
-    "ones listed in docs/emulator.md.",
+    "Version spec name `Talos`, MachineStatus unmet conditions `time`, `services` and "
+    "`nodeReady` (`network` and `staticPods` are never unmet here). Namespaces registered: "
+    "those of v1alpha2_state.go; types: the ones listed in docs/emulator.md.",
     "ExtensionStatuses resources (ids `0`, `1`, …) have a YAML spec `image`, `metadata` "
     "(name, version, author, description) and no proto_spec (not restated in our protos).",
     # apply and lifecycle

@@ -7,22 +7,39 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable, Iterator
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
+from pytest_talos.emulator.clock import Cancellable, Clock
 from pytest_talos.emulator.events import MachineStatusPayload, Payload
-from pytest_talos.emulator.identity import NodeIdentity, etcd_member_id, node_id_for
-from pytest_talos.emulator.kubenode import extension_versions, node_registered, nodename_of
+from pytest_talos.emulator.faults import Quirk
+from pytest_talos.emulator.identity import (
+    KubeNodeInfo,
+    NodeIdentity,
+    etcd_member_id,
+    node_id_for,
+)
+from pytest_talos.emulator.kubenode import (
+    READY_FLAP_DOWN,
+    READY_FLAP_PERIOD,
+    extension_versions,
+    node_registered,
+    nodename_of,
+)
 from pytest_talos.emulator.nodeapply import CONFIG_ANNOTATIONS
 from pytest_talos.emulator.nodenet import NodeNetworking
 from pytest_talos.emulator.resources import DEFINITIONS, NAMESPACES, T
-from pytest_talos.emulator.services import ServiceManager
+from pytest_talos.emulator.services import ServiceManager, go_quote
 from pytest_talos.emulator.store import ResourceStore, StoreEvent
 
 __all__ = [
     "MachineStatus",
     "NodenameController",
+    "StatusSource",
+    "next_ready_flap",
     "publish_boot_resources",
     "publish_machine_config",
+    "readiness",
+    "service_problems",
     "unhealthy",
 ]
 
@@ -155,18 +172,86 @@ def publish_machine_config(
 
 
 def unhealthy(services: ServiceManager, *, controlplane: bool) -> list[str]:
-    """What keeps the machine from being ready (controllers/runtime/machine_status.go
-    servicesCheck): a running service whose health is known and bad, or a required one
-    (apid, machined, kubelet; etcd and trustd on control planes) that is not running."""
-    required = {"apid", "machined", "kubelet"}
-    if controlplane:
-        required |= {"etcd", "trustd"}
+    """The services that keep the machine from being ready (the ids of :func:`service_problems`)."""
     return sorted(
-        s.id
-        for s in services.services.values()
-        if (s.running and not s.health.unknown and not s.health.healthy)
-        or (not s.running and s.id in required)
+        {problem.split(" ", 1)[0] for problem in service_problems(services, controlplane)}
     )
+
+
+# controllers/runtime/machine_status.go getReadinessChecks: what every node needs running
+REQUIRED_SERVICES = ("apid", "machined", "kubelet")
+REQUIRED_ON_CONTROL_PLANES = ("etcd", "trustd")
+
+
+def service_problems(services: ServiceManager, controlplane: bool) -> list[str]:
+    """controllers/runtime/machine_status.go servicesCheck, over the Services resources
+    (one per Running service, controllers/v1alpha1/service.go), by id: ``<id> not
+    healthy`` for a running one whose health is known and bad; then ``<id> not running``
+    for each required service (apid, machined, kubelet; etcd and trustd on control planes)
+    that is not running, in that order."""
+    running = sorted(s.id for s in services.services.values() if s.running)
+    problems = []
+    for sid in running:
+        health = services.services[sid].health
+        if not health.unknown and not health.healthy:
+            problems.append(f"{sid} not healthy")
+    required = REQUIRED_SERVICES + (REQUIRED_ON_CONTROL_PLANES if controlplane else ())
+    problems += [f"{sid} not running" for sid in required if sid not in running]
+    return problems
+
+
+class StatusSource(Protocol):
+    """What the machine status controller reads of its node."""
+
+    clock: Clock
+    powered: bool
+    booted_at: float
+    services: ServiceManager
+
+    @property
+    def controlplane(self) -> bool: ...
+
+    def kube_node(self) -> KubeNodeInfo: ...
+
+    def quirk(self, quirk: Quirk) -> bool: ...
+
+
+Unmet = tuple[tuple[str, str], ...]
+
+
+def node_ready_problem(store: ResourceStore, node: StatusSource) -> str | None:
+    """controllers/runtime/machine_status.go nodeReadyCheck: nothing until the Nodenames
+    resource exists or with skipNodeRegistration; else the Kubernetes Node's Ready (its
+    NodeStatus, controllers/k8s/node_status.go, follows the Node)."""
+    nodename = store.get("k8s", T.NODENAMES, "nodename")
+    if nodename is None or not isinstance(nodename.spec, dict):
+        return None
+    if nodename.spec.get("skipNodeRegistration"):
+        return None
+    name = nodename.spec.get("nodename", "")
+    if not node.powered:
+        return f"node {go_quote(name)} status is not available yet"
+    return None if node.kube_node().ready else f"node {go_quote(name)} is not ready"
+
+
+def readiness(store: ResourceStore, node: StatusSource, stage: str) -> Unmet:
+    """The unmet conditions (controllers/runtime/machine_status.go getReadinessChecks), in
+    the controller's order: time, network, services, staticPods, nodeReady; checked only in
+    the booting and running stages. The emulated clock is synced and the network ready
+    once the node is up (time sync and network bring-up are not modelled: INFERRED), and
+    the static pods' status is not modelled."""
+    if stage not in ("booting", "running"):
+        return ()
+    unmet: list[tuple[str, str]] = []
+    if not node.clock.synced:
+        unmet.append(("time", "time is not synced"))
+    problems = service_problems(node.services, node.controlplane)
+    if problems:
+        unmet.append(("services", ", ".join(problems)))
+    not_ready = node_ready_problem(store, node)
+    if not_ready:
+        unmet.append(("nodeReady", not_ready))
+    return tuple(unmet)
 
 
 class MachineStatus:
@@ -176,15 +261,16 @@ class MachineStatus:
         self,
         store: ResourceStore,
         *,
-        unhealthy_services: Callable[[], list[str]],
+        node: StatusSource,
         emit: Callable[[Payload, str], object],
     ) -> None:
         self._store = store
-        self._unhealthy_services = unhealthy_services
+        self._node = node
         self._emit = emit
         self.stage = "booting"
         self.held = False  # services change in bulk: publish the status once after
-        self._last: tuple[str, bool, tuple[tuple[str, str], ...]] | None = None
+        self._last: tuple[str, bool, Unmet] | None = None
+        self._recheck: Cancellable | None = None
 
     def forget(self) -> None:
         """A fresh boot: the next publish reports whatever the status is."""
@@ -196,10 +282,8 @@ class MachineStatus:
 
         The event carries exactly what the resource says: stage, ready, unmet conditions.
         """
-        unhealthy_now = self._unhealthy_services()
-        unmet: tuple[tuple[str, str], ...] = ()
-        if unhealthy_now:
-            unmet = (("services", f"unhealthy services: {', '.join(unhealthy_now)}"),)
+        unmet = readiness(self._store, self._node, self.stage)
+        self._recheck_at_next_flap()
         status = (self.stage, not unmet, unmet)
         if status == self._last:
             return
@@ -217,6 +301,26 @@ class MachineStatus:
         event_stage = self.stage.upper().replace(" ", "_")  # "shutting down" -> SHUTTING_DOWN
         self._emit(MachineStatusPayload(event_stage, not unmet, unmet), actor)
 
+    def _recheck_at_next_flap(self) -> None:
+        """Fault ready-flapping: the Node's Ready changes with time alone, and the
+        controller follows each change of its NodeStatus input: look again then."""
+        node = self._node
+        if self._recheck is not None or not node.quirk(Quirk.KUBE_READY_FLAPS):
+            return
+
+        def again() -> None:
+            self._recheck = None
+            if node.powered and not self.held:
+                self.publish("")
+
+        delay = next_ready_flap(node.booted_at, node.clock.time()) - node.clock.time()
+        self._recheck = node.clock.call_later(delay, again)
+
+    def cancel(self) -> None:
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
+
     @contextlib.contextmanager
     def held_back(self, actor: Callable[[], str]) -> Iterator[None]:
         """Services change in bulk (boot, shutdown): publish the machine status once, after."""
@@ -226,3 +330,12 @@ class MachineStatus:
         finally:
             self.held = False
         self.publish(actor())
+
+
+def next_ready_flap(booted_at: float, now: float) -> float:
+    """When the flapping Ready (:func:`~.kubenode.ready_flap`) next changes (a little after,
+    so the change has happened)."""
+    period, down = READY_FLAP_PERIOD, READY_FLAP_DOWN
+    into = max(now - booted_at, 0.0) % period
+    edge = period - down if into < period - down else period
+    return now + (edge - into) + 0.01

@@ -64,7 +64,7 @@ from pytest_talos.emulator.nodeservices import (
 from pytest_talos.emulator.servicefaults import ServiceFaults
 from pytest_talos.emulator.services import Service, ServiceManager, services_for
 from pytest_talos.emulator.store import ResourceStore
-from pytest_talos.emulator.variants import Variant, VariantSet
+from pytest_talos.emulator.variants import CLOCK_STEPPED_AHEAD, Variant, VariantSet
 
 __all__ = ["NodeState"]
 
@@ -147,9 +147,7 @@ class NodeState:
         self.lifecycle = Lifecycle(self, clock)
         self.powered = False
         self._boot_pending = False  # the boot sequence waits for every service to be up
-        self.status = MachineStatus(
-            self.store, unhealthy_services=self.unhealthy_services, emit=self.emit
-        )
+        self.status = MachineStatus(self.store, node=self, emit=self.emit)
         self.services_revision = 0  # bumped on every service change (reply caches use it)
         self.booted_at = clock.time()
 
@@ -245,7 +243,12 @@ class NodeState:
         )
         self.services.set_health_fault("machined", None)
         with self._status_held_back():  # then one status: the stage the boot reached
-            run_boot_sequence(self.emit, self.services, container=self.container)
+            run_boot_sequence(
+                self.emit,
+                self.services,
+                container=self.container,
+                rtc_ahead=CLOCK_STEPPED_AHEAD if self.variant(Variant.CLOCK_STEPPED) else 0.0,
+            )
             self._boot_pending = True
             self._finish_boot_when_up()
         self.service_faults.arm_after_boot()

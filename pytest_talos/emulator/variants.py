@@ -10,7 +10,8 @@ check that would fail a healthy real node is caught before a user sees it.
 A variant changes the emulated node the way the real cluster differs, at one of three seams:
 the generated machine config (``kube-proxy-disabled``, ``discovery-disabled``,
 ``register-with-fqdn``, ``kubespan``), the node's identity (``domain``, ``metal``,
-``extensions``) or its runtime state (``discovery-unreachable``, ``pod-shell``).
+``extensions``) or its runtime state (``discovery-unreachable``, ``pod-shell``,
+``clock-stepped``).
 Behaviour that follows from a variant is modelled where the healthy behaviour is, guarded
 by ``variants.on(Variant.X)``; where it follows from the machine config (proxy, discovery,
 the Kubernetes node name, KubeSpan), the node reads its config, so a user's own config gets
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pytest_talos.errors import ConfigError
 
 __all__ = [
+    "CLOCK_STEPPED_AHEAD",
     "DEFAULT_DOMAIN",
     "DEFAULT_EXTENSIONS",
     "VARIANTS",
@@ -47,12 +49,16 @@ class Variant(enum.StrEnum):
     EXTENSIONS = "extensions"
     REGISTER_WITH_FQDN = "register-with-fqdn"
     KUBESPAN = "kubespan"
+    CLOCK_STEPPED = "clock-stepped"
 
 
 # The domain a node gets from DHCP or a cloud's metadata when the variant asks for one.
 DEFAULT_DOMAIN = "cluster.example"
 # System extensions the `extensions` variant installs (names of real official extensions).
 DEFAULT_EXTENSIONS = ("iscsi-tools", "qemu-guest-agent")
+# Seconds the `clock-stepped` nodes' clocks run ahead until their first time sync: a
+# real-time clock kept in local time two hours east of UTC (hypervisors, dual boot).
+CLOCK_STEPPED_AHEAD = 2 * 3600.0
 
 VARIANTS: Mapping[Variant, str] = {
     Variant.DOMAIN: (
@@ -86,6 +92,11 @@ VARIANTS: Mapping[Variant, str] = {
     Variant.KUBESPAN: (
         "KubeSpan is enabled by a KubeSpanConfig document (the v1.13 way): every node has "
         "KubeSpan's WireGuard UDP listener on 51820 (the kubespan link itself is not modelled)"
+    ),
+    Variant.CLOCK_STEPPED: (
+        "every node's clock is 2 h ahead at boot and steps back at its first time sync: "
+        "the boot's first events and service histories carry later times than what follows "
+        "(on metal: a container node keeps the host's clock)"
     ),
 }
 
@@ -127,6 +138,8 @@ class VariantSet:
         variants = resolve_variants(names)
         if Variant.REGISTER_WITH_FQDN in variants:  # an FQDN needs a domain
             variants |= {Variant.DOMAIN}
+        if Variant.CLOCK_STEPPED in variants:  # a container node keeps the host's clock:
+            variants |= {Variant.METAL}  # controllers/time/sync.go never syncs there
         if Variant.DOMAIN in variants and not domain:
             domain = DEFAULT_DOMAIN
         if domain:

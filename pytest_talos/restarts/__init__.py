@@ -21,7 +21,9 @@ MaxEventsToKeep) and the Events stream the node's last 990 (runtime/v1alpha1/
 v1alpha1_controller.go NewEvents(1000, 10): cap-gap, v1alpha1_events.go Watch).
 :func:`merge_histories` joins both (the Events stream first, ServiceList for what it no
 longer holds) and :func:`history_gaps` says when neither reaches back to the start of the
-window asked for.
+window asked for. A node whose clock ran ahead until its first time sync stepped it back
+stamps the boot's first part later than what follows: :func:`clock_step` finds that in a
+stream, and :func:`boot_places` places the boot's events by their order instead.
 
 Some of those are not the node's fault, and :func:`judge` says which and why:
 
@@ -57,8 +59,16 @@ from pytest_talos.restarts.episodes import EpisodeKind as EpisodeKind
 from pytest_talos.restarts.history import (
     NODE_EVENTS_KEPT,
     SERVICE_EVENTS_KEPT,
+    STAMPED_AHEAD,
+    STEPPED_BOOT,
+    XID_SLACK,
+    BootPlaces,
+    ClockStep,
     TimedServiceEvent,
+    boot_places,
+    clock_step,
     events_before,
+    excuse_clock_steps,
     history_gaps,
     merge_histories,
     service_history,
@@ -85,12 +95,20 @@ __all__ = [
     "KIT_SETTLE",
     "NODE_EVENTS_KEPT",
     "SERVICE_EVENTS_KEPT",
+    "STAMPED_AHEAD",
+    "STEPPED_BOOT",
+    "XID_SLACK",
+    "BootPlaces",
     "ChangeLog",
+    "ClockStep",
     "Episode",
     "KitChange",
     "TimedServiceEvent",
     "Verdict",
+    "boot_places",
+    "clock_step",
     "events_before",
+    "excuse_clock_steps",
     "history_gaps",
     "is_health_failure",
     "is_restart_message",

@@ -19,18 +19,27 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from pytest_talos import models
 
 __all__ = [
     "NODE_EVENTS_KEPT",
     "SERVICE_EVENTS_KEPT",
+    "STAMPED_AHEAD",
+    "STEPPED_BOOT",
     "XID_SLACK",
+    "BootPlaces",
+    "ClockStep",
     "TimedServiceEvent",
+    "boot_places",
+    "clock_step",
     "clock_text",
     "events_before",
+    "excuse_clock_steps",
     "history_gaps",
     "merge_histories",
     "service_history",
@@ -109,6 +118,125 @@ def timed_service_events(
     return found, running_at
 
 
+@dataclass(frozen=True)
+class ClockStep:
+    """Where an Events stream's times go back: the node's clock was set back (its first
+    time sync, internal/app/machined/pkg/controllers/time/sync.go, steps a clock that ran
+    ahead). ``index`` is the first event after the step."""
+
+    index: int
+    before: float  # the latest event time before the step
+    after: float  # the event time right after it
+
+    def describe(self) -> str:
+        return (
+            f"the node's clock stepped back from {clock_text(self.before)} to "
+            f"{clock_text(self.after)}"
+        )
+
+
+def clock_step(records: Sequence[models.Event]) -> ClockStep | None:
+    """The first place the stream's event times go back by more than :data:`XID_SLACK`
+    (None: they never do). Each event id is made when the event is published (an
+    ``rs/xid``, internal/app/machined/pkg/runtime/events.go), in publishing order, so on a
+    clock that only moves forward the times never go back."""
+    latest: float | None = None
+    for index, event in enumerate(records):
+        at = xid_time(event.id)
+        if at is None:
+            continue
+        if latest is not None and at < latest - XID_SLACK:
+            return ClockStep(index, latest, at)
+        latest = at if latest is None else max(latest, at)
+    return None
+
+
+@dataclass(frozen=True)
+class BootPlaces:
+    """What an Events stream's order says of the boot where its times cannot.
+
+    ``running_at``: the boot's end (as :func:`timed_service_events`) when its time can be
+    compared with others, None when the clock stepped back after it. ``boot``: the
+    service events the stream places before the boot's end whose time is later than it
+    (stamped before a step back): ``(service, time, message)``, as often as seen."""
+
+    running_at: float | None
+    boot: Counter[tuple[str, float | None, str]]
+
+
+def boot_places(records: Sequence[models.Event]) -> BootPlaces:
+    """The boot's end and the boot's service events by their place in the stream."""
+    events = list(records)
+    _, running_at = timed_service_events(events)
+    end = _boot_end_index(events)
+    step = clock_step(events)
+    if end is None or running_at is None:
+        return BootPlaces(running_at, Counter())
+    reliable = step is None or step.index <= end
+    before, _ = timed_service_events(events[:end])
+    boot = Counter(
+        (e.service, e.at, e.message)
+        for e in before
+        if not reliable or (e.at is not None and e.at > running_at + XID_SLACK)
+    )
+    return BootPlaces(running_at if reliable else None, boot)
+
+
+# A node whose clock ran ahead (a real-time clock kept in local time, or simply wrong) until
+# its first time sync steps it back (controllers/time/sync.go) stamps what it recorded
+# before later than what came after. Only etcd, kubelet, trustd and extension services wait
+# for the sync (system/services/etcd.go, kubelet.go, trustd.go, extension.go): the boot's
+# first part is stamped on the unsynced clock. (The text begins as episodes.BOOT does.)
+STEPPED_BOOT = (
+    "before the machine first reached the running stage (the boot), placed there by the "
+    "Events stream's order (the node's clock stepped back at its time sync: this time is "
+    "later than the boot's end)"
+)
+STAMPED_AHEAD = (
+    "stamped later than the node's clock can be now: recorded before the node's clock "
+    "stepped back at its time sync, in the boot"
+)
+
+
+class Excusable(Protocol):
+    """What :func:`excuse_clock_steps` reads and sets of an episode."""
+
+    service: str
+    at: float | None
+    message: str
+    excuse: str
+
+
+def excuse_clock_steps(
+    episodes: Iterable[Excusable], places: BootPlaces, *, upper: float | None, booted: bool
+) -> None:
+    """On a machine that booted, excuse the (counted) episodes the stream places in the boot
+    where their time cannot say so, and those stamped later than the node's clock can be
+    now (``upper``: the latest it can be; None: unknown)."""
+    if not booted:
+        return
+    boot = Counter(places.boot)
+    for episode in episodes:
+        key = (episode.service, episode.at, episode.message)
+        if boot[key] > 0:
+            boot[key] -= 1
+            episode.excuse = STEPPED_BOOT
+        elif upper is not None and episode.at is not None and episode.at > upper + XID_SLACK:
+            episode.excuse = STAMPED_AHEAD
+
+
+def _boot_end_index(events: Sequence[models.Event]) -> int | None:
+    """The place of the event that ends the boot (see :func:`timed_service_events`)."""
+    stage: str | None = None
+    for index, event in enumerate(events):
+        payload = event.payload
+        if isinstance(payload, models.MachineStatusEvent):
+            if payload.stage == "RUNNING" and stage not in (None, "RUNNING"):
+                return index
+            stage = payload.stage
+    return None
+
+
 def service_history(service: models.ServiceInfo) -> list[TimedServiceEvent]:
     """A service's own history (ServiceList) as timed events."""
     return [
@@ -174,8 +302,9 @@ def history_gaps(
         events_cover = False  # nothing shows what happened before, nor when the boot ended
         notes.append("the Events stream brought no event of the window")
     else:
-        oldest_at, oldest = min(timed, key=lambda item: item[0])
-        if oldest_at > window_start + XID_SLACK and not _boot_start(oldest):
+        # the boot's first event covers all, wherever a stepped clock put its time
+        oldest_at = min(at for at, _ in timed)
+        if oldest_at > window_start + XID_SLACK and not _boot_start(timed[0][1]):
             events_cover = False
             notes.append(
                 f"the Events history starts at {clock_text(oldest_at)}, after the window start "
