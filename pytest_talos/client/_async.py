@@ -55,6 +55,10 @@ __all__ = [
 DEFAULT_WATCH_TIMEOUT = 60.0  # seconds a watch / event stream may stay open by default
 
 
+# Seconds a one-to-many call may take at least (see AsyncTalosClient.fanout).
+FANOUT_TIMEOUT = 25.0
+
+
 class TalosConfigWarning(UserWarning):
     """The talosconfig works but needs attention soon (e.g. the client cert expires)."""
 
@@ -405,7 +409,11 @@ class AsyncTalosClient:
             raise ValueError(f"fanout supports {', '.join(FANOUT)}, not {call!r}")
         rpc, make_request, converter = FANOUT[call]
         target = self._call.fanout_target(nodes)
-        reply = await self._transport.unary(rpc, make_request(), target)
+        # Long enough for apid to give up on a node that went silent and answer for the
+        # others (its backend waits up to MinConnectTimeout, 20 s, to connect:
+        # internal/app/apid/pkg/backend/apid.go), rather than fail the whole call.
+        limit = max(self.timeout, FANOUT_TIMEOUT)
+        reply = await self._transport.unary(rpc, make_request(), target, timeout=limit)
         return self._call.per_node(reply.messages, rpc, target, converter)
 
     async def fanout_version(

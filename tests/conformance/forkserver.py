@@ -415,7 +415,10 @@ def _child(conn: socket.socket, request: dict[str, Any]) -> NoReturn:
     sys.stderr.flush()
     with contextlib.suppress(OSError):
         conn.sendall(f"exit {code} {_cpu_seconds():.3f}\n".encode())
-    # The connection stays open until the process has ended (it closes with the process).
+    # The connection stays open until the process has ended: a bare duplicate of its fd is
+    # closed by the kernel at the exit itself, after the atexit handlers (the socket object
+    # may be freed before them, as the SystemExit unwinds this frame).
+    os.dup(conn.fileno())
     raise SystemExit(code)
 
 
