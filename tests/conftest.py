@@ -119,3 +119,14 @@ def _no_talos_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     # Each test its own state directory: a journal one test leaves on purpose (a node left
     # changed) must not turn up in the next test's run.
     monkeypatch.setenv("XDG_STATE_HOME", tempfile.mkdtemp(prefix="state-", dir=_STATE_HOME))
+
+
+@pytest.fixture
+def suite_markers(request: pytest.FixtureRequest) -> None:
+    """For a test that imports a module of the conformance suite to call a check directly:
+    the suite's markers, which only its own plugin registers, known to this run, so that
+    ``--strict-markers`` lets the module's decorators through."""
+    from pytest_talos.plugin.conformance import SUITE_MARKERS
+
+    for line in SUITE_MARKERS:
+        request.config.addinivalue_line("markers", line)

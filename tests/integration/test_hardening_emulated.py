@@ -24,8 +24,8 @@ from tests.integration.checks_support import TIME_SCALE, connected
 
 TIMING = Timing(scale=TIME_SCALE, source="the emulator")
 # The checks themselves are imported when called: their modules carry the suite's markers,
-# which only the suite's plugin registers.
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnknownMarkWarning")
+# which only the suite's plugin registers (the suite_markers fixture registers them here).
+pytestmark = pytest.mark.usefixtures("suite_markers")
 
 
 def conditions_check(*args: Any) -> None:

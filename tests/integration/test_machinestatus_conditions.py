@@ -5,7 +5,6 @@ Node makes the machine flap too. Read through the kit's client over real mTLS.""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -114,10 +113,10 @@ def test_every_healthy_variant_reaches_running_and_ready() -> None:
                 assert _unmet(spec) == []
 
 
+@pytest.mark.usefixtures("suite_markers")  # the suite's marks: its own plugin registers them
 def test_nodes_running_points_at_time_sync_when_the_clock_is_what_is_waited_for() -> None:
-    with warnings.catch_warnings():  # the suite's marks are registered by its own plugin
-        warnings.simplefilter("ignore")
-        from conformance.upgrade.test_upgrade import TIME_SYNC_HINT, _with_hint
+    from conformance.upgrade.test_upgrade import TIME_SYNC_HINT, _with_hint
+
     unmet = "time: time is not synced; services: kubelet not running"
     message = _with_hint("the machine is not running and ready within 30s", unmet)
     assert message == f"the machine is not running and ready within 30s: {TIME_SYNC_HINT}"

@@ -60,6 +60,7 @@ from pytest_talos.plugin.session import session_of
 
 __all__ = [
     "ADMIN",
+    "SUITE_MARKERS",
     "CheckSpec",
     "SuiteSettings",
     "check_spec",
@@ -73,7 +74,7 @@ __all__ = [
 ]
 
 _FIXTURES = (conformance_item, conformance_targets, talos_evidence, talos_suite)
-_MARKERS = (
+SUITE_MARKERS = (  # what the suite's test modules are marked with
     "talos_check(id, severity, claim): a conformance check: its id (area.claim), severity "
     "(critical, high, medium, low) and the claim it proves",
     *(f"{area}: conformance checks of the {area} area" for area in AREAS),
@@ -110,7 +111,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for line in _MARKERS:
+    for line in SUITE_MARKERS:
         config.addinivalue_line("markers", line)
     config.stash[SETTINGS] = read_settings(config, parts=PARTS)
     collector = ResultCollector()
