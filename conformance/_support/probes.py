@@ -297,11 +297,7 @@ async def _writes(transport: Transport, node: str) -> list[Attempt]:
     )
     left_behind = False
     for what, rpc, request in calls:
-        try:
-            await transport.unary(rpc, request, target)
-            verdict = _verdict(what, None)
-        except APIError as exc:
-            verdict = _verdict(what, exc)
+        verdict = await _sent_write(transport, rpc, request, target, what)
         exists = await _probe_exists(transport, target)
         if exists and rpc is not _DESTROY:
             left_behind = True
@@ -329,6 +325,17 @@ async def _writes(transport: Transport, node: str) -> list[Attempt]:
     return attempts
 
 
+async def _sent_write(
+    transport: Transport, rpc: Rpc[Any, Any], request: Message, target: Target, what: str
+) -> Attempt:
+    """One COSI write, judged by its reply (refused or not)."""
+    try:
+        await transport.unary(rpc, request, target)
+    except APIError as exc:
+        return _verdict(what, exc)
+    return _verdict(what, None)
+
+
 async def _absent_writes(
     transport: Transport, target: Target, kind_ns: tuple[str, str]
 ) -> list[Attempt]:
@@ -349,11 +356,7 @@ async def _absent_writes(
     )
     attempts = []
     for what, rpc, request in calls:
-        try:
-            await transport.unary(rpc, request, target)
-            verdict = _verdict(what, None)
-        except APIError as exc:
-            verdict = _verdict(what, exc)
+        verdict = await _sent_write(transport, rpc, request, target, what)
         if await _probe_exists(transport, target, kind_ns):
             verdict = Attempt(
                 what,

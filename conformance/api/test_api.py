@@ -152,6 +152,27 @@ def _role_attempts(
     )
 
 
+def _reader_refused(
+    check: str,
+    kind: str,
+    calls: tuple[probes.MethodCall, ...],
+    node: TalosNode,
+    cluster: TalosCluster,
+    role_credentials: dict[str, models.ClientConfiguration | str],
+    evidence: dict[str, Any],
+) -> None:
+    """``calls`` sent with an os:reader certificate: every one must be PermissionDenied."""
+    reader = _credentials(role_credentials, READER)
+    _refused_or_fail(
+        check,
+        node,
+        _role_attempts(cluster, node, reader, calls),
+        evidence,
+        f"an os:reader client got past the authorization of {kind}",
+        "PermissionDenied: not authorized for every call",
+    )
+
+
 @pytest.fixture(scope="module")
 def admin_kubeconfig(talos_cluster: TalosCluster) -> bytes | str:
     try:
@@ -532,17 +553,16 @@ def test_reader_cannot_change_the_node(
     role_credentials: dict[str, models.ClientConfiguration | str],
     talos_evidence: dict[str, Any],
 ) -> None:
-    reader = _credentials(role_credentials, READER)
     # Each names a service or image no node has: even a node that lets the reader through
     # answers "not found" and changes nothing (probes.CHANGING_CALLS).
-    attempts = _role_attempts(talos_cluster, talos_node, reader, probes.CHANGING_CALLS)
-    _refused_or_fail(
+    _reader_refused(
         "api.reader-cannot-change-node",
+        "a changing call",
+        probes.CHANGING_CALLS,
         talos_node,
-        attempts,
+        talos_cluster,
+        role_credentials,
         talos_evidence,
-        "an os:reader client got past the authorization of a changing call",
-        "PermissionDenied: not authorized for every call",
     )
 
 
@@ -559,18 +579,17 @@ def test_reader_cannot_run_disruptive_calls(
     role_credentials: dict[str, models.ClientConfiguration | str],
     talos_evidence: dict[str, Any],
 ) -> None:
-    reader = _credentials(role_credentials, READER)
     # A wipe of no device and the removal of member 0 (no member has it) change nothing even
     # where the reader gets through (probes.DISRUPTIVE_CALLS); the methods are marked
     # disruptive because they are (pytest_talos.talos_api CHANGING_METHODS).
-    attempts = _role_attempts(talos_cluster, talos_node, reader, probes.DISRUPTIVE_CALLS)
-    _refused_or_fail(
+    _reader_refused(
         "api.reader-cannot-run-disruptive-calls",
+        "a disruptive call",
+        probes.DISRUPTIVE_CALLS,
         talos_node,
-        attempts,
+        talos_cluster,
+        role_credentials,
         talos_evidence,
-        "an os:reader client got past the authorization of a disruptive call",
-        "PermissionDenied: not authorized for every call",
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import ssl
+from collections.abc import Callable
 
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
@@ -74,26 +75,9 @@ def client_tls_context(*, ca_pem: bytes, cert_pem: bytes, key_pem: bytes) -> ssl
     return context
 
 
-def ext_key_usage_acceptable(der: bytes | None) -> bool:
-    """apid's ``verifyExtKeyUsage`` (internal/app/apid/service.go): EKU is ``[ClientAuth]``."""
-    if der is None:
-        return True  # no certificate at all: TLS already decided (fault no-mtls)
-    cert = x509.load_der_x509_certificate(der)
-    with contextlib.suppress(x509.ExtensionNotFound):
-        if cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca:
-            return True
-    try:
-        usages = list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
-    except x509.ExtensionNotFound:
-        return False
-    return usages == [ExtendedKeyUsageOID.CLIENT_AUTH]
-
-
-def ext_key_usage_lacks_server_auth(der: bytes | None) -> bool:
-    """Fault ``eku-rule-only-refuses-server-auth``: a weaker rule than apid's, refusing only a
-    certificate without the extension or with ServerAuth in it (so ``[ClientAuth,
-    CodeSigning]`` passes; OpenSSL's own client-purpose check still refuses a list without
-    ClientAuth or anyExtendedKeyUsage before this runs)."""
+def _eku_judged(der: bytes | None, rule: Callable[[list[x509.ObjectIdentifier]], bool]) -> bool:
+    """A client certificate's EKU list judged by ``rule``; no certificate (TLS already
+    decided: fault no-mtls) and CA certificates pass, a leaf without the extension fails."""
     if der is None:
         return True
     cert = x509.load_der_x509_certificate(der)
@@ -104,7 +88,20 @@ def ext_key_usage_lacks_server_auth(der: bytes | None) -> bool:
         usages = list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
     except x509.ExtensionNotFound:
         return False
-    return ExtendedKeyUsageOID.SERVER_AUTH not in usages
+    return rule(usages)
+
+
+def ext_key_usage_acceptable(der: bytes | None) -> bool:
+    """apid's ``verifyExtKeyUsage`` (internal/app/apid/service.go): EKU is ``[ClientAuth]``."""
+    return _eku_judged(der, lambda usages: usages == [ExtendedKeyUsageOID.CLIENT_AUTH])
+
+
+def ext_key_usage_lacks_server_auth(der: bytes | None) -> bool:
+    """Fault ``eku-rule-only-refuses-server-auth``: a weaker rule than apid's, refusing only a
+    certificate without the extension or with ServerAuth in it (so ``[ClientAuth,
+    CodeSigning]`` passes; OpenSSL's own client-purpose check still refuses a list without
+    ClientAuth or anyExtendedKeyUsage before this runs)."""
+    return _eku_judged(der, lambda usages: ExtendedKeyUsageOID.SERVER_AUTH not in usages)
 
 
 def certificate_expired(der: bytes | None) -> bool:
