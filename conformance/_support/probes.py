@@ -31,9 +31,11 @@ from google.protobuf.message import Message
 from pytest_talos import models
 from pytest_talos._proto.common import common_pb2
 from pytest_talos._proto.machine import machine_pb2
+from pytest_talos._proto.resource.config import config_pb2
+from pytest_talos._proto.resource.definitions.runtime import runtime_pb2
 from pytest_talos._proto.v1alpha1 import resource_pb2, state_pb2
 from pytest_talos.client import TalosClient
-from pytest_talos.emulator.pki import CertificateAuthority, issue_client_cert
+from pytest_talos.emulator.pki import CertAndKey, CertificateAuthority, issue_client_cert
 from pytest_talos.errors import (
     APIError,
     AuthenticationError,
@@ -55,18 +57,21 @@ __all__ = [
     "CHANGING_CALLS",
     "DISRUPTIVE_CALLS",
     "KNOWN_SENSITIVE",
+    "NOT_YET_VALID_BY",
     "PRIVILEGED_READS",
+    "PROBE_BACKDATE",
     "Attempt",
     "MethodCall",
     "certificate_attempt",
     "connect_without_certificate",
+    "control_attempt",
     "eku_attempts",
     "expired_credentials",
     "foreign_ca_attempt",
     "kubernetes_ca_attempt",
     "method_attempts",
     "not_tested",
-    "not_yet_valid_attempt",
+    "not_yet_valid_attempts",
     "reader_admin_attempts",
     "reader_apply",
     "sensitive_read_attempts",
@@ -82,11 +87,13 @@ _PROBE_TYPE = ("Versions.runtime.talos.dev", "runtime")
 
 @dataclass(frozen=True)
 class Attempt:
-    """The outcome of one probe: ``accepted`` means the node let it through."""
+    """The outcome of one probe: ``accepted`` means the node let it through. A ``control``
+    is a positive control, a certificate the node must accept: evidence, never a finding."""
 
     what: str
     accepted: bool
     detail: str
+    control: bool = False
 
 
 def _tls_context(ca_pem: bytes) -> ssl.SSLContext:
@@ -227,6 +234,40 @@ _OTHER_WRITE_TYPES = (
 )
 
 
+# A v1alpha1 config document the node's config loader decodes (configloader.NewFromBytes:
+# the machine key marks a v1alpha1 document; nothing is validated on decode).
+_PROBE_CONFIG = b"version: v1alpha1\nmachine:\n  type: worker\n"
+_PROBE_VERSION = "v0.0.0-pytest-talos-probe"
+
+
+def _probe_spec(kind: str) -> resource_pb2.Spec:
+    """A real spec of ``kind``, encoded as Talos encodes it, with its YAML beside it.
+
+    cosi's State server decodes a written resource (protobuf.UnmarshalResource, the type's
+    own decoder) before Talos's access filter sees the write
+    (cosi-project/runtime v1.14.1 pkg/state/protobuf/server/server.go, Create and Update),
+    so a resource the node cannot decode is answered "Unknown" and never reaches the policy
+    this probe is about. MachineConfigs decode their config bytes
+    (pkg/machinery/resources/config/machine_config.go UnmarshalProto: no document is
+    "config not found"); the other types decode their protoenc spec
+    (runtime/version.go, network/address_spec.go)."""
+    if kind == "MachineConfigs.config.talos.dev":
+        config = config_pb2.MachineConfigSpec(yaml_marshalled=_PROBE_CONFIG)
+        return resource_pb2.Spec(
+            proto_spec=config.SerializeToString(), yaml_spec=_PROBE_CONFIG.decode()
+        )
+    if kind == "AddressSpecs.net.talos.dev":
+        # link lo, family inet4 (2), scope host (254), layer configuration (4)
+        spec = _WIRE["AddressSpecSpec"](link_name="lo", family=2, scope=254, config_layer=4)
+        yaml_spec = "linkName: lo\nfamily: inet4\nscope: host\nlayer: configuration\n"
+        return resource_pb2.Spec(proto_spec=spec.SerializeToString(), yaml_spec=yaml_spec)
+    version = runtime_pb2.VersionSpec(version=_PROBE_VERSION, name="pytest-talos")
+    return resource_pb2.Spec(
+        proto_spec=version.SerializeToString(),
+        yaml_spec=f"name: pytest-talos\nversion: {_PROBE_VERSION}\n",
+    )
+
+
 def _probe_resource(
     kind: str = _PROBE_TYPE[0], namespace: str = _PROBE_TYPE[1]
 ) -> resource_pb2.Resource:
@@ -234,7 +275,17 @@ def _probe_resource(
         metadata=resource_pb2.Metadata(
             namespace=namespace, type=kind, id=_WRITE_PROBE_ID, version="1", phase="running"
         ),
-        spec=resource_pb2.Spec(yaml_spec="version: pytest-talos-probe\n"),
+        spec=_probe_spec(kind),
+    )
+
+
+def _undecoded(what: str, exc: APIError) -> TalosError:
+    """A write the node could not decode never reached the access policy: not judged."""
+    return TalosError(
+        f"not measured: the node could not decode the probe's resource for the {what} "
+        f"({exc.code}: {exc.details}); cosi decodes a written resource before Talos's access "
+        "policy runs, so the policy was never asked. The probe's spec no longer matches this "
+        "Talos version's: report it to pytest-talos"
     )
 
 
@@ -332,6 +383,8 @@ async def _sent_write(
     try:
         await transport.unary(rpc, request, target)
     except APIError as exc:
+        if exc.code == "UNKNOWN" and rpc is not _DESTROY:
+            raise _undecoded(what, exc) from None
         return _verdict(what, exc)
     return _verdict(what, None)
 
@@ -429,14 +482,18 @@ def expired_credentials(admin: TalosClient) -> tuple[bytes, bytes, str]:
     expired. Minting a certificate changes nothing on the node.
     """
     creds = admin.generate_client_configuration(["os:reader"], 1)
+    received = time.monotonic()
     cert = x509.load_pem_x509_certificate(creds.crt_pem)
-    left = (cert.not_valid_after_utc - dt.datetime.now(dt.UTC)).total_seconds()
-    if left > 10:
+    # The node minted it at its own clock (secrets/ca.go NewAdminCertificateAndKey:
+    # NotBefore now, NotAfter now + TTL) before it answered: waiting the certificate's own
+    # lifetime from the reply lets it expire on the node whatever this machine's clock says.
+    lifetime = (cert.not_valid_after_utc - cert.not_valid_before_utc).total_seconds()
+    if lifetime > 10:
         raise TransportError(
             f"GenerateClientConfiguration with a 1s TTL returned a certificate "
-            f"valid for another {left:.0f}s"
+            f"valid for {lifetime:.0f}s"
         )
-    time.sleep(max(0.0, left) + 1.5)
+    time.sleep(max(0.0, received + lifetime + 1.5 - time.monotonic()))
     what = (
         f"Version with an os:reader certificate that expired at "
         f"{cert.not_valid_after_utc:%H:%M:%S} UTC"
@@ -444,16 +501,80 @@ def expired_credentials(admin: TalosClient) -> tuple[bytes, bytes, str]:
     return creds.crt_pem, creds.key_pem, what
 
 
+# Probe certificates start this long before this machine's clock, as Talos backdates the
+# admin kubeconfig's certificate by allowedTimeSkew (pkg/kubeconfig/generate.go, 10 s);
+# siderolabs/crypto itself starts a certificate at the signer's now (x509/options.go
+# NewDefaultOptions, v0.6.4). A node whose clock is behind this machine's by less than this
+# still judges the probes by their usage, not as "not yet valid"; the control certificate
+# (:func:`control_attempt`) proves it before any refusal counts.
+PROBE_BACKDATE = dt.timedelta(seconds=10)
+_PROBE_LIFETIME = dt.timedelta(hours=1)
+
+
+def _runner_now() -> dt.datetime:
+    """This machine's clock, which probe certificates are minted at (a test seam)."""
+    return dt.datetime.now(dt.UTC)
+
+
+def _reader_cert(
+    signer: CertificateAuthority,
+    usages: tuple[x509.ObjectIdentifier, ...] = (ExtendedKeyUsageOID.CLIENT_AUTH,),
+    not_before: dt.datetime | None = None,
+) -> CertAndKey:
+    now = _runner_now()
+    start = not_before if not_before is not None else now - PROBE_BACKDATE
+    return issue_client_cert(
+        signer,
+        roles=["os:reader"],
+        ext_key_usage=usages,
+        not_before=start,
+        not_after=max(start, now) + _PROBE_LIFETIME,
+    )
+
+
+def control_attempt(
+    host: str, ca_pem: bytes, signer: CertificateAuthority, timeout: float
+) -> Attempt:
+    """The positive control: an os:reader certificate of the same signer, backdated like the
+    probes, with exactly ``[ClientAuth]``, which apid must accept. When apid refuses it, a
+    refusal of any probe proves nothing (the node may not trust the signer, or judge every
+    probe not yet valid because its clock is behind): the probe raises, it never passes."""
+    cert = _reader_cert(signer)
+    attempt = certificate_attempt(
+        host,
+        ca_pem,
+        cert.cert_pem,
+        cert.key_pem,
+        timeout,
+        "the control: Version with an os:reader certificate of the Talos CA with ExtKeyUsage "
+        f"[ClientAuth], valid from {PROBE_BACKDATE.total_seconds():g}s before this machine's "
+        "clock",
+    )
+    if not attempt.accepted:
+        raise TalosError(
+            f"not measured: apid refused the control certificate ({attempt.detail}), one it "
+            "must accept: exactly [ClientAuth], from the same CA as the probes, valid from "
+            f"{PROBE_BACKDATE.total_seconds():g}s before this machine's clock. Until it is "
+            "accepted a refused probe proves nothing; check that the node's clock is within "
+            f"{PROBE_BACKDATE.total_seconds():g}s of this machine's and that the CA key is the "
+            "node's own (machine.ca)",
+            node=host,
+        )
+    return Attempt(attempt.what, accepted=True, detail=attempt.detail, control=True)
+
+
 def eku_attempts(
     host: str, ca_pem: bytes, signer: CertificateAuthority, timeout: float
 ) -> list[Attempt]:
-    """Certificates of the cluster's CA whose ExtKeyUsage is not exactly ``[ClientAuth]``.
+    """Certificates of the cluster's CA whose ExtKeyUsage is not exactly ``[ClientAuth]``,
+    after the :func:`control_attempt` (the first attempt returned; raises when refused).
 
     apid's ``verifyExtKeyUsage`` (internal/app/apid/service.go) refuses every one: it
     requires ``slices.Equal(cert.ExtKeyUsage, [ClientAuth])`` of each non-CA certificate.
     Go's own chain verification lets each through (no extension means any usage;
     anyExtendedKeyUsage and a list holding ClientAuth satisfy a ClientAuth request), so only
-    apid's rule stops them; a rule that only looks for ServerAuth misses the last two.
+    apid's rule stops them; a rule that only looks for ServerAuth misses the last two. Each
+    is backdated as the control is, so only its usage differs from the control's.
     """
     shapes: tuple[tuple[str, tuple[x509.ObjectIdentifier, ...]], ...] = (
         ("without ExtKeyUsage", ()),
@@ -467,9 +588,9 @@ def eku_attempts(
             (ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.CODE_SIGNING),
         ),
     )
-    attempts = []
+    attempts = [control_attempt(host, ca_pem, signer, timeout)]
     for label, usages in shapes:
-        cert = issue_client_cert(signer, roles=["os:reader"], ext_key_usage=usages)
+        cert = _reader_cert(signer, usages)
         attempts.append(
             certificate_attempt(
                 host,
@@ -484,21 +605,23 @@ def eku_attempts(
 
 
 # How far in the future the probe certificate's validity starts: far beyond any clock skew
-# a node that keeps time (Talos syncs NTP) could have.
+# a node that keeps time (Talos syncs NTP) could have, and far beyond the skew the control
+# tolerates (PROBE_BACKDATE).
 NOT_YET_VALID_BY = dt.timedelta(days=2)
 
 
-def not_yet_valid_attempt(
+def not_yet_valid_attempts(
     host: str, ca_pem: bytes, signer: CertificateAuthority, timeout: float
-) -> Attempt:
-    """Version with an os:reader certificate of the cluster's CA whose NotBefore lies two
-    days ahead: Go's chain verification (crypto/x509 ``isValid``, run by apid's
-    ``RequireAndVerifyClientCert``) refuses a certificate outside NotBefore..NotAfter, so a
-    node that checks only NotAfter is caught. Minting needs the CA key, nothing on the node
-    changes."""
-    start = dt.datetime.now(dt.UTC) + NOT_YET_VALID_BY
-    cert = issue_client_cert(signer, roles=["os:reader"], not_before=start)
-    return certificate_attempt(
+) -> list[Attempt]:
+    """The :func:`control_attempt`, then Version with an os:reader certificate of the
+    cluster's CA whose NotBefore lies two days ahead: Go's chain verification (crypto/x509
+    ``isValid``, run by apid's ``RequireAndVerifyClientCert``) refuses a certificate outside
+    NotBefore..NotAfter, so a node that checks only NotAfter is caught. Minting needs the CA
+    key, nothing on the node changes."""
+    control = control_attempt(host, ca_pem, signer, timeout)
+    start = _runner_now() + NOT_YET_VALID_BY
+    cert = _reader_cert(signer, not_before=start)
+    probe = certificate_attempt(
         host,
         ca_pem,
         cert.cert_pem,
@@ -507,6 +630,7 @@ def not_yet_valid_attempt(
         f"Version with an os:reader certificate of the Talos CA not valid before "
         f"{start:%Y-%m-%d %H:%M} UTC",
     )
+    return [control, probe]
 
 
 def _kubeconfig_client(kubeconfig: bytes) -> tuple[bytes, bytes] | None:
@@ -603,17 +727,27 @@ class MethodCall:
 
 
 def _wire_messages() -> dict[str, type[Message]]:
-    """Requests of methods outside the kit's proto subset, built at run time with only the
-    fields a probe sets, numbered as in api/machine/machine.proto and api/machine/image.proto
-    (the wire format knows numbers, not names)."""
-    string, uint64 = (
+    """Requests of methods outside the kit's proto subset (and the AddressSpec spec the write
+    probe sends), built at run time with only the fields a probe sets, numbered as in
+    api/machine/machine.proto, api/machine/image.proto and
+    api/resource/definitions/network/network.proto (the wire format knows numbers, not
+    names)."""
+    string, uint64, uint32 = (
         descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
         descriptor_pb2.FieldDescriptorProto.TYPE_UINT64,
+        descriptor_pb2.FieldDescriptorProto.TYPE_UINT32,
     )
     shapes = {
         "PacketCaptureRequest": (("interface", 1, string),),
         "ImageServiceRemoveRequest": (("image_ref", 2, string),),
         "EtcdRemoveMemberByIDRequest": (("member_id", 1, uint64),),
+        # api/resource/definitions/network/network.proto (the enums are varints on the wire)
+        "AddressSpecSpec": (
+            ("link_name", 2, string),
+            ("family", 3, uint32),
+            ("scope", 4, uint32),
+            ("config_layer", 7, uint32),
+        ),
     }
     proto = descriptor_pb2.FileDescriptorProto(
         name="pytest_talos_probes.proto", package="pytest_talos.probes", syntax="proto3"

@@ -14,6 +14,7 @@ __all__ = [
     "MACHINED_EXECUTABLES",
     "PACKAGE_DIRECTORIES",
     "PACKAGE_MANAGERS",
+    "WRITABLE_IN_CONTAINERS",
     "WRITABLE_IN_IMAGE",
     "is_machined",
     "machined_doubts",
@@ -71,9 +72,6 @@ IMAGE_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/boot")
 #   (internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer_tasks.go StartUdevd);
 # - each extension service's rootfs under /usr/local/lib/containers, re-mounted as an
 #   overlay for containerd (internal/app/machined/pkg/system/services/extension.go);
-# - /etc/hosts, /etc/hostname and /etc/resolv.conf, which Docker bind-mounts into every
-#   container (machined's own /etc files are read-only binds:
-#   internal/app/machined/pkg/controllers/files/etcfile.go, internal/pkg/mount/v3/mount.go).
 WRITABLE_IN_IMAGE = (
     "/etc/cni",
     "/etc/kubernetes",
@@ -81,29 +79,36 @@ WRITABLE_IN_IMAGE = (
     "/opt",
     "/usr/lib/udev",
     "/usr/local/lib/containers",
-    "/etc/hosts",
-    "/etc/hostname",
-    "/etc/resolv.conf",
 )
+# In container mode only: /etc/hosts, /etc/hostname and /etc/resolv.conf, which Docker
+# bind-mounts writable into every container. Everywhere else machined binds its /etc files
+# read-only (internal/app/machined/pkg/controllers/files/etcfile.go createBindMountFile ->
+# internal/pkg/mount/v3/mount.go BindReadonly, MOUNT_ATTR_RDONLY; resolv.conf and hosts from
+# controllers/network/etcfile.go), and /etc/hostname is the read-only image's own file.
+WRITABLE_IN_CONTAINERS = ("/etc/hosts", "/etc/hostname", "/etc/resolv.conf")
 
 
 def _within(path: str, tree: str) -> bool:
     return path == tree or path.startswith(tree.rstrip("/") + "/")
 
 
-def writable_image_mounts(entries: Iterable[Sequence[str]]) -> list[tuple[str, str, str, str]]:
+def writable_image_mounts(
+    entries: Iterable[Sequence[str]], *, in_container: bool
+) -> list[tuple[str, str, str, str]]:
     """The mounts of ``/proc/mounts`` (split lines: device, mount point, type, options, ...)
     that make system image content writable: ``/`` or a mount inside one of
     :data:`IMAGE_TREES`, mounted ``rw``, other than those Talos itself makes writable
-    (:data:`WRITABLE_IN_IMAGE`). Of several mounts on one mount point only the last, the
+    (:data:`WRITABLE_IN_IMAGE`, and in container mode Docker's
+    :data:`WRITABLE_IN_CONTAINERS`). Of several mounts on one mount point only the last, the
     visible one, counts. Mount points are as the kernel escapes them (``\\040``)."""
+    allowed = WRITABLE_IN_IMAGE + (WRITABLE_IN_CONTAINERS if in_container else ())
     visible = {entry[1]: tuple(entry[:4]) for entry in entries}
     found = []
     for device, mountpoint, fstype, options in visible.values():
         if "ro" in options.split(","):
             continue
         in_image = mountpoint == "/" or any(_within(mountpoint, t) for t in IMAGE_TREES)
-        if in_image and not any(_within(mountpoint, w) for w in WRITABLE_IN_IMAGE):
+        if in_image and not any(_within(mountpoint, w) for w in allowed):
             found.append((device, mountpoint, fstype, options))
     return found
 

@@ -71,7 +71,9 @@ def test_root_filesystem_is_read_only(
         )
     device, _, fstype, options = roots[-1][:4]  # the last mount on / is the visible one
     talos_evidence["root mount"] = f"{device} {fstype} {options}"
-    writable = writable_image_mounts(entries)
+    in_container = talos_node.version.in_container
+    talos_evidence["platform mode"] = talos_node.version.platform_mode
+    writable = writable_image_mounts(entries, in_container=in_container)
     if writable:
         talos_evidence["/proc/mounts"] = mounts
         raise ConformanceFailure(

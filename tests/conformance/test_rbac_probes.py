@@ -167,7 +167,10 @@ def test_each_reader_fault_lets_exactly_its_method_through(fault: str, leaked: s
 
 def _eku(cluster: EmulatedCluster) -> dict[str, bool]:
     node = cluster.nodes[0].address
-    found = probes.eku_attempts(node, cluster.ca.cert_pem, cluster.ca, TIMEOUT)
+    control, *found = probes.eku_attempts(node, cluster.ca.cert_pem, cluster.ca, TIMEOUT)
+    assert control.control
+    assert control.accepted
+    assert not any(a.control for a in found)
     return {a.what.rsplit(" with ", 1)[-1]: a.accepted for a in found}
 
 
@@ -187,9 +190,11 @@ def test_a_rule_that_only_refuses_server_auth_lets_code_signing_through() -> Non
 
 
 def test_a_certificate_not_valid_yet_is_refused(cluster: EmulatedCluster) -> None:
-    attempt = probes.not_yet_valid_attempt(
+    control, attempt = probes.not_yet_valid_attempts(
         cluster.nodes[0].address, cluster.ca.cert_pem, cluster.ca, TIMEOUT
     )
+    assert control.control
+    assert control.accepted
     assert not attempt.accepted
     assert attempt.detail.startswith("refused: ")
     assert attempt.what.startswith(
@@ -200,7 +205,7 @@ def test_a_certificate_not_valid_yet_is_refused(cluster: EmulatedCluster) -> Non
 def test_an_apid_checking_only_not_after_takes_it_but_not_an_expired_one() -> None:
     with _faulty("not-yet-valid-certs-accepted") as emulated:
         node, ca = emulated.nodes[0].address, emulated.ca
-        ahead = probes.not_yet_valid_attempt(node, ca.cert_pem, ca, TIMEOUT)
+        _, ahead = probes.not_yet_valid_attempts(node, ca.cert_pem, ca, TIMEOUT)
         past = dt.datetime.now(dt.UTC) - dt.timedelta(hours=2)
         expired = issue_client_cert(
             ca, roles=[READER], not_before=past, validity=dt.timedelta(hours=1)

@@ -150,7 +150,7 @@ def test_metal_mounts_udev_and_extension_overlays_and_ro_etc_binds(metal: TalosN
     assert by_point["/usr/local/lib/containers/iscsid"][3].startswith("rw,")
     for path in ("/etc/hosts", "/etc/resolv.conf", "/etc/machine-id", "/etc/extensions.yaml"):
         assert by_point[path][3].startswith("ro,"), path
-    assert writable_image_mounts(entries) == []
+    assert writable_image_mounts(entries, in_container=False) == []
 
 
 def test_container_mode_shows_dockers_writable_etc_binds(container: TalosNode) -> None:
@@ -158,4 +158,4 @@ def test_container_mode_shows_dockers_writable_etc_binds(container: TalosNode) -
     rw = {e[1] for e in entries if e[1].startswith("/etc/") and e[3].startswith("rw,")}
     assert rw == {"/etc/cni", "/etc/kubernetes", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf"}
     assert next(e for e in entries if e[1] == "/etc/machine-id")[3].startswith("ro,")
-    assert writable_image_mounts(entries) == []
+    assert writable_image_mounts(entries, in_container=True) == []

@@ -114,13 +114,26 @@ HEALTHY_METAL = [
     ["overlay", "/usr/local/lib/containers/iscsid", "overlay", "rw"],
     ["tmpfs", "/etc/hosts", "tmpfs", "ro"],
     ["tmpfs", "/etc/resolv.conf", "tmpfs", "ro"],
-    ["/dev/vda1", "/etc/hostname", "ext4", "rw"],  # Docker's bind
     ["shm", "/run/containerd/io.containerd.grpc.v1.cri/sandboxes/x/shm", "tmpfs", "rw"],
 ]
 
 
 def test_a_healthy_node_has_no_writable_image_mount() -> None:
-    assert writable_image_mounts(HEALTHY_METAL) == []
+    assert writable_image_mounts(HEALTHY_METAL, in_container=False) == []
+
+
+DOCKER_ETC_BINDS = [
+    ["/dev/vda1", path, "ext4", "rw,relatime"]
+    for path in ("/etc/resolv.conf", "/etc/hostname", "/etc/hosts")
+]
+
+
+def test_dockers_writable_etc_binds_are_allowed_in_container_mode_only() -> None:
+    """machined binds its /etc files read-only (controllers/files/etcfile.go, mount/v3
+    BindReadonly); only Docker's binds in a container are writable."""
+    assert writable_image_mounts([*HEALTHY_METAL, *DOCKER_ETC_BINDS], in_container=True) == []
+    found = writable_image_mounts([*HEALTHY_METAL, *DOCKER_ETC_BINDS], in_container=False)
+    assert sorted(m[1] for m in found) == ["/etc/hostname", "/etc/hosts", "/etc/resolv.conf"]
 
 
 @pytest.mark.parametrize(
@@ -133,10 +146,12 @@ def test_a_healthy_node_has_no_writable_image_mount() -> None:
     ],
 )
 def test_a_writable_mount_of_image_content_is_found(mount: list[str]) -> None:
-    assert writable_image_mounts([*HEALTHY_METAL, mount]) == [tuple(mount)]
+    assert writable_image_mounts([*HEALTHY_METAL, mount], in_container=False) == [tuple(mount)]
 
 
 def test_only_the_visible_mount_on_a_mount_point_counts() -> None:
     entries = [["rootfs", "/", "rootfs", "rw"], ["/dev/loop0", "/", "squashfs", "ro"]]
-    assert writable_image_mounts(entries) == []
-    assert writable_image_mounts(entries[::-1]) == [("rootfs", "/", "rootfs", "rw")]
+    assert writable_image_mounts(entries, in_container=False) == []
+    assert writable_image_mounts(entries[::-1], in_container=False) == [
+        ("rootfs", "/", "rootfs", "rw")
+    ]
