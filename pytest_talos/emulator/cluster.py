@@ -48,7 +48,12 @@ from pytest_talos.emulator.nodeconfigs import (
 )
 from pytest_talos.emulator.servicers import ClientConfiguration
 from pytest_talos.emulator.state import NodeState
-from pytest_talos.emulator.variants import DEFAULT_EXTENSIONS, Variant, VariantSet
+from pytest_talos.emulator.variants import (
+    DEFAULT_EXTENSIONS,
+    HA_CONTROLPLANES,
+    Variant,
+    VariantSet,
+)
 from pytest_talos.patches import apply_patches
 
 __all__ = ["ClientIdentity", "EmulatedCluster", "EmulatedNode", "EmulatorError", "NodeInfo"]
@@ -104,6 +109,8 @@ class EmulatedCluster:
             platform = "metal"
         if self.variant_set.on(Variant.EXTENSIONS) and not extensions:
             extensions = DEFAULT_EXTENSIONS
+        if self.variant_set.on(Variant.THREE_CONTROL_PLANES):
+            controlplanes = HA_CONTROLPLANES  # the variant is the shape, whatever was asked
         self.name = name
         self.controlplanes, self.workers = controlplanes, workers
         self.platform: Platform = platform

@@ -73,6 +73,7 @@ class NodeHost:
             rw_root="/" in writable,
             rw_usr="/usr" in writable,
             extension_services=self._identity.extension_services,
+            rw_binds=writable - {"/", "/usr"},
         )
 
     def listeners(self, *, config: bytes, pod_network_pods: int) -> list[system.Listener]:

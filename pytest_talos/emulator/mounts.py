@@ -35,10 +35,16 @@ def mounts_for(
     rw_root: bool,
     rw_usr: bool = False,
     extension_services: Sequence[str] = (),
+    rw_binds: Iterable[str] = (),
 ) -> list[MountEntry]:
-    """/proc/mounts of the node, with the sizes statfs reports (Mounts API)."""
+    """/proc/mounts of the node, with the sizes statfs reports (Mounts API). ``rw_binds``:
+    read-only binds a fault makes writable (fault resolv-conf-writable-on-metal)."""
     mounts = [_root_mount(platform, extensions, rw_root), *_other_mounts(platform)]
-    mounts += _image_mounts(platform, extensions, extension_services)
+    writable = frozenset(rw_binds)
+    mounts += [
+        _writable(m) if m.mountpoint in writable else m
+        for m in _image_mounts(platform, extensions, extension_services)
+    ]
     if rw_usr:  # a writable overlay over the image's /usr, upper on /var
         options = "rw,relatime,lowerdir=/usr,upperdir=/var/lib/usr-upper,workdir=/var/lib/usr-work"
         mounts.append(MountEntry("overlay", "/usr", "overlay", options, 20 * _GIB, 17 * _GIB))
@@ -134,6 +140,13 @@ def _image_mounts(
         for name in extension_services
     ]
     return found
+
+
+def _writable(mount: MountEntry) -> MountEntry:
+    options = ",".join("rw" if o == "ro" else o for o in mount.options.split(","))
+    return MountEntry(
+        mount.device, mount.mountpoint, mount.fstype, options, mount.size, mount.available
+    )
 
 
 def _ro_bind(path: str) -> MountEntry:

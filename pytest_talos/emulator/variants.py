@@ -10,8 +10,8 @@ check that would fail a healthy real node is caught before a user sees it.
 A variant changes the emulated node the way the real cluster differs, at one of three seams:
 the generated machine config (``kube-proxy-disabled``, ``discovery-disabled``,
 ``register-with-fqdn``, ``kubespan``), the node's identity (``domain``, ``metal``,
-``extensions``) or its runtime state (``discovery-unreachable``, ``pod-shell``,
-``clock-stepped``).
+``extensions``), its runtime state (``discovery-unreachable``, ``pod-shell``,
+``clock-stepped``) or the cluster's shape (``three-control-planes``).
 Behaviour that follows from a variant is modelled where the healthy behaviour is, guarded
 by ``variants.on(Variant.X)``; where it follows from the machine config (proxy, discovery,
 the Kubernetes node name, KubeSpan), the node reads its config, so a user's own config gets
@@ -30,6 +30,7 @@ __all__ = [
     "CLOCK_STEPPED_AHEAD",
     "DEFAULT_DOMAIN",
     "DEFAULT_EXTENSIONS",
+    "HA_CONTROLPLANES",
     "VARIANTS",
     "Variant",
     "VariantSet",
@@ -50,6 +51,7 @@ class Variant(enum.StrEnum):
     REGISTER_WITH_FQDN = "register-with-fqdn"
     KUBESPAN = "kubespan"
     CLOCK_STEPPED = "clock-stepped"
+    THREE_CONTROL_PLANES = "three-control-planes"
 
 
 # The domain a node gets from DHCP or a cloud's metadata when the variant asks for one.
@@ -59,6 +61,10 @@ DEFAULT_EXTENSIONS = ("iscsi-tools", "qemu-guest-agent")
 # Seconds the `clock-stepped` nodes' clocks run ahead until their first time sync: a
 # real-time clock kept in local time two hours east of UTC (hypervisors, dual boot).
 CLOCK_STEPPED_AHEAD = 2 * 3600.0
+# The control planes of the `three-control-planes` variant: the smallest etcd cluster that
+# survives the loss of a member (each control plane runs an etcd member:
+# internal/app/machined/pkg/system/services/etcd.go).
+HA_CONTROLPLANES = 3
 
 VARIANTS: Mapping[Variant, str] = {
     Variant.DOMAIN: (
@@ -97,6 +103,10 @@ VARIANTS: Mapping[Variant, str] = {
         "every node's clock is 2 h ahead at boot and steps back at its first time sync: "
         "the boot's first events and service histories carry later times than what follows "
         "(on metal: a container node keeps the host's clock)"
+    ),
+    Variant.THREE_CONTROL_PLANES: (
+        f"the cluster has {HA_CONTROLPLANES} control planes (etcd with {HA_CONTROLPLANES} "
+        "members) and the workers asked for (one by default): the highly available shape"
     ),
 }
 

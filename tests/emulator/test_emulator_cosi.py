@@ -200,8 +200,9 @@ def test_unknown_type_or_namespace(
 
 
 def test_access_filter_order(shared_cluster: EmulatedCluster, admin: RawClient, cp: str) -> None:
-    # access.go: writes are refused first, then the type, the sensitivity, the namespace.
-    unknown = r.Resource(metadata=r.Metadata(namespace="nowhere", type="Nope.talos.dev", id="x"))
+    # access.go: writes are refused first, then the type, the sensitivity, the namespace
+    # (of a resource cosi could decode: server.go decodes before the filter runs).
+    unknown = _well_formed("nowhere", "Nope.talos.dev", "x")
     with pytest.raises(GRPCError) as caught:
         admin.call(cp, C + "Create", s.CreateRequest(resource=unknown))
     assert caught.value.message == "write access is not allowed"
@@ -230,8 +231,14 @@ def test_access_filter_finds_the_definition_by_lower_case_type(admin: RawClient,
     assert caught.value.status == Status.NOT_FOUND
 
 
+def _well_formed(namespace: str, type_: str, id_: str, yaml_spec: str = "") -> r.Resource:
+    """A resource cosi's State server decodes: a version and phase that parse, a spec."""
+    metadata = r.Metadata(namespace=namespace, type=type_, id=id_, version="1", phase="running")
+    return r.Resource(metadata=metadata, spec=r.Spec(yaml_spec=yaml_spec))
+
+
 def test_writes_are_refused(admin: RawClient, cp: str) -> None:
-    resource = r.Resource(metadata=r.Metadata(namespace="runtime", type=SERVICES, id="x"))
+    resource = _well_formed("runtime", SERVICES, "x")
     for path, request in [
         ("Create", s.CreateRequest(resource=resource)),
         ("Update", s.UpdateRequest(new_resource=resource)),
@@ -391,10 +398,7 @@ def test_cosi_writable_fault_accepts_writes(
 ) -> None:
     cluster = make_cluster(workers=0, faults=["cosi-writable"])
     client, address = client_for(cluster), cluster.nodes[0].address
-    resource = r.Resource(
-        metadata=r.Metadata(namespace="runtime", type=SERVICES, id="sshd"),
-        spec=r.Spec(yaml_spec="running: true\n"),
-    )
+    resource = _well_formed("runtime", SERVICES, "sshd", "running: true\n")
     client.call(address, C + "Create", s.CreateRequest(resource=resource))
     found = wait_for(
         lambda: client.call(

@@ -67,7 +67,8 @@ class FaultProfile:
     rootfs_executables: tuple[str, ...] = ()  # Seam.ROOTFS: executables dropped on the root
     listeners: tuple[AddedListener, ...] = ()  # Seam.LISTENERS: host sockets added
     hidden_ports: tuple[int, ...] = ()  # Seam.LISTENERS: open, but left out of Netstat
-    writable_mounts: tuple[str, ...] = ()  # Seam.MOUNTS: "/" read-write, "/usr" overlaid rw
+    # Seam.MOUNTS: "/" read-write, "/usr" overlaid rw, a read-only /etc bind made writable
+    writable_mounts: tuple[str, ...] = ()
     host_processes: tuple[HostProcess, ...] = ()  # Seam.PROCESSES: children of PID 1 added
     pid1: HostProcess | None = None  # Seam.PROCESSES: what runs as PID 1 instead of machined
     # Behaviour switches the seams' pipelines ask about (node.quirk(Quirk.X)).
@@ -258,6 +259,13 @@ PROFILES: tuple[FaultProfile, ...] = (
         writable_mounts=("/usr",),
     ),
     FaultProfile(
+        Fault.RESOLV_CONF_WRITABLE_ON_METAL,
+        "/etc/resolv.conf is bound writable on metal, where machined binds it read-only "
+        "(in containers Docker's bind is writable anyway)",
+        changes=(Seam.MOUNTS,),
+        writable_mounts=("/etc/resolv.conf",),
+    ),
+    FaultProfile(
         Fault.NODE_MEMORY_PRESSURE,
         "the last node's kubelet reports MemoryPressure=True (Ready stays True)",
         changes=(Seam.KUBERNETES,),
@@ -444,6 +452,13 @@ PROFILES: tuple[FaultProfile, ...] = (
         "COSI Create replies PermissionDenied but stores the resource all the same",
         changes=(Seam.COSI,),
         quirks=(Quirk.COSI_CREATE_WRITES_THEN_DENIES,),
+    ),
+    FaultProfile(
+        Fault.COSI_WRITE_ACCEPTED_AFTER_DECODING,
+        "COSI refuses a Create or Update only when its spec is empty: a well-formed resource "
+        "is decoded and written (Destroy stays refused)",
+        changes=(Seam.COSI,),
+        quirks=(Quirk.COSI_REFUSES_ONLY_EMPTY_WRITES,),
     ),
     FaultProfile(
         Fault.LATE_APPLY_ON_REJECT,

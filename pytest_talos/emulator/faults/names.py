@@ -47,6 +47,7 @@ class Fault(StrEnum):
     PACKAGE_MANAGER_IN_OPT = "package-manager-in-opt"
     WEB_TERMINAL_RUNNING = "web-terminal-running"
     USR_WRITABLE = "usr-writable"
+    RESOLV_CONF_WRITABLE_ON_METAL = "resolv-conf-writable-on-metal"
     NODE_MEMORY_PRESSURE = "node-memory-pressure"
     NODE_CORDONED = "node-cordoned"
     READY_FLAPPING = "ready-flapping"
@@ -76,6 +77,7 @@ class Fault(StrEnum):
     ANY_EKU_ACCEPTED = "any-eku-accepted"
     KUBE_CA_TRUSTED = "kube-ca-trusted"
     COSI_CREATE_LIES = "cosi-create-lies"
+    COSI_WRITE_ACCEPTED_AFTER_DECODING = "cosi-write-accepted-after-decoding"
     LATE_APPLY_ON_REJECT = "late-apply-on-reject"
     DRY_RUN_APPLIES_LATE = "dry-run-applies-late"
     TRY_REVERT_KEEPS_LABEL = "try-revert-keeps-label"
@@ -162,6 +164,7 @@ class Quirk(StrEnum):
     COSI_HOSTNAME_STATUS_UNLISTABLE = "cosi-hostname-status-unlistable"
     COSI_CREATE_WRITES_THEN_DENIES = "cosi-create-writes-then-denies"
     COSI_SERVES_UNLISTED_SECRETS = "cosi-serves-unlisted-secrets"
+    COSI_REFUSES_ONLY_EMPTY_WRITES = "cosi-refuses-only-empty-writes"
     # Seam.MACHINE_API (servicers.machine_info, servicers.machine_ops)
     VERSION_OMITS_FEATURES = "version-omits-features"
     EVENTS_TAIL_SECONDS_DROPS_HISTORY = "events-tail-seconds-drops-history"

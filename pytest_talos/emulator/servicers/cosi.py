@@ -1,7 +1,9 @@
 """cosi.resource.State of an emulated node: Get, List, Watch; writes refused.
 
-Talos serves cosi's own State server (cosi-project/runtime pkg/state/protobuf/server) behind
-its access filter (``internal/app/resources/access.go``).
+Talos serves cosi's own State server (cosi-project/runtime v1.14.1
+pkg/state/protobuf/server) over a state wrapped in its access filter
+(``internal/app/resources/access.go``): a write is decoded first (:mod:`..cosidecode`), then
+refused by the filter.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 
 from pytest_talos._proto.v1alpha1 import resource_pb2 as r
 from pytest_talos._proto.v1alpha1 import state_pb2 as s
+from pytest_talos.emulator.cosidecode import decode_written
 from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.resources import DEFINITIONS, NAMESPACES, ResourceDefinition
 from pytest_talos.emulator.servicers import Call, RPCFailure
@@ -152,26 +155,43 @@ class StateServicer:
 
     # ---- writes: refused unless Quirk.COSI_ACCEPTS_WRITES ---------------------------------
 
+    # cosi's State server decodes the written resource first (cosidecode), then calls the
+    # state that Talos's access filter wraps: a resource that does not decode is answered
+    # Unknown before the policy is asked.
+
     async def Create(self, request: s.CreateRequest, call: Call) -> s.CreateResponse:
+        decode_written(request.resource, present=request.HasField("resource"))
         md = request.resource.metadata
         state = call.state
         if state.quirk(Quirk.COSI_CREATE_WRITES_THEN_DENIES):
             # the write goes through, the reply says it was refused
             self._store_raw(call, request.resource)
             raise RPCFailure("PERMISSION_DENIED", "write access is not allowed")
-        self._check_access(call, md.namespace, md.type, write=True)
+        self._check_write(call, md.namespace, md.type, request.resource.spec)
         created = self._store_raw(call, request.resource)
         return s.CreateResponse(resource=encode_resource(created))
 
     async def Update(self, request: s.UpdateRequest, call: Call) -> s.UpdateResponse:
+        decode_written(request.new_resource, present=request.HasField("new_resource"))
         md = request.new_resource.metadata
-        self._check_access(call, md.namespace, md.type, write=True)
+        self._check_write(call, md.namespace, md.type, request.new_resource.spec)
         if call.state.store.get(md.namespace, md.type, md.id) is None:
             raise _not_found(md.namespace, md.type, md.id)
         updated = self._store_raw(call, request.new_resource)
         return s.UpdateResponse(resource=encode_resource(updated))
 
+    def _check_write(self, call: Call, namespace: str, type_: str, spec: r.Spec) -> None:
+        """The access policy of a decoded write. Fault ``cosi-write-accepted-after-decoding``
+        turns away only a write whose spec is empty, so a well-formed one goes through."""
+        if call.state.quirk(Quirk.COSI_REFUSES_ONLY_EMPTY_WRITES):
+            if not spec.proto_spec:
+                raise RPCFailure("PERMISSION_DENIED", "write access is not allowed")
+            self._check_access(call, namespace, type_)  # type, sensitivity, namespace only
+            return
+        self._check_access(call, namespace, type_, write=True)
+
     async def Destroy(self, request: s.DestroyRequest, call: Call) -> s.DestroyResponse:
+        # Destroy carries a pointer only: nothing to decode (server.go Destroy)
         self._check_access(call, request.namespace, request.type, write=True)
         if call.state.store.destroy(request.namespace, request.type, request.id) is None:
             raise _not_found(request.namespace, request.type, request.id)
