@@ -7,11 +7,11 @@ discovery switched off or unreachable, a pod whose entrypoint is a shell, kube-p
 The fault matrix runs the suite against each variant and requires zero failures, which is how a
 check that would fail a healthy real node is caught before a user sees it.
 
-A variant changes the emulated node the way the real cluster differs, at one of three seams:
+A variant changes the emulated node the way the real cluster differs, at one of four seams:
 the generated machine config (``kube-proxy-disabled``, ``discovery-disabled``,
 ``register-with-fqdn``, ``kubespan``), the node's identity (``domain``, ``metal``,
-``extensions``) or its runtime state (``discovery-unreachable``, ``pod-shell``,
-``clock-stepped``).
+``extensions``), its runtime state (``discovery-unreachable``, ``pod-shell``,
+``clock-stepped``) or the network between this machine and the nodes (``endpoint-only``).
 Behaviour that follows from a variant is modelled where the healthy behaviour is, guarded
 by ``variants.on(Variant.X)``; where it follows from the machine config (proxy, discovery,
 the Kubernetes node name, KubeSpan), the node reads its config, so a user's own config gets
@@ -50,6 +50,7 @@ class Variant(enum.StrEnum):
     REGISTER_WITH_FQDN = "register-with-fqdn"
     KUBESPAN = "kubespan"
     CLOCK_STEPPED = "clock-stepped"
+    ENDPOINT_ONLY = "endpoint-only"
 
 
 # The domain a node gets from DHCP or a cloud's metadata when the variant asks for one.
@@ -97,6 +98,11 @@ VARIANTS: Mapping[Variant, str] = {
         "every node's clock is 2 h ahead at boot and steps back at its first time sync: "
         "the boot's first events and service histories carry later times than what follows "
         "(on metal: a container node keeps the host's clock)"
+    ),
+    Variant.ENDPOINT_ONLY: (
+        "the workers are on a private network: this machine reaches only the control "
+        "plane's apid (the endpoint), which forwards to them; their own addresses refuse "
+        "every direct connection (apid 50000, kubelet, any port)"
     ),
 }
 
