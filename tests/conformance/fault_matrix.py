@@ -523,5 +523,6 @@ HEALTHY_VARIANTS: Mapping[str, tuple[str, ...]] = {
     "register-with-fqdn": ("register-with-fqdn",),
     "kubespan": ("kubespan",),
     "clock-stepped": ("clock-stepped",),  # on metal: container nodes never sync time
+    "endpoint-only": ("endpoint-only",),  # workers reached only through the endpoint's apid
     "metal+domain+discovery-disabled": ("metal", "domain", "discovery-disabled"),
 }
