@@ -24,7 +24,13 @@ from pytest_talos.ports.reach import REACH_TIMEOUT, Reach, probe_reach
 from pytest_talos.reporting.reach import no_reach_reason
 from pytest_talos.talos_api import APID_PORT
 
-__all__ = ["DIRECT_REACH_CHECKS", "PORT_SCAN_NEEDS", "DirectReach"]
+__all__ = [
+    "DIRECT_REACH_CHECKS",
+    "PORT_22_NEEDS",
+    "PORT_SCAN_NEEDS",
+    "VENDOR_SCAN_NEEDS",
+    "DirectReach",
+]
 
 _OWN_TLS = (
     "this probe needs its own TLS connection to the node's apid (through the endpoint it "
@@ -32,8 +38,8 @@ _OWN_TLS = (
 )
 # The checks that judge nothing without their own connection to the node, and why; each
 # skips on a node this machine does not reach (the autouse fixture _direct_reach).
-# immutability.only-expected-ports is not here: it judges the node's Netstat through the
-# endpoint and leaves out only the scan (conformance/immutability/port_reads.py).
+# immutability.only-expected-ports and immutability.no-shell-or-ssh are not here: they judge
+# what the endpoint gives (Netstat, files, processes) and leave out only their scans.
 DIRECT_REACH_CHECKS: dict[str, str] = {
     "api.mtls-required": _OWN_TLS,
     "api.foreign-ca-refused": _OWN_TLS,
@@ -45,6 +51,13 @@ DIRECT_REACH_CHECKS: dict[str, str] = {
         "the endpoint a handshake shows the endpoint's certificate)"
     ),
 }
+# vendor.expected-ports and vendor.forbidden-ports are TCP scans and nothing else; they ask
+# after their profile is known (no profile: that skip comes first).
+VENDOR_SCAN_NEEDS = "this check is a TCP scan of the node's address from here"
+PORT_22_NEEDS = (
+    "its port 22 cannot be scanned from here (no shell, busybox or sshd on disk, among its "
+    "processes or in its Netstat, read through the endpoint)"
+)
 PORT_SCAN_NEEDS = (
     "its addresses cannot be scanned from here (its Netstat, read through the endpoint, "
     "shows nothing outside the allow-list)"

@@ -43,7 +43,9 @@ def unjudged_reason(records: Iterable[CheckRecord]) -> str | None:
         nodes[where] = None
     if not checks:
         return None
-    ids = list(checks)
+    ids = sorted(checks)
     more = f" and {len(ids) - _SHOWN} more" if len(ids) > _SHOWN else ""
     shown = ", ".join(ids[:_SHOWN]) + more
-    return f"not judged (no direct reach to {', '.join(nodes)}): {len(ids)} check(s): {shown}"
+    return (
+        f"not judged (no direct reach to {', '.join(sorted(nodes))}): {len(ids)} check(s): {shown}"
+    )
