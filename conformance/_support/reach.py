@@ -26,6 +26,7 @@ from pytest_talos.talos_api import APID_PORT
 
 __all__ = [
     "DIRECT_REACH_CHECKS",
+    "KUBE_API_AT_NODE_NEEDS",
     "PORT_22_NEEDS",
     "PORT_SCAN_NEEDS",
     "VENDOR_SCAN_NEEDS",
@@ -54,6 +55,10 @@ DIRECT_REACH_CHECKS: dict[str, str] = {
 # vendor.expected-ports and vendor.forbidden-ports are TCP scans and nothing else; they ask
 # after their profile is known (no profile: that skip comes first).
 VENDOR_SCAN_NEEDS = "this check is a TCP scan of the node's address from here"
+KUBE_API_AT_NODE_NEEDS = (
+    "kube-apiserver's certificate on the node's own address cannot be read from here (the "
+    "kubeconfig's server, when it is elsewhere, was judged)"
+)
 PORT_22_NEEDS = (
     "its port 22 cannot be scanned from here (no shell, busybox or sshd on disk, among its "
     "processes or in its Netstat, read through the endpoint)"

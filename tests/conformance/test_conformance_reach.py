@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conformance._support.reach import DIRECT_REACH_CHECKS, DirectReach
+from pytest_talos.certs import ExpiryPolicy, kubernetes_certificates
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.emulator.cluster import EmulatedCluster
 from pytest_talos.errors import TalosError
@@ -115,6 +116,21 @@ def test_a_node_that_is_down_is_not_taken_for_unreached() -> None:
         found = book.unreached(nodes[WORKER])
         assert found is not None
         assert found.why == "connection refused"
+
+
+def test_kube_apiserver_at_an_unreached_node_is_not_read(endpoint_only: EmulatedCluster) -> None:
+    """certs.kubernetes-api without direct reach reads nothing on the node's address (here
+    the kubeconfig's server is the node itself: only the minted client certificate, shown
+    and not judged, is left)."""
+    cluster = _connect(endpoint_only)
+    cp = _by_name(cluster)[CP]
+    kubeconfig = cp.client.kubeconfig()
+    near = kubernetes_certificates(cp, kubeconfig, ExpiryPolicy(), timeout=5.0)
+    far = kubernetes_certificates(cp, kubeconfig, ExpiryPolicy(), timeout=5.0, at_node=False)
+    assert any("kube-apiserver" in report.what for report in near), [r.what for r in near]
+    assert [report.what for report in far] == [
+        "the kubeconfig client certificate (minted by this Kubeconfig call; shown, not judged)"
+    ]
 
 
 # --------------------------------------------------------------------------- the verdict
