@@ -13,6 +13,7 @@ import pytest
 from conformance._support.context import ReaderAccess, Timing
 from conformance._support.node_runs import NodeCheck, NodeRuns
 from conformance._support.observe import READY_STABLE_FOR, Observation, WatchWindow
+from conformance._support.reach import DIRECT_REACH_CHECKS, DirectReach
 from pytest_talos.client import TalosClient
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
 from pytest_talos.errors import TalosError
@@ -118,6 +119,25 @@ def talos_machine_watch(request: pytest.FixtureRequest, talos_watch: WatchWindow
     """The run's watch window, with every node's machine hold (``.machine(name)``)."""
     _say_wait(request.config, talos_watch, "the machine hold check", "machine")
     return talos_watch
+
+
+@pytest.fixture(scope="session")
+def talos_direct_reach() -> DirectReach:
+    """Whether this machine reaches each node's own address (learnt once per node)."""
+    return DirectReach()
+
+
+@pytest.fixture(autouse=True)
+def _direct_reach(request: pytest.FixtureRequest) -> None:
+    """A check that needs its own connection to its node (DIRECT_REACH_CHECKS) skips in one
+    line on a node this machine reaches only through the endpoint."""
+    spec = check_spec(request.node)
+    needs = DIRECT_REACH_CHECKS.get(spec.id) if spec is not None else None
+    if needs is None or "talos_node" not in request.fixturenames:
+        return
+    node: TalosNode = request.getfixturevalue("talos_node")
+    reach: DirectReach = request.getfixturevalue("talos_direct_reach")
+    reach.require(node, needs)
 
 
 @pytest.fixture(scope="session")

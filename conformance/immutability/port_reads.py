@@ -19,8 +19,14 @@ from dataclasses import dataclass
 import pytest
 
 from conformance._support.fanout import FanOut
+from conformance._support.reach import PORT_SCAN_NEEDS, DirectReach
 from conformance.kubernetes.node_addresses import ADDRESSES, LINKS, host_addresses
-from pytest_talos.checks import PortObservation, expected_udp_ports_for, observe_ports
+from pytest_talos.checks import (
+    PortObservation,
+    expected_udp_ports_for,
+    observe_listeners,
+    observe_ports,
+)
 from pytest_talos.client import ChangeGate
 from pytest_talos.errors import TalosError
 from pytest_talos.node import TalosNode
@@ -54,6 +60,7 @@ class PortRead:
     addresses: tuple[str, ...]
     addresses_note: str | None
     observation: PortObservation
+    unreached: str | None = None  # the skip reason: no direct reach, Netstat judged alone
 
 
 def changes_made(gate: ChangeGate | None) -> int:
@@ -61,8 +68,12 @@ def changes_made(gate: ChangeGate | None) -> int:
     return 0 if gate is None else gate.changes
 
 
-def read_ports(node: TalosNode, gate: ChangeGate | None) -> PortRead:
-    """The node's own addresses, then its observation (every call with its deadline)."""
+def read_ports(
+    node: TalosNode, gate: ChangeGate | None, reach: DirectReach | None = None
+) -> PortRead:
+    """The node's own addresses, then its observation (every call with its deadline). A
+    node this machine reaches only through the endpoint (``reach``) gets Netstat read and
+    no scan; its read carries the one-line reason."""
     changes = changes_made(gate)
     note = None
     try:
@@ -73,6 +84,10 @@ def read_ports(node: TalosNode, gate: ChangeGate | None) -> PortRead:
     except TalosError as exc:
         addresses = ()
         note = f"AddressStatuses unreadable ({exc}): node address only"
+    unreached = None if reach is None else reach.reason(node, PORT_SCAN_NEEDS)
+    if unreached is not None:
+        observation = observe_listeners(node, addresses=addresses, why=unreached)
+        return PortRead(changes, addresses, note, observation, unreached)
     return PortRead(changes, addresses, note, observe_ports(node, addresses=addresses))
 
 
@@ -82,13 +97,16 @@ def port_fanout(
     *,
     max_age: float = FANOUT_MAX_AGE,
     readers: int = READERS,
-    read: Callable[[TalosNode, ChangeGate | None], PortRead] = read_ports,
+    read: Callable[[TalosNode, ChangeGate | None], PortRead] | None = None,
+    reach: DirectReach | None = None,
 ) -> FanOut[PortRead]:
     """Every one of ``nodes`` read at once (``readers`` at a time); a read is served to its
-    node's test only while no change was made since it began and within ``max_age``."""
+    node's test only while no change was made since it began and within ``max_age``.
+    ``read`` defaults to :func:`read_ports` with ``reach``."""
+    reader = read or (lambda node, changes: read_ports(node, changes, reach))
     return FanOut(
         nodes,
-        lambda node: read(node, gate),
+        lambda node: reader(node, gate),
         max_age=max_age,
         usable=lambda done: done.changes == changes_made(gate),
         readers=readers,

@@ -15,6 +15,7 @@ import pytest
 
 from conformance._support.fanout import FanOut
 from conformance._support.fixtures import nodes_checked_by
+from conformance._support.reach import PORT_22_NEEDS, DirectReach
 from conformance._support.settings import SuiteSettings
 from conformance.immutability.port_reads import (
     PortRead,
@@ -42,13 +43,19 @@ from pytest_talos.plugin.conformance import is_worker
     claim="The node has no shell, busybox or SSH: the Talos API is the only way in",
 )
 def test_node_has_no_shell_and_no_ssh(
-    talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_suite: SuiteSettings,
+    talos_evidence: dict[str, Any],
+    talos_direct_reach: DirectReach,
 ) -> None:
     container = talos_node.hostname if talos_suite.docker else None
-    result = assert_no_shell(talos_node, docker_container=container)
+    unreached = talos_direct_reach.reason(talos_node, PORT_22_NEEDS)
+    result = assert_no_shell(talos_node, docker_container=container, scan_port_22=unreached is None)
     talos_evidence.update(result.evidence)
     if result.notes:
         talos_evidence["notes"] = result.notes
+    if unreached is not None:  # nothing found through the endpoint; port 22 not scanned
+        pytest.skip(unreached)
 
 
 @pytest.mark.talos_check(
@@ -160,12 +167,13 @@ def test_only_expected_ports_are_open(
     talos_node: TalosNode,
     talos_evidence: dict[str, Any],
     port_reads: FanOut[PortRead],
+    talos_direct_reach: DirectReach,
     request: pytest.FixtureRequest,
 ) -> None:
     try:
         read = port_reads.get(talos_node)  # observed with the others, or now if not fresh
     except TalosError:  # the earlier read failed: read now, and let that one speak
-        read = read_ports(talos_node, None)
+        read = read_ports(talos_node, None, talos_direct_reach)
     if read.addresses_note is not None:
         talos_evidence["addresses"] = read.addresses_note
     result = assert_only_expected_ports(
@@ -177,14 +185,19 @@ def test_only_expected_ports_are_open(
     talos_evidence.update(result.evidence)
     if result.notes:
         talos_evidence["port notes"] = result.notes
+    if read.unreached is not None:  # Netstat alone found nothing: the scan is not judged
+        pytest.skip(read.unreached)
 
 
 @pytest.fixture(scope="module")
-def port_reads(request: pytest.FixtureRequest, talos_cluster: TalosCluster) -> FanOut[PortRead]:
+def port_reads(
+    request: pytest.FixtureRequest, talos_cluster: TalosCluster, talos_direct_reach: DirectReach
+) -> FanOut[PortRead]:
     """Every node this run's port check runs on, observed at once by its first test. Not
     under pytest-xdist: its workers already check nodes side by side, and which nodes a
     worker gets is not known beforehand (each would scan them all)."""
     if is_worker(request.config):
-        return port_fanout([], talos_cluster.client.change_gate)  # each test reads its own
+        # each test reads its own
+        return port_fanout([], talos_cluster.client.change_gate, reach=talos_direct_reach)
     nodes = nodes_checked_by(request, test_only_expected_ports_are_open, talos_cluster)
-    return port_fanout(nodes, talos_cluster.client.change_gate)
+    return port_fanout(nodes, talos_cluster.client.change_gate, reach=talos_direct_reach)

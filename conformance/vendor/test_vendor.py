@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from conformance._support.reach import VENDOR_SCAN_NEEDS, DirectReach
 from conformance._support.settings import SuiteSettings
 from conformance._support.vendor_profile import (
     VendorProfile,
@@ -236,12 +237,16 @@ def test_forbidden_extensions_are_absent(
     claim="Every port the profile expects for the node's role is open",
 )
 def test_expected_ports_are_open(
-    talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_suite: SuiteSettings,
+    talos_evidence: dict[str, Any],
+    talos_direct_reach: DirectReach,
 ) -> None:
     profile = _profile(talos_suite, "ports.expected", lambda p: p.ports.expected)
     wanted = profile.ports.expected_for(talos_node.role)
     if not wanted:
         pytest.skip(f"the vendor profile expects no ports for role {talos_node.role}")
+    talos_direct_reach.require(talos_node, VENDOR_SCAN_NEEDS)
     scan = talos_node.scan_ports(sorted(wanted))
     closed = sorted(wanted - set(scan.open_ports))
     talos_evidence.update(expected=sorted(wanted), scan=scan.summary())
@@ -259,9 +264,13 @@ def test_expected_ports_are_open(
     "vendor.forbidden-ports", severity="high", claim="No port the profile forbids is open"
 )
 def test_forbidden_ports_are_closed(
-    talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_suite: SuiteSettings,
+    talos_evidence: dict[str, Any],
+    talos_direct_reach: DirectReach,
 ) -> None:
     profile = _profile(talos_suite, "ports.forbidden", lambda p: p.ports.forbidden)
+    talos_direct_reach.require(talos_node, VENDOR_SCAN_NEEDS)
     forbidden = sorted(profile.ports.forbidden)
     scan = talos_node.scan_ports(forbidden)
     talos_evidence.update(forbidden=forbidden, scan=scan.summary())

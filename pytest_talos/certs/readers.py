@@ -291,6 +291,7 @@ def kubernetes_certificates(
     timeout: float = 10.0,
     now: dt.datetime | None = None,
     node_port: int = DEFAULT_API_SERVER_PORT,
+    at_node: bool = True,
 ) -> list[CertificateReport]:
     """On a control plane: the kube-apiserver certificate at the kubeconfig's server and at
     the node's own address on ``node_port`` (its local API server port), each issued by the
@@ -304,6 +305,10 @@ def kubernetes_certificates(
     ``cluster.adminKubeconfig.certLifetime`` (v1alpha1_server.go Kubeconfig,
     pkg/kubeconfig/generate.go): its expiry restates the configured lifetime, so it is
     shown, not judged.
+
+    ``at_node=False`` (this machine does not reach the node's own address): nothing on the
+    node's address is read, the kubeconfig's server only when it is elsewhere (a load
+    balancer).
     """
     moment = now or utc_now()
     config = _kubeconfig(kubeconfig)
@@ -317,6 +322,8 @@ def kubernetes_certificates(
             (config.host, config.port, [config.host, *common]),
             (node.host, node_port, [*own, config.host]),
         ]
+    if not at_node:
+        targets = [target for target in targets if target[0] != node.host]
     reports = [
         _apiserver_report(host, port, names, cas, policy, timeout, moment)
         for host, port, names in targets

@@ -42,6 +42,7 @@ from pytest_talos.checks.open_ports import (
     expected_udp_ports_for,
 )
 from pytest_talos.checks.open_ports import judge_ports as judge_ports
+from pytest_talos.checks.open_ports import observe_listeners as observe_listeners
 from pytest_talos.checks.open_ports import observe_ports as observe_ports
 from pytest_talos.checks.result import CheckResult
 from pytest_talos.checks.shell import REMOTE_ACCESS_PROCESSES as REMOTE_ACCESS_PROCESSES

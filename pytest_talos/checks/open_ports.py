@@ -43,6 +43,7 @@ __all__ = [
     "expected_udp_ports_for",
     "judge_ports",
     "kubespan_enabled",
+    "observe_listeners",
     "observe_ports",
 ]
 
@@ -154,6 +155,18 @@ def observe_ports(
     return PortObservation(
         node.host, before, after, tuple(scans.items()), tuple(skipped.items()), own
     )
+
+
+def observe_listeners(
+    node: TalosNode, *, addresses: Iterable[str] = (), why: str
+) -> PortObservation:
+    """:func:`observe_ports` without the scans, for a node this machine cannot reach
+    directly (``why``: which address was tried and what happened). Netstat is read through
+    the endpoint twice, as around a scan; :func:`judge_ports` then judges Netstat alone (a
+    listener outside the allow-list, a UDP socket) and notes the address as not scanned."""
+    before = tuple(node.listeners)
+    after = tuple(node.listeners)
+    return PortObservation(node.host, before, after, (), ((node.host, why),), tuple(addresses))
 
 
 def expected_udp_ports_for(node: TalosNode) -> frozenset[int]:

@@ -11,6 +11,12 @@ listens there yet (first node ``.2``, like talosctl's ``10.5.0.2``), so several 
 run side by side (pytest-xdist). ``vacant_address`` is an address of the same /24 where no
 node lives: a port that answers there too belongs to a wildcard listener of the host, not
 to a node — the baseline a port scanner uses to attribute answers on loopback.
+
+Variant ``endpoint-only``: the workers are on a network this machine does not reach. Their
+listeners are bound to a second free ``127.C.D.0/24`` (the private network), nothing listens
+on their own addresses (a direct connection is refused), and a control plane forwarding a
+call to a worker's address dials its private address (:meth:`EmulatedCluster.route`),
+verifying the worker's certificate against the worker's own address.
 """
 
 from __future__ import annotations
@@ -137,6 +143,8 @@ class EmulatedCluster:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.fault_set = FaultSet()
         self.subnet: ipaddress.IPv4Network | None = None
+        self.private_subnet: ipaddress.IPv4Network | None = None
+        self._private: dict[str, str] = {}  # worker address -> private address (endpoint-only)
         self._talosconfig_file: Path | None = None
         self._admin: ClientIdentity | None = None
 
@@ -320,6 +328,7 @@ class EmulatedCluster:
             extension_services=self.extension_services,
             domain=self.variant_set.domain,
         )
+        self._place_private_workers(identities)
         last_cp = [i.hostname for i in identities if i.role == "controlplane"][-1]
         self.fault_set = FaultSet(
             self.faults, last_node=identities[-1].hostname, last_controlplane=last_cp
@@ -333,6 +342,28 @@ class EmulatedCluster:
             if self.fault_set.quirk(Quirk.CONFIG_CHANGE_STAGED_AT_START, node.hostname):
                 staged = apply_patches(node.state.active_config, [desired.CONFIG_STAGED_PATCH])
                 node.state.apply_configuration(ApplyRequest(staged, "STAGED"))
+
+    def _place_private_workers(self, identities: Sequence[NodeIdentity]) -> None:
+        """Variant endpoint-only: each worker's listeners on the private network."""
+        self._private = {}
+        if not self.variant_set.on(Variant.ENDPOINT_ONLY):
+            return
+        workers = [ident for ident in identities if not ident.controlplane]
+        if not workers:
+            return
+        self.private_subnet = pick_subnet()
+        for index, ident in enumerate(workers):
+            self._private[ident.address] = str(self.private_subnet[2 + index])
+
+    def private_address(self, address: str) -> str | None:
+        """Where a node's listeners are bound when only the cluster reaches it (variant
+        endpoint-only), else None (they are on the node's own address)."""
+        return self._private.get(address)
+
+    def route(self, address: str) -> str:
+        """The socket address that reaches the node at ``address`` from a control plane: its
+        private address when it has one, else the address itself."""
+        return self._private.get(address, address)
 
     def _config_for(self, ident: NodeIdentity, endpoint: str) -> bytes:
         return self._configs.config_for(

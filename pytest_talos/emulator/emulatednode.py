@@ -49,6 +49,10 @@ class NodeCluster(Protocol):
 
     def resolve(self, host: str) -> str | None: ...
 
+    def private_address(self, address: str) -> str | None: ...
+
+    def route(self, address: str) -> str: ...
+
     def kube_server(self, node: EmulatedNode) -> kubeapi.KubeAPIServer: ...
 
 
@@ -168,6 +172,9 @@ class EmulatedNode(NodeHooks):
                 cert_pem=impersonator.cert_pem,
                 key_pem=impersonator.key_pem,
             )
+        # Variant endpoint-only: a worker listens on its private address only, so this
+        # machine's direct connections to its own address are refused.
+        bind = cluster.private_address(ident.address) or ident.address
         self.server = NodeServer(
             self,
             address=ident.address,
@@ -175,8 +182,10 @@ class EmulatedNode(NodeHooks):
             call_log=cluster.call_log_store,
             directory=cluster.resolve,
             forward_tls=forward_tls,
+            bind_address=bind,
+            route=cluster.route,
         )
-        self.listeners = ExtraListeners(ident.address, self.state.listeners())
+        self.listeners = ExtraListeners(bind, self.state.listeners())
         if ident.controlplane:
             self.kube = cluster.kube_server(self)
 

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from typing import Any
 
 from grpclib.client import Channel
+from grpclib.config import Configuration
 from grpclib.exceptions import GRPCError
 
 from pytest_talos.emulator.grpcerrors import as_grpc_error, collect, error_metadata
@@ -41,18 +42,34 @@ _NOT_FORWARDED = frozenset(
 Replies = Callable[[str], AsyncIterator[Any]]  # target -> that target's replies
 
 
-class ChannelPool:
-    """One cached mTLS channel per (host, port) this node forwards to."""
+Route = Callable[[str], str]  # a node's address -> the socket address that reaches it
 
-    def __init__(self, tls: ssl.SSLContext | None) -> None:
+
+def _same(address: str) -> str:
+    return address
+
+
+class ChannelPool:
+    """One cached mTLS channel per (host, port) this node forwards to.
+
+    ``route`` gives the socket address that reaches a node from this node: the node's own
+    address, except for a node on a network only the cluster reaches (variant
+    ``endpoint-only``), where the channel dials the private address and still verifies
+    the certificate against the node's address.
+    """
+
+    def __init__(self, tls: ssl.SSLContext | None, route: Route = _same) -> None:
         self._tls = tls
+        self._route = route
         self._channels: dict[tuple[str, int], Channel] = {}
 
     def get(self, host: str, port: int) -> Channel:
         key = (host, port)
         channel = self._channels.get(key)
         if channel is None:
-            channel = Channel(host, port, ssl=self._tls)
+            dial = self._route(host)
+            config = None if dial == host else Configuration(ssl_target_name_override=host)
+            channel = Channel(dial, port, ssl=self._tls, config=config)
             self._channels[key] = channel
         return channel
 

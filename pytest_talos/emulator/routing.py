@@ -24,6 +24,7 @@ from pytest_talos.emulator.dispatch import LocalDispatcher, MethodTable
 from pytest_talos.emulator.forwarding import (
     ONE_TO_MANY_PREFIXES,
     ChannelPool,
+    Route,
     combine_unary,
     forward_metadata,
     relay_streams,
@@ -61,6 +62,7 @@ class Router:
         directory: Directory,
         forward_tls: ssl.SSLContext | None,
         forward_timeout: float,
+        route: Route | None = None,
     ) -> None:
         self._local = local
         self._table = table
@@ -68,7 +70,9 @@ class Router:
         self.port = port
         self._directory = directory
         self._forward_tls = forward_tls
-        self._channels = ChannelPool(forward_tls)
+        self._channels = (
+            ChannelPool(forward_tls) if route is None else ChannelPool(forward_tls, route)
+        )
         self.forward_timeout = forward_timeout  # seconds, unary forwards without a deadline
 
     @property

@@ -45,6 +45,7 @@ from pytest_talos.emulator.apidtls import (
 from pytest_talos.emulator.calllog import CallLog, CallRecord
 from pytest_talos.emulator.dispatch import LocalDispatcher, MethodTable
 from pytest_talos.emulator.faults import Quirk
+from pytest_talos.emulator.forwarding import Route
 from pytest_talos.emulator.grpcerrors import as_grpc_error
 from pytest_talos.emulator.routing import FORWARD_TIMEOUT, Directory, Router
 from pytest_talos.emulator.servicers import MUTATING_METHODS, NodeContext
@@ -94,9 +95,14 @@ class NodeServer:
         forward_tls: ssl.SSLContext | None = None,
         port: int = APID_PORT,
         forward_timeout: float = FORWARD_TIMEOUT,
+        bind_address: str | None = None,
+        route: Route | None = None,
     ) -> None:
         self.context = context
         self.address = address
+        # Where the listener is bound: the node's address, or (variant endpoint-only) the
+        # private address only the cluster's control planes dial (see ``route``).
+        self.bind_address = bind_address or address
         self.port = port
         self._tls = tls
         self._call_log = call_log
@@ -112,6 +118,7 @@ class NodeServer:
             directory=directory,
             forward_tls=forward_tls,
             forward_timeout=forward_timeout,
+            route=route,
         )
 
     @property
@@ -141,7 +148,7 @@ class NodeServer:
         state = self.context.state
         apply_tls_faults(self._tls, state.quirk, state.active_config)
         server = CheckedServer(self._peers, mapping)
-        await server.start(self.address, self.port, ssl=self._tls, reuse_address=True)
+        await server.start(self.bind_address, self.port, ssl=self._tls, reuse_address=True)
         self._server = server
 
     async def stop(self) -> None:

@@ -7,11 +7,12 @@ discovery switched off or unreachable, a pod whose entrypoint is a shell, kube-p
 The fault matrix runs the suite against each variant and requires zero failures, which is how a
 check that would fail a healthy real node is caught before a user sees it.
 
-A variant changes the emulated node the way the real cluster differs, at one of three seams:
+A variant changes the emulated node the way the real cluster differs, at one of five seams:
 the generated machine config (``kube-proxy-disabled``, ``discovery-disabled``,
 ``register-with-fqdn``, ``kubespan``), the node's identity (``domain``, ``metal``,
 ``extensions``), its runtime state (``discovery-unreachable``, ``pod-shell``,
-``clock-stepped``) or the cluster's shape (``three-control-planes``).
+``clock-stepped``), the cluster's shape (``three-control-planes``) or the network between this
+machine and the nodes (``endpoint-only``).
 Behaviour that follows from a variant is modelled where the healthy behaviour is, guarded
 by ``variants.on(Variant.X)``; where it follows from the machine config (proxy, discovery,
 the Kubernetes node name, KubeSpan), the node reads its config, so a user's own config gets
@@ -52,6 +53,7 @@ class Variant(enum.StrEnum):
     KUBESPAN = "kubespan"
     CLOCK_STEPPED = "clock-stepped"
     THREE_CONTROL_PLANES = "three-control-planes"
+    ENDPOINT_ONLY = "endpoint-only"
 
 
 # The domain a node gets from DHCP or a cloud's metadata when the variant asks for one.
@@ -107,6 +109,10 @@ VARIANTS: Mapping[Variant, str] = {
     Variant.THREE_CONTROL_PLANES: (
         f"the cluster has {HA_CONTROLPLANES} control planes (etcd with {HA_CONTROLPLANES} "
         "members) and the workers asked for (one by default): the highly available shape"
+    Variant.ENDPOINT_ONLY: (
+        "the workers are on a private network: this machine reaches only the control "
+        "plane's apid (the endpoint), which forwards to them; their own addresses refuse "
+        "every direct connection (apid 50000, kubelet, any port)"
     ),
 }
 

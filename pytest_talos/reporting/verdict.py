@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pytest_talos.reporting.reach import unjudged_reason
 from pytest_talos.reporting.records import CheckRecord
 from pytest_talos.reporting.severity import Severity, severity_rank
 
@@ -77,7 +78,25 @@ def decide_verdict(
     node: every critical check outside ``optional_areas`` (areas that need inputs the run
     did not ask for), and every check of ``defining_areas`` (what the suite profile is for),
     ``exempt`` ids aside. PASSED otherwise.
+
+    Whatever the verdict, checks skipped because this machine has no direct reach to a node
+    (:mod:`.reach`) are named in one more reason: they were not judged there.
     """
+    verdict = _decide(records, gate, defining_areas, optional_areas, exempt, unreachable)
+    unjudged = unjudged_reason(records)
+    if unjudged is None:
+        return verdict
+    return Verdict(verdict.name, (*verdict.reasons, unjudged))
+
+
+def _decide(
+    records: Sequence[CheckRecord],
+    gate: GateResult,
+    defining_areas: Collection[str],
+    optional_areas: Collection[str],
+    exempt: Collection[str],
+    unreachable: Collection[str],
+) -> Verdict:
     reached = [r for r in gate.blocking if r.test_id not in unreachable]
     if reached:
         return Verdict("FAILED", (f"{len(reached)} blocking failure(s)",))

@@ -537,5 +537,6 @@ HEALTHY_VARIANTS: Mapping[str, tuple[str, ...]] = {
     "kubespan": ("kubespan",),
     "clock-stepped": ("clock-stepped",),  # on metal: container nodes never sync time
     "three-control-planes": ("three-control-planes",),  # 3 control planes, 1 worker
+    "endpoint-only": ("endpoint-only",),  # workers reached only through the endpoint's apid
     "metal+domain+discovery-disabled": ("metal", "domain", "discovery-disabled"),
 }

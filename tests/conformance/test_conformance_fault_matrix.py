@@ -22,6 +22,7 @@ import pytest
 from pytest_talos.emulator.faults import fault_names
 from pytest_talos.emulator.variants import variant_names
 from pytest_talos.plugin.conformance.catalogue import AREAS
+from pytest_talos.reporting.reach import NO_DIRECT_REACH
 from tests.conformance.fault_matrix import (
     FAULT_MATRIX,
     HEALTHY_VARIANTS,
@@ -44,10 +45,13 @@ ALLOWED_SKIPS = (
 )
 # Skips a healthy variant gives by design, allowed on the runs that include that variant only:
 # with discovery off there are no Members to compare; with the discovery service out of
-# reach every node sees only itself (the checks say so instead of failing).
+# reach every node sees only itself (the checks say so instead of failing); with the workers
+# reached only through the endpoint, the checks that need their own connection to a worker
+# say so (pytest_talos/reporting/reach.py NO_DIRECT_REACH) and the verdict names them.
 VARIANT_SKIPS: Mapping[str, tuple[str, ...]] = {
     "discovery-disabled": ("discovery is disabled",),
     "discovery-unreachable": ("discovery unreachable",),
+    "endpoint-only": (NO_DIRECT_REACH,),
 }
 
 
