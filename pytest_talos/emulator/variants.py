@@ -109,6 +109,7 @@ VARIANTS: Mapping[Variant, str] = {
     Variant.THREE_CONTROL_PLANES: (
         f"the cluster has {HA_CONTROLPLANES} control planes (etcd with {HA_CONTROLPLANES} "
         "members) and the workers asked for (one by default): the highly available shape"
+    ),
     Variant.ENDPOINT_ONLY: (
         "the workers are on a private network: this machine reaches only the control "
         "plane's apid (the endpoint), which forwards to them; their own addresses refuse "
