@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from pytest_talos.reporting import (
     EXIT_CODES,
+    NEEDS_ADMIN,
+    NOT_APPLICABLE,
     CheckRecord,
     Outcome,
+    RunInfo,
     Severity,
     apply_gate,
+    build_results,
     decide_verdict,
+    natural_key,
+    run_verdict,
 )
+from pytest_talos.talos_api import EMULATOR_BUILT, is_emulator_build
 
 
 def rec(check: str, outcome: Outcome, severity: Severity = "high", test: str = "") -> CheckRecord:
@@ -58,3 +66,70 @@ def test_unreachable_targets_have_their_own_verdict() -> None:
     lost = rec("api.a", "error", test="t-lost")
     assert verdict([lost], unreachable={"t-lost"}) == "UNREACHABLE"
     assert verdict([lost, rec("api.b", "failed")], unreachable={"t-lost"}) == "FAILED"
+
+
+def test_a_check_the_identity_cannot_run_is_named_not_incomplete() -> None:
+    admin = rec("immutability.rootfs-read-only", "skipped", "critical")
+    admin.skip_kind = NEEDS_ADMIN
+    records = [rec("api.a", "passed"), admin]
+    result = decide_verdict(records, apply_gate(records, "low"))
+    assert result.name == "PASSED"
+    assert result.reasons == (
+        "1 check(s) not run: they need os:admin, which this talosconfig lacks (an os:admin "
+        "talosconfig runs them): immutability.rootfs-read-only",
+    )
+    plain = rec("immutability.rootfs-read-only", "skipped", "critical")
+    assert verdict([rec("api.a", "passed"), plain]) == "INCOMPLETE"
+
+
+def test_a_check_the_platform_makes_meaningless_is_done() -> None:
+    kernel = rec("vendor.kernel-version", "skipped")
+    kernel.skip_kind = NOT_APPLICABLE
+    records = [rec("vendor.platform", "passed"), kernel]
+    result = decide_verdict(records, apply_gate(records, "low"), defining_areas={"vendor"})
+    assert result.name == "PASSED"
+    assert result.reasons == ("not applicable on this platform: vendor.kernel-version",)
+    kernel.skip_kind = ""
+    assert verdict(records, defining_areas={"vendor"}) == "INCOMPLETE"
+
+
+def test_a_run_that_did_not_finish_is_never_passed() -> None:
+    records = [rec("api.a", "passed")]
+    run = RunInfo(started=dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+    run.stopped = {
+        "status": "stopped",
+        "at": "2026-01-01 00:00:45 UTC",
+        "why": "SIGTERM received",
+        "exit_code": 2,
+        "planned": 3,
+        "not_run": [{"id": "api.b", "node": "n1"}, {"id": "api.c", "node": None}],
+    }
+    stopped = run_verdict(records, run)
+    assert (stopped.name, stopped.exit_code) == ("STOPPED", 2)
+    assert stopped.reasons == (
+        "the run stopped at 2026-01-01 00:00:45 UTC: SIGTERM received",
+        "2 of 3 planned test(s) not run: api.b on n1, api.c",
+    )
+    run.stopped = {"status": "in progress", "at": "2026-01-01 00:00:00 UTC", "planned": 3}
+    results = build_results(records, run)
+    assert (results["verdict"], results["exit_code"]) == ("NOT FINISHED", None)
+
+
+def test_an_unreachable_run_does_not_count_blocking_failures() -> None:
+    lost = [rec(f"api.c{i}", "error", test=f"t{i}") for i in range(33)]
+    gate = apply_gate(lost, "low")
+    text = gate.summary(unreachable={f"t{i}" for i in range(33)})
+    assert "blocking failure" not in text
+    assert "no check reached its target (33 test(s) could not connect" in text
+
+
+def test_node_names_sort_naturally() -> None:
+    names = ["worker-10", "worker-2", "controlplane-1", "worker-1"]
+    assert sorted(names, key=natural_key) == ["controlplane-1", "worker-1", "worker-2", "worker-10"]
+
+
+def test_only_the_emulators_own_marker_means_emulated() -> None:
+    # pkg/machinery/version/version.go (v1.13.9): Built is never set, a real reply has "".
+    assert not is_emulator_build("")
+    assert not is_emulator_build("2026-01-01T00:00:00Z")  # a custom build that sets it
+    assert is_emulator_build(EMULATOR_BUILT)
