@@ -215,6 +215,7 @@ def test_an_unreachable_target_is_its_own_exit_code(tmp_path: Path) -> None:
     )
     assert result.returncode == 7, result.describe()
     assert "conformance: verdict UNREACHABLE (exit 7)" in result.output
+    assert "blocking failure" not in result.output  # the target was unreachable, said once
 
 
 def test_a_waiver_does_not_hide_an_unreachable_target(tmp_path: Path) -> None:
@@ -267,3 +268,58 @@ def test_a_standalone_emulator_at_real_time_is_reported_emulated(tmp_path: Path)
     junit = (tmp_path / "junit.xml").read_text()
     assert 'name="talos_target" value="EMULATED cluster (pytest-talos emulator)' in junit
     assert "EMULATED TARGET" in (tmp_path / "report" / "report.html").read_text()
+
+
+def test_thirty_nodes_single_out_the_odd_version(tmp_path: Path) -> None:
+    result = run(
+        tmp_path,
+        "--talos-emulator=3:27",
+        "--talos-emulator-fault",
+        "wrong-version",
+        "-k",
+        "one_talos_version",
+    )
+    assert result.returncode == 1, result.describe()
+    odd = "29 node(s) run v1.13.9; talos-default-worker-27 run(s) v1.12.6"
+    assert result.output.count(odd) == 1, result.describe()
+    assert "talos-default-worker-3: v1.13.9" not in result.output
+    [check] = result.checks
+    assert check["evidence"]["versions"]["v1.12.6"] == "talos-default-worker-27"
+    nodes = check["evidence"]["versions"]["v1.13.9"].split(", ")
+    assert nodes.index("talos-default-worker-2") < nodes.index("talos-default-worker-10")
+
+
+def test_a_post_upgrade_failure_says_what_the_node_ran_before(tmp_path: Path) -> None:
+    snapshot = tmp_path / "pre-upgrade.json"
+    with EmulatedCluster(1, 1, time_scale=20) as cluster:
+        saved = run(
+            tmp_path,
+            *target_args(cluster),
+            "--talos-suite",
+            "post-upgrade",
+            "--talos-snapshot",
+            "save",
+            str(snapshot),
+            "-k",
+            "snapshot_is_recorded",
+            emulator=False,
+        )
+        assert saved.returncode == 0, saved.describe()
+        result = run(
+            tmp_path,
+            *target_args(cluster),
+            "--talos-snapshot",
+            "compare",
+            str(snapshot),
+            "--talos-expect-version",
+            "v1.14.0",
+            "-k",
+            "expected_talos_version",
+            emulator=False,
+        )
+    assert result.returncode == 1, result.describe()
+    assert (
+        "it still runs v1.13.9, the version it ran before the upgrade (snapshot): the upgrade "
+        "did not take, or the node rolled back to its previous boot partition"
+    ) in result.output
+    assert {c["evidence"]["before the upgrade (snapshot)"] for c in result.checks} == {"v1.13.9"}

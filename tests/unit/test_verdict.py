@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from pytest_talos.plugin.conformance.outcomes import collapse_repeats
 from pytest_talos.reporting import (
     EXIT_CODES,
     NEEDS_ADMIN,
@@ -133,3 +134,12 @@ def test_only_the_emulators_own_marker_means_emulated() -> None:
     assert not is_emulator_build("")
     assert not is_emulator_build("2026-01-01T00:00:00Z")  # a custom build that sets it
     assert is_emulator_build(EMULATOR_BUILT)
+
+
+def test_repeated_event_lines_are_shown_once_with_a_count() -> None:
+    event = "[Waiting] " + "x" * 300
+    assert collapse_repeats(["[Running] up", *[event] * 46, "[Running] up"]) == [
+        "[Running] up",
+        f"{event}  (x46)",
+        "[Running] up",
+    ]

@@ -19,6 +19,7 @@ from pytest_talos.reporting import NEEDS_ADMIN, NOT_APPLICABLE, redact
 __all__ = [
     "ADMIN",
     "NOT_APPLICABLE_PREFIX",
+    "collapse_repeats",
     "failure_text",
     "make_report",
     "not_applicable",
@@ -156,10 +157,24 @@ def failure_text(spec: CheckSpec, node: str | None, exc: ConformanceFailure) -> 
     return "\n".join(lines)
 
 
+def collapse_repeats(lines: list[str]) -> list[str]:
+    """Consecutive identical lines once, with how many times they came (a crash loop
+    repeats one long event line dozens of times)."""
+    out: list[str] = []
+    counts: list[int] = []
+    for line in lines:
+        if out and line == out[-1]:
+            counts[-1] += 1
+        else:
+            out.append(line)
+            counts.append(1)
+    return [line if n == 1 else f"{line}  (x{n})" for line, n in zip(out, counts, strict=True)]
+
+
 def _field_lines(key: str, text: str) -> list[str]:
     if "\n" not in text:
         return [f"  {key}: {text}"]
-    shown = text.splitlines()
+    shown = collapse_repeats(text.splitlines())
     if len(shown) > _EVIDENCE_LINES:
         shown = [
             *shown[:_EVIDENCE_LINES],
