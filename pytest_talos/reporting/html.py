@@ -47,7 +47,6 @@ var(--line);border-radius:8px;padding:1em;margin-bottom:1em}
 .stopped{border:3px solid #3b4552;background:#eef1f4;padding:.7em 1em;margin:.6em 0 1em;
 border-radius:6px}
 .signoff td{height:2.2em;min-width:22em}.signoff th{width:14em}
-.running{display:none}
 .summary table td,.summary table th{text-align:right}.summary table td:first-child,
 .summary table th:first-child{text-align:left}
 .facts{display:grid;grid-template-columns:max-content 1fr;gap:.15em 1.2em;margin:0}
@@ -91,11 +90,8 @@ h2{break-after:avoid}a{color:inherit;text-decoration:none}
 .noprint{display:none}
 @page{margin:16mm 14mm;
 @top-left{content:"Talos conformance report";font:9pt system-ui,sans-serif;color:#56606b}
-@top-right{content:string(verdict);font:9pt system-ui,sans-serif;color:#56606b}
 @bottom-right{content:"Page " counter(page) " of " counter(pages);font:9pt system-ui,
 sans-serif;color:#56606b}}
-.running{display:block;string-set:verdict content();position:running(verdict);
-visibility:hidden;height:0;overflow:hidden}
 .signoff{break-inside:avoid}
 }
 """
@@ -374,6 +370,16 @@ def _html_sign_off(results: Mapping[str, Any]) -> str:
     )
 
 
+def _running_header(results: Mapping[str, Any]) -> str:
+    """The printed pages' right-hand header: this run's verdict and start (CSS text)."""
+    text = f"Verdict {verdict_of(results)} · {human_time(results['run']['started'])}"
+    safe = re.sub(r"[^A-Za-z0-9 :.\-·]", "", text)
+    return (
+        "@media print{@page{@top-right{content:"
+        f'"{safe}";font:9pt system-ui,sans-serif;color:#56606b}}}}}}'
+    )
+
+
 def render_html(results: Mapping[str, Any]) -> str:
     """The report as one self-contained HTML document (no scripts, prints cleanly to PDF):
     what was tested, a summary, a check x node matrix, failures with their evidence, waived
@@ -389,9 +395,7 @@ def render_html(results: Mapping[str, Any]) -> str:
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>Talos conformance report — {_h(verdict_of(results))}</title>"
-        f"<style>{_HTML_STYLE}</style></head><body>",
-        f'<div class="running">Verdict {_h(verdict_of(results))} · '
-        f"{_h(human_time(run['started']))}</div>"
+        f"<style>{_HTML_STYLE}{_running_header(results)}</style></head><body>",
         f"<h1>Talos conformance report</h1>{banner}{_html_stopped(run)}"
         f"{_html_summary(results)}{tested}{_html_run_by(run)}",
         _html_matrix(results),

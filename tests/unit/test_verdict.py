@@ -20,6 +20,7 @@ from pytest_talos.reporting import (
     natural_key,
     run_verdict,
 )
+from pytest_talos.reporting.merge import ShardResults, merge_shards
 from pytest_talos.talos_api import EMULATOR_BUILT, is_emulator_build
 
 
@@ -143,3 +144,22 @@ def test_repeated_event_lines_are_shown_once_with_a_count() -> None:
         f"{event}  (x46)",
         "[Running] up",
     ]
+
+
+def _shard(index: int, stopped: dict[str, Any] | None) -> ShardResults:
+    started = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    run = RunInfo(started=started, shard={"index": index, "count": 2})
+    run.stopped = stopped
+    record = CheckRecord("api.a", "high", "claim", "passed", node=f"n{index}")
+    return ShardResults(f"shard-{index}", build_results([record], run))
+
+
+def test_a_merge_with_a_shard_that_did_not_finish_is_not_passed() -> None:
+    stopped = {"status": "stopped", "at": "t", "why": "SIGTERM received", "exit_code": 2}
+    records, run = merge_shards([_shard(1, None), _shard(2, {**stopped, "planned": 2})])
+    assert run_verdict(records, run).name == "STOPPED"
+    killed = {"status": "in progress", "at": "t", "planned": 2}
+    records, run = merge_shards([_shard(1, None), _shard(2, killed)])
+    assert run_verdict(records, run).name == "NOT FINISHED"
+    records, run = merge_shards([_shard(1, None), _shard(2, None)])
+    assert run_verdict(records, run).name == "PASSED"
