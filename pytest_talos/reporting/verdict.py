@@ -187,7 +187,9 @@ def stopped_verdict(stopped: Mapping[str, Any]) -> Verdict:
             + (f": {shown_list(names, 3)}" if names else "")
         )
     else:
-        reasons.append("the tests it did not run are not known (pytest-xdist)")
+        reasons.append(
+            "the tests it did not run are not known (pytest-xdist, or it stopped while collecting)"
+        )
     return Verdict("STOPPED", tuple(reasons), status=int(stopped.get("exit_code") or 2))
 
 
