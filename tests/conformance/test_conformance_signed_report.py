@@ -92,3 +92,17 @@ def test_a_misspelt_fault_gets_the_nearest_name(tmp_path: Path) -> None:
     )
     assert result.returncode == 4, result.describe()
     assert "unknown fault profile 'extra-prot'; did you mean extra-port" in result.output
+
+
+def test_the_report_names_the_installer_the_node_reports(tmp_path: Path) -> None:
+    # A metal node's config names its installer (machine.install.image).
+    result = run_suite(
+        ["--talos-emulator", "--talos-emulator-variant", "metal", "-k", "pid1"],
+        tmp_path / "report",
+    )
+    assert result.returncode == 0, result.describe()
+    assert result.results is not None
+    images = {t["install_image"] for t in result.results["run"]["targets"]}
+    assert images == {"ghcr.io/siderolabs/installer:v1.13.9"}
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "<dt>Installer image</dt><dd>ghcr.io/siderolabs/installer:v1.13.9</dd>" in html
