@@ -41,6 +41,7 @@ __all__ = [
     "ALLOW_LEVELS",
     "APID_PORT",
     "CHANGING_METHODS",
+    "EMULATOR_BUILT",
     "ETCD_BACKUP",
     "IMAGE_VERIFIER",
     "IMPERSONATOR",
@@ -54,6 +55,7 @@ __all__ = [
     "allowed_roles",
     "certificate_roles",
     "change_level",
+    "is_emulator_build",
     "join_host_port",
     "kubernetes_node_name",
     "permits",
@@ -66,6 +68,21 @@ __all__ = [
 
 APID_PORT: Final = 50000  # internal/app/machined/pkg/controllers/runtime/api_service_config.go
 TRUSTD_PORT: Final = 50001  # internal/app/trustd/main.go
+
+# --------------------------------------------------------------------------- the emulator
+
+# What the pytest-talos emulator answers in the Version reply's ``built`` field. A real Talos
+# build leaves it empty: pkg/machinery/version/version.go (v1.13.9) declares ``Built string``
+# with "set at build time. TODO: its not", and NewVersion copies it as is. So the emulator can
+# say what it is there, where no real node puts anything by accident, and the client side
+# decides "emulated" from it, never from the clock rate.
+EMULATOR_BUILT: Final = "pytest-talos emulator (not a Talos build)"
+
+
+def is_emulator_build(built: str) -> bool:
+    """Whether a Version reply's ``built`` is the emulator's own marker."""
+    return built.strip() == EMULATOR_BUILT
+
 
 # --------------------------------------------------------------------------- node names
 

@@ -32,6 +32,7 @@ from pytest_talos.errors import (
 from pytest_talos.guard import ConfigGuard
 from pytest_talos.node import TalosNode
 from pytest_talos.plugin.conformance import ADMIN
+from pytest_talos.reporting import natural_key
 from pytest_talos.talos_api import OPERATOR, READER
 
 # Resources every configured node has (registered in
@@ -220,15 +221,30 @@ def test_all_nodes_run_one_talos_version(
             silent[name] = str(reply)
         else:
             tags[name] = reply.tag
-    talos_evidence["versions"] = tags
-    if silent or len(set(tags.values())) > 1:
+    by_tag: dict[str, list[str]] = {}
+    for name in sorted(tags, key=natural_key):
+        by_tag.setdefault(tags[name], []).append(name)
+    talos_evidence["versions"] = {tag: ", ".join(names) for tag, names in by_tag.items()}
+    if silent or len(by_tag) > 1:
         raise ConformanceFailure(
             "api.version-consistent",
             "the nodes do not all answer with one Talos version",
             expected="one version on every node",
-            observed=", ".join(f"{n}: {t}" for n, t in sorted(tags.items())),
+            observed=_odd_nodes(by_tag, silent),
             evidence={"no answer": silent} if silent else None,
         )
+
+
+def _odd_nodes(by_tag: dict[str, list[str]], silent: dict[str, str]) -> str:
+    """The version most nodes run, then the nodes that differ (by name), not every node."""
+    if not by_tag:
+        return f"no answer from {', '.join(sorted(silent, key=natural_key))}"
+    common = max(by_tag, key=lambda tag: len(by_tag[tag]))
+    parts = [f"{len(by_tag[common])} node(s) run {common}"]
+    parts += [f"{', '.join(names)} run(s) {tag}" for tag, names in by_tag.items() if tag != common]
+    if silent:
+        parts.append(f"no answer from {', '.join(sorted(silent, key=natural_key))}")
+    return "; ".join(parts)
 
 
 @pytest.mark.talos_check(

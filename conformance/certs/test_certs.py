@@ -98,11 +98,15 @@ def test_client_certificate_far_from_expiry(
     roles = report.facts.organizations if report.facts else ()
     talos_evidence["roles"] = list(roles)
     extra = []
-    if ADMIN in roles and not _changes_selected(request.session):
+    # The advice applies to a talosconfig someone chose: not to the built-in emulator's,
+    # which the kit makes os:admin itself.
+    chosen = not request.config.getoption("talos_emulator", None)
+    if chosen and ADMIN in roles and not _changes_selected(request.session):
         extra.append(
             f"the talosconfig carries {ADMIN} but every selected check is read-only: "
             "a read-only run can use an os:reader talosconfig (talosctl config new "
-            "--roles os:reader); the checks that need more then skip and say why"
+            "--roles os:reader); the checks that need os:admin are then reported as "
+            "not run (needs os:admin), named in the verdict, and do not fail the run"
         )
     _verdict("certs.client-certificate", None, [report], talos_evidence, extra)
 

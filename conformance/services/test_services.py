@@ -42,6 +42,7 @@ from pytest_talos.errors import (
     WaitTimeout,
 )
 from pytest_talos.node import TalosNode
+from pytest_talos.plugin.conformance.outcomes import collapse_repeats
 from pytest_talos.restarts import (
     SERVICE_EVENTS_KEPT,
     XID_SLACK,
@@ -154,7 +155,8 @@ def _compact(log: str) -> str:
 def _service_evidence(node: TalosNode, service_id: str) -> dict[str, str]:
     try:
         events = node.service(service_id).events[-_EVENTS:]
-        history = "\n".join(f"[{e.state}] {e.msg}" for e in events) or "(none)"
+        lines = collapse_repeats([f"[{e.state}] {e.msg}" for e in events])
+        history = "\n".join(lines) or "(none)"
     except TalosError as exc:
         history = f"(could not read: {exc})"
     try:

@@ -119,14 +119,39 @@ def test_node_runs_expected_talos_version(
         pytest.skip("no expected version: pass --talos-expect-version v1.13.x")
     tag = talos_node.version.tag
     talos_evidence.update(expected=wanted, running=tag)
+    before = _version_before(talos_suite, talos_node.name)
+    if before:
+        talos_evidence["before the upgrade (snapshot)"] = before
     if not version_matches(wanted, tag):
         raise ConformanceFailure(
             "upgrade.talos-version",
-            "the node runs another Talos version",
+            "the node runs another Talos version" + _rolled_back(before, tag),
             node=talos_node.name,
             expected=wanted,
             observed=tag,
         )
+
+
+def _version_before(suite: SuiteSettings, node: str) -> str | None:
+    """What the node ran when the snapshot was taken, when the run compares with one."""
+    if suite.snapshot_mode != "compare" or suite.snapshot_path is None:
+        return None
+    try:
+        before = load_snapshot(suite.snapshot_path).node(node)
+    except ConfigError:
+        return None
+    return before.talos_version if before is not None else None
+
+
+def _rolled_back(before: str | None, running: str) -> str:
+    if before is None:
+        return ""
+    if before == running:
+        return (
+            f": it still runs {before}, the version it ran before the upgrade (snapshot): the "
+            "upgrade did not take, or the node rolled back to its previous boot partition"
+        )
+    return f": it ran {before} before the upgrade (snapshot), so it changed, but not to it"
 
 
 @pytest.mark.talos_check(

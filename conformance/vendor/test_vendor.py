@@ -25,6 +25,7 @@ from pytest_talos.checks.kubernetes import read_kube_node
 from pytest_talos.cluster import KubernetesAccess
 from pytest_talos.errors import ConformanceFailure, NotFound
 from pytest_talos.node import TalosNode
+from pytest_talos.plugin.conformance import not_applicable
 
 IMAGE_VERIFICATION_KIND = "ImageVerificationConfig"
 
@@ -49,7 +50,7 @@ def _profile(
 
 def _host_kernel_skip(node: TalosNode) -> None:
     if node.version.in_container:
-        pytest.skip("container platform: the node runs the host's kernel, not the image's")
+        not_applicable("container platform: the node runs the host's kernel, not the image's")
 
 
 def _read(node: TalosNode, path: str, check: str) -> str:
@@ -195,16 +196,19 @@ def test_platform_matches_profile(
 def test_required_extensions_are_installed(
     talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
 ) -> None:
-    profile = _profile(talos_suite, "extensions.required", lambda p: p.extensions_required)
+    profile = _profile(
+        talos_suite, "extensions.required", lambda p: p.extensions_required is not None
+    )
+    required = profile.extensions_required or ()  # an empty list: none required, met
     installed = installed_extensions(talos_node)
-    talos_evidence["installed"] = installed
-    missing = [e for e in profile.extensions_required if e not in installed]
+    talos_evidence.update(installed=installed, required=list(required))
+    missing = [e for e in required if e not in installed]
     if missing:
         raise ConformanceFailure(
             "vendor.required-extensions",
             "required extensions are missing",
             node=talos_node.name,
-            expected=", ".join(profile.extensions_required),
+            expected=", ".join(required),
             observed=f"missing: {', '.join(missing)}",
         )
 

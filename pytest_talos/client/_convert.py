@@ -88,6 +88,7 @@ def version(message: m.Version, node: str | None) -> models.Version:
         platform_mode=platform.mode,
         rbac=message.features.rbac if message.HasField("features") else None,
         node=node_of(message.metadata, node),
+        built=info.built,
     )
 
 

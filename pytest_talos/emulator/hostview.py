@@ -101,4 +101,14 @@ class NodeHost:
         if path == "/proc/mounts":  # generated: shows the root filesystem read-only
             content = system.proc_mounts(self.mounts())
             return system.FileEntry(path, "file", 0o444, content, mtime=int(booted_at))
+        generated = path in ("/proc/version", "/proc/cmdline") and path not in self.rootfs
+        if generated and self._identity.platform != "container":
+            # A node that boots the image's kernel shows it; a container shares the host's
+            # (the checks do not read these there), so the container emulator has neither.
+            content = (
+                system.proc_version()
+                if path == "/proc/version"
+                else system.proc_cmdline(self._identity.platform)
+            )
+            return system.FileEntry(path, "file", 0o444, content, mtime=int(booted_at))
         return self.rootfs.get(system.resolve(self.rootfs, path, follow_last=follow))

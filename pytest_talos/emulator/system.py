@@ -328,3 +328,39 @@ def meminfo() -> dict[str, int]:
         "directmap2m": 8_175_616,
         "directmap1g": 2_097_152,
     }
+
+
+# The kernel of Talos v1.13 (the version string the kernel log's first line carries).
+KERNEL_RELEASE = "6.18.24-talos"
+
+
+def proc_version() -> bytes:
+    """/proc/version of a node that boots the image's kernel (metal); INFERRED build host
+    and compiler, matching the kernel log's first line."""
+    return (
+        f"Linux version {KERNEL_RELEASE} (@buildkitsandbox) (gcc (GCC) 15.2.0, GNU ld (GNU "
+        "Binutils) 2.45) #1 SMP\n"
+    ).encode()
+
+
+def proc_cmdline(platform: str) -> bytes:
+    """/proc/cmdline of a v1.13.9 amd64 image booted on ``platform`` as the imager builds it
+    (pkg/imager/imager.go buildCmdline): talos.platform=<name>, the platform's own args
+    (metal amd64: console=tty0, platform/metal/metal.go KernelArgs; ttyS0 was dropped in
+    1.8, quirks.SupportsMetalPlatformConsoleTTYS0), then kernel.DefaultArgs
+    (pkg/machinery/kernel/kernel.go) with the quirks of 1.13: no IMA (up to 1.10 only),
+    selinux=1, module.sig_enforce=1, proc_mem.force_override=never."""
+    args = [
+        f"talos.platform={platform}",
+        "console=tty0",
+        "init_on_alloc=1",
+        "slab_nomerge=",
+        "pti=on",
+        "consoleblank=0",
+        "nvme_core.io_timeout=4294967295",
+        "printk.devkmsg=on",
+        "selinux=1",
+        "module.sig_enforce=1",
+        "proc_mem.force_override=never",
+    ]
+    return (" ".join(args) + "\n").encode()

@@ -40,6 +40,7 @@ class Version:
     platform_mode: str  # "cloud" | "container" | "metal" | "metal-agent"
     rbac: bool | None  # None before a machine config is loaded (maintenance mode)
     node: str | None = None
+    built: str = ""  # empty on real Talos builds; the pytest-talos emulator names itself
 
     @property
     def in_container(self) -> bool:

@@ -8,9 +8,11 @@ one-line fix.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -406,9 +408,15 @@ def _check_faults(faults: Setting[tuple[str, ...]]) -> None:
     unknown = [name for name in faults.value if name not in fault_names()]
     if unknown:
         raise pytest.UsageError(
-            f"{faults.source}: unknown fault profile {', '.join(map(repr, unknown))}; choose "
-            f"from {', '.join(fault_names())}"
+            f"{faults.source}: unknown fault profile {', '.join(map(repr, unknown))}"
+            f"{_nearest(unknown, fault_names())} Choose from {', '.join(fault_names())}"
         )
+
+
+def _nearest(unknown: Sequence[str], known: Sequence[str]) -> str:
+    """``; did you mean X?`` for the first misspelt name (as a misspelt check id gets)."""
+    close = difflib.get_close_matches(unknown[0], list(known), n=3, cutoff=0.5)
+    return f"; did you mean {' or '.join(close)}?" if close else "."
 
 
 def _check_variants(variants: Setting[tuple[str, ...]]) -> None:
@@ -419,8 +427,8 @@ def _check_variants(variants: Setting[tuple[str, ...]]) -> None:
     unknown = [name for name in variants.value if name not in variant_names()]
     if unknown:
         raise pytest.UsageError(
-            f"{variants.source}: unknown emulator variant {', '.join(map(repr, unknown))}; "
-            f"choose from {', '.join(variant_names())}"
+            f"{variants.source}: unknown emulator variant {', '.join(map(repr, unknown))}"
+            f"{_nearest(unknown, variant_names())} Choose from {', '.join(variant_names())}"
         )
 
 

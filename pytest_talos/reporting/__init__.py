@@ -18,9 +18,21 @@ tested), :mod:`.results` (``results.json`` and writing), :mod:`.markdown`, :mod:
 from pytest_talos.reporting.facts import human_duration, human_time, tested_facts
 from pytest_talos.reporting.html import render_html
 from pytest_talos.reporting.markdown import render_markdown
-from pytest_talos.reporting.records import CheckRecord, RunInfo, TargetInfo
+from pytest_talos.reporting.records import (
+    NEEDS_ADMIN,
+    NOT_APPLICABLE,
+    CheckRecord,
+    RunInfo,
+    TargetInfo,
+    natural_key,
+)
 from pytest_talos.reporting.redaction import redact
-from pytest_talos.reporting.results import RESULTS_FORMAT, build_results, write_reports
+from pytest_talos.reporting.results import (
+    RESULTS_FORMAT,
+    build_results,
+    run_verdict,
+    write_reports,
+)
 from pytest_talos.reporting.severity import (
     CHECK_ID_PATTERN,
     OUTCOMES,
@@ -50,6 +62,8 @@ from pytest_talos.reporting.waivers import (
 __all__ = [
     "CHECK_ID_PATTERN",
     "EXIT_CODES",
+    "NEEDS_ADMIN",
+    "NOT_APPLICABLE",
     "OUTCOMES",
     "RESULTS_FORMAT",
     "SEVERITIES",
@@ -70,11 +84,13 @@ __all__ = [
     "human_duration",
     "human_time",
     "load_waivers",
+    "natural_key",
     "parse_severity",
     "parse_waivers",
     "redact",
     "render_html",
     "render_markdown",
+    "run_verdict",
     "severity_rank",
     "tested_facts",
     "validate_check_id",

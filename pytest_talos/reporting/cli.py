@@ -1,4 +1,5 @@
-"""``talos-report merge DIR... [--out DIR]``: one report and verdict from the shards of a run.
+"""``talos-report merge DIR... [--out DIR]``: one report and verdict from the shards of a run;
+``talos-report render results.json [--out DIR]``: the reports of a saved run, written again.
 
 Each DIR is the ``--talos-report`` directory of one shard (``--talos-shard I/N``); the merge
 writes ``results.json``, ``report.md`` and ``report.html`` into ``--out`` and exits with the
@@ -9,12 +10,16 @@ inputs are not the shards of one run.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from pytest_talos.errors import ConfigError
 from pytest_talos.reporting.merge import load_shard, merge_shards
-from pytest_talos.reporting.results import build_results, write_reports
+from pytest_talos.reporting.records import CheckRecord, RunInfo
+from pytest_talos.reporting.results import RESULTS_FORMAT, build_results, write_reports
 from pytest_talos.reporting.verdict import EXIT_CODES
 
 __all__ = ["main"]
@@ -44,7 +49,56 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="where to write the merged report (default: talos-report)",
     )
+    render = commands.add_parser(
+        "render",
+        help="write report.md and report.html again from a saved results.json",
+        description="Re-render the reports (and results.json) of a saved run.",
+    )
+    render.add_argument("results", metavar="RESULTS", help="a results.json (or its directory)")
+    render.add_argument(
+        "--out",
+        "-o",
+        default=None,
+        metavar="DIR",
+        help="where to write the reports (default: the directory of RESULTS)",
+    )
     return parser
+
+
+def _load_results(path: str) -> tuple[Path, dict[str, Any]]:
+    file = Path(path)
+    if file.is_dir():
+        file = file / "results.json"
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read it ({exc.strerror})", path=str(file)) from None
+    except ValueError as exc:
+        raise ConfigError(f"not JSON: {exc}", path=str(file)) from None
+    if not isinstance(data, dict) or data.get("format") != RESULTS_FORMAT:
+        raise ConfigError(
+            f"not a conformance results.json (format {RESULTS_FORMAT}); give the "
+            "results.json a --talos-report directory holds",
+            path=str(file),
+        )
+    return file, data
+
+
+def _render(path: str, out: str | None) -> int:
+    file, data = _load_results(path)
+    try:
+        records = [CheckRecord.from_json(check) for check in data.get("checks") or ()]
+        run = RunInfo.from_json(data["run"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"a field is missing or malformed ({exc})", path=str(file)) from None
+    written = write_reports(out or file.parent, records, run)
+    results = build_results(records, run)
+    print("talos-report: report written: " + ", ".join(str(p) for p in written.values()))
+    reasons = results["verdict_reasons"]
+    why = f": {'; '.join(reasons)}" if reasons else ""
+    code = results["exit_code"]
+    print(f"talos-report: verdict {results['verdict']} (exit {code}){why}")
+    return int(code) if code is not None else EXIT_CODES["INCOMPLETE"]
 
 
 def _merge(shards: Sequence[str], out: str) -> int:
@@ -64,6 +118,8 @@ def _merge(shards: Sequence[str], out: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "render":
+            return _render(args.results, args.out)
         return _merge(args.shards, args.out)
     except ConfigError as exc:
         print(f"talos-report: error: {exc}", file=sys.stderr)

@@ -7,7 +7,16 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["OUTCOME_LABEL", "human_duration", "human_time", "tested_facts", "verdict_of"]
+__all__ = [
+    "OUTCOME_LABEL",
+    "build_facts",
+    "human_duration",
+    "human_time",
+    "outcome_label",
+    "run_by_facts",
+    "tested_facts",
+    "verdict_of",
+]
 
 OUTCOME_LABEL = {
     "passed": "PASS",
@@ -16,6 +25,64 @@ OUTCOME_LABEL = {
     "skipped": "SKIP",
     "waived": "WAIVED",
 }
+
+
+def outcome_label(check: Mapping[str, Any]) -> str:
+    """PASS, FAIL, ...; a skip the platform forces is N/A, one the identity could not run
+    NOT RUN (needs os:admin)."""
+    kind = check.get("skip_kind")
+    if check["outcome"] == "skipped" and kind == "not-applicable":
+        return "N/A"
+    if check["outcome"] == "skipped" and kind == "needs-admin":
+        return "NOT RUN (needs os:admin)"
+    return OUTCOME_LABEL[check["outcome"]]
+
+
+def run_by_facts(run: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Who ran the run: operator or CI job, host, the client certificate (never its key)."""
+    who: Mapping[str, Any] = run.get("operator") or {}
+    facts: list[tuple[str, str]] = []
+    if who.get("ci"):
+        job = " ".join(str(who[k]) for k in ("project", "job") if who.get(k))
+        facts.append(("CI job", f"{who['ci']} {job}".strip()))
+        if who.get("actor"):
+            facts.append(("Started by", str(who["actor"])))
+        if who.get("url"):
+            facts.append(("Job URL", str(who["url"])))
+    if who.get("user"):
+        facts.append(("Operator", f"{who['user']} on {who.get('host', '?')}"))
+    cert: Mapping[str, Any] = who.get("certificate") or {}
+    if cert:
+        facts.append(("Client certificate", str(cert.get("subject", ""))))
+        facts.append(("Its roles", ", ".join(cert.get("roles") or ()) or "none"))
+        facts.append(
+            (
+                "Issued by",
+                f"{cert.get('issuer', '')} (serial {cert.get('serial', '')}, "
+                f"valid until {cert.get('not_after', '')})",
+            )
+        )
+    return facts
+
+
+def build_facts(run: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Which build was tested: the Version reply's tag and sha per group of nodes, and the
+    installer image (with its Image Factory schematic) where the node's config names it."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for t in run.get("targets") or ():
+        key = (
+            str(t.get("talos_version") or "unknown"),
+            str(t.get("sha") or ""),
+            str(t.get("install_image") or ""),
+        )
+        groups.setdefault(key, []).append(str(t.get("name")))
+    facts = []
+    for (tag, sha, image), nodes in groups.items():
+        where = f" ({len(nodes)} node(s))" if len(groups) > 1 else ""
+        facts.append(("Talos build", f"{tag}" + (f" sha {sha}" if sha else "") + where))
+        if image:
+            facts.append(("Installer image", image + where))
+    return facts
 
 
 def verdict_of(results: Mapping[str, Any]) -> str:

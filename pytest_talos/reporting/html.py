@@ -8,7 +8,14 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_talos.reporting.facts import OUTCOME_LABEL, tested_facts, verdict_of
+from pytest_talos.reporting.facts import (
+    build_facts,
+    human_time,
+    outcome_label,
+    run_by_facts,
+    tested_facts,
+    verdict_of,
+)
 from pytest_talos.reporting.severity import OUTCOMES, SEVERITIES
 
 __all__ = ["render_html"]
@@ -35,6 +42,11 @@ var(--line);border-radius:8px;padding:1em;margin-bottom:1em}
 .verdict{font-size:1.5em;font-weight:700;padding:.35em .8em;border-radius:6px;color:#fff}
 .verdict.PASSED{background:var(--pass)}.verdict.FAILED{background:var(--fail)}
 .verdict.INCOMPLETE{background:var(--waive)}.verdict.ERROR{background:var(--err)}
+.verdict.STOPPED,.verdict.NOT-FINISHED{background:#3b4552}.verdict.UNREACHABLE{background:var(--err)}
+.reasons{margin:.4em 0 0;padding-left:1.2em}
+.stopped{border:3px solid #3b4552;background:#eef1f4;padding:.7em 1em;margin:.6em 0 1em;
+border-radius:6px}
+.signoff td{height:2.2em;min-width:22em}.signoff th{width:14em}
 .summary table td,.summary table th{text-align:right}.summary table td:first-child,
 .summary table th:first-child{text-align:left}
 .facts{display:grid;grid-template-columns:max-content 1fr;gap:.15em 1.2em;margin:0}
@@ -52,6 +64,8 @@ background:none}
 .c-passed{background:var(--pass)}.c-failed{background:var(--fail)}
 .c-error{background:var(--err)}.c-waived{background:var(--waive)}
 .c-skipped{background:#c9ced4}.c-none{background:none}
+.c-na{background:repeating-linear-gradient(45deg,#e3e6ea 0 3px,#fff 3px 6px);
+border:1px solid #c9ced4}.c-admin{background:#c9ced4;border:2px solid #56606b}
 .legend span{display:inline-flex;align-items:center;gap:.3em;margin-right:1em}
 .card{border:1px solid var(--line);border-left:6px solid var(--fail);border-radius:4px;
 padding:.6em .9em;margin:.7em 0;break-inside:avoid}
@@ -74,7 +88,11 @@ details>summary{list-style:none}
 .card,.summary,.emulated,tr{break-inside:avoid}
 h2{break-after:avoid}a{color:inherit;text-decoration:none}
 .noprint{display:none}
-@page{margin:14mm}
+@page{margin:16mm 14mm;
+@top-left{content:"Talos conformance report";font:9pt system-ui,sans-serif;color:#56606b}
+@bottom-right{content:"Page " counter(page) " of " counter(pages);font:9pt system-ui,
+sans-serif;color:#56606b}}
+.signoff{break-inside:avoid}
 }
 """
 
@@ -95,6 +113,15 @@ def _html_notes(c: Mapping[str, Any]) -> str:
     return "".join(f'<div class="note">Note: {_h(n)}</div>' for n in c.get("notes") or ())
 
 
+def _cell_class(c: Mapping[str, Any]) -> str:
+    kind = c.get("skip_kind")
+    if c["outcome"] == "skipped" and kind == "not-applicable":
+        return "c-na"
+    if c["outcome"] == "skipped" and kind == "needs-admin":
+        return "c-admin"
+    return f"c-{c['outcome']}"
+
+
 def _html_card(c: Mapping[str, Any]) -> str:
     where = _h(c["node"] or "the cluster")
     body = f"<p>{_h(c['claim'])}</p>"
@@ -111,7 +138,7 @@ def _html_card(c: Mapping[str, Any]) -> str:
         f'<div class="card {_h(c["outcome"])}" id="{_h(_anchor(c))}">'
         f"<h3><code>{_h(c['id'])}</code> on {where}</h3>"
         f'<div class="meta"><span class="o-{_h(c["outcome"])}">'
-        f"{_h(OUTCOME_LABEL[c['outcome']])}</span> · "
+        f"{_h(outcome_label(c))}</span> · "
         f'<span class="sev {_h(c["severity"])}">{_h(c["severity"])}</span> · '
         f"{_h(c['area'])} · {float(c['duration']):.1f} s</div>{body}</div>"
     )
@@ -168,10 +195,17 @@ def _html_summary(results: Mapping[str, Any]) -> str:
     gate, summary, checks = results["gate"], results["summary"], results["checks"]
     verdict = verdict_of(results)
     counts = ", ".join(f"{summary[o]} {o}" for o in OUTCOMES if summary[o])
+    for key, label in (("not_applicable", "not applicable"), ("needs_admin", "need os:admin")):
+        if summary.get(key):
+            counts += f" ({summary[key]} {label})"
+    reasons = "".join(f"<li>{_h(r)}</li>" for r in results.get("verdict_reasons") or ())
+    code = results.get("exit_code")
+    exit_text = "exit code unknown (the run did not finish)" if code is None else f"exit {code}"
     return (
         '<section class="summary"><div>'
-        f'<div class="verdict {_h(verdict)}">{_h(verdict)}</div>'
-        f"<p>{summary['total']} results: {_h(counts)}<br>severity gate: fail on "
+        f'<div class="verdict {_h(verdict.replace(" ", "-"))}">{_h(verdict)}</div>'
+        f'<ul class="reasons">{reasons}</ul>'
+        f"<p>{_h(exit_text)}<br>{summary['total']} results: {_h(counts)}<br>severity gate: fail on "
         f"<code>{_h(gate['fail_under'])}</code> or worse<br>{gate['blocking']} blocking, "
         f"{gate['below']} below the gate</p></div>"
         f"{_count_table(checks, 'severity', 'Severity', SEVERITIES)}"
@@ -192,7 +226,7 @@ def _html_tested(run: Mapping[str, Any]) -> tuple[str, str]:
             f"<strong>{_h(faults)}</strong>; variants: <strong>{_h(variants)}</strong>; "
             f"clock <strong>{_h(tested.get('time_scale', 1))}x</strong> real time.</div>"
         )
-    rows = "".join(f"<dt>{_h(k)}</dt><dd>{_h(v)}</dd>" for k, v in facts)
+    rows = "".join(f"<dt>{_h(k)}</dt><dd>{_h(v)}</dd>" for k, v in [*facts, *build_facts(run)])
     notes = "".join(f'<div class="note">{_h(n)}</div>' for n in run.get("notes") or ())
     return banner, f'<h2>What was tested</h2><dl class="facts">{rows}</dl>{notes}'
 
@@ -243,10 +277,12 @@ def _html_matrix(results: Mapping[str, Any]) -> str:
                 continue
             title = f"{check_id} on {column}: {c['outcome']}"
             link = f"#{_anchor(c)}" if c["outcome"] in ("failed", "error", "waived") else ""
-            cell = f'<span class="cell c-{_h(c["outcome"])}" title="{_h(title)}"></span>'
+            cell = f'<span class="cell {_cell_class(c)}" title="{_h(title)}"></span>'
             row.append(f'<td><a href="{_h(link)}">{cell}</a></td>' if link else f"<td>{cell}</td>")
         rows.append(f'<tr><th class="check"><code>{_h(check_id)}</code></th>{"".join(row)}</tr>')
     legend = "".join(f'<span><span class="cell c-{o}"></span>{_h(o)}</span>' for o in OUTCOMES)
+    legend += '<span><span class="cell c-na"></span>not applicable</span>'
+    legend += '<span><span class="cell c-admin"></span>not run: needs os:admin</span>'
     return (
         f'<h2>Results by node</h2><p class="legend">{legend}</p>'
         f'<table class="matrix"><tr><th></th>{head}</tr>{"".join(rows)}</table>'
@@ -269,11 +305,16 @@ def _html_grouped(checks: Sequence[Mapping[str, Any]], outcome: str, title: str)
     if not grouped:
         return ""
     total = sum(len(v) for v in grouped.values())
-    extra = "<th>Reason</th>" if outcome == "skipped" else ""
+    extra = "<th>As</th><th>Reason</th>" if outcome == "skipped" else ""
+    labels = {(c["id"], c["message"]): outcome_label(c) for c in checks}
     rows = "".join(
         f"<tr><td><code>{_h(cid)}</code></td><td>{_h(claims[cid])}</td>"
         f"<td>{_h(', '.join(nodes))}</td>"
-        + (f"<td>{_h(reason)}</td>" if outcome == "skipped" else "")
+        + (
+            f"<td>{_h(labels.get((cid, reason), 'SKIP'))}</td><td>{_h(reason)}</td>"
+            if outcome == "skipped"
+            else ""
+        )
         + "</tr>"
         for (cid, reason), nodes in grouped.items()
     )
@@ -281,6 +322,61 @@ def _html_grouped(checks: Sequence[Mapping[str, Any]], outcome: str, title: str)
         f"<h2>{_h(title)}</h2><details><summary>{total} result(s) of {len(grouped)} "
         f"check(s)</summary><table><tr><th>Check</th><th>Claim</th><th>Nodes</th>{extra}"
         f"</tr>{rows}</table></details>"
+    )
+
+
+def _html_stopped(run: Mapping[str, Any]) -> str:
+    stopped = run.get("stopped")
+    if not stopped:
+        return ""
+    if stopped.get("status") == "in progress":
+        return (
+            '<div class="stopped"><strong>NOT FINISHED</strong>: this run started at '
+            f"{_h(stopped.get('at'))} and never completed its report: the process was killed "
+            "(SIGKILL, out of memory) or is still running. Nothing here is a result.</div>"
+        )
+    not_run = stopped.get("not_run") or []
+    names = ", ".join(f"{t['id']}{' on ' + t['node'] if t.get('node') else ''}" for t in not_run)
+    listed = (
+        f"<details><summary>{len(not_run)} test(s) not run</summary><p>{_h(names)}</p></details>"
+        if not_run
+        else ""
+    )
+    return (
+        f'<div class="stopped"><strong>STOPPED</strong> at {_h(stopped.get("at"))}: '
+        f"{_h(stopped.get('why'))}; the process exited {_h(stopped.get('exit_code'))}. "
+        "The results below are of the tests that ran before it stopped.</div>" + listed
+    )
+
+
+def _html_run_by(run: Mapping[str, Any]) -> str:
+    facts = run_by_facts(run)
+    if not facts:
+        return ""
+    rows = "".join(f"<dt>{_h(k)}</dt><dd>{_h(v)}</dd>" for k, v in facts)
+    return f'<h2>Run by</h2><dl class="facts">{rows}</dl>'
+
+
+_SIGN_OFF = ("Reviewed by", "Role", "Date", "Signature", "Decision (accept / reject)")
+
+
+def _html_sign_off(results: Mapping[str, Any]) -> str:
+    rows = "".join(f"<tr><th>{_h(label)}</th><td></td></tr>" for label in _SIGN_OFF)
+    run = results["run"]
+    return (
+        '<h2>Sign-off</h2><section class="signoff"><p>Verdict '
+        f"<strong>{_h(verdict_of(results))}</strong> of the run started "
+        f"{_h(human_time(run['started']))}.</p><table>{rows}</table></section>"
+    )
+
+
+def _running_header(results: Mapping[str, Any]) -> str:
+    """The printed pages' right-hand header: this run's verdict and start (CSS text)."""
+    text = f"Verdict {verdict_of(results)} · {human_time(results['run']['started'])}"
+    safe = re.sub(r"[^A-Za-z0-9 :.\-·]", "", text)
+    return (
+        "@media print{@page{@top-right{content:"
+        f'"{safe}";font:9pt system-ui,sans-serif;color:#56606b}}}}}}'
     )
 
 
@@ -299,8 +395,9 @@ def render_html(results: Mapping[str, Any]) -> str:
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>Talos conformance report — {_h(verdict_of(results))}</title>"
-        f"<style>{_HTML_STYLE}</style></head><body>",
-        f"<h1>Talos conformance report</h1>{banner}{_html_summary(results)}{tested}",
+        f"<style>{_HTML_STYLE}{_running_header(results)}</style></head><body>",
+        f"<h1>Talos conformance report</h1>{banner}{_html_stopped(run)}"
+        f"{_html_summary(results)}{tested}{_html_run_by(run)}",
         _html_matrix(results),
         f"<h2>Failures ({len(failures)})</h2>" + (_html_failures(failures) or "<p>None.</p>"),
     ]
@@ -321,6 +418,7 @@ def render_html(results: Mapping[str, Any]) -> str:
         _html_nodes(run),
         _html_grouped(checks, "passed", "Passed"),
         _html_grouped(checks, "skipped", "Skipped"),
+        _html_sign_off(results),
         f'<p class="meta">Generated by pytest-talos '
         f"{_h((run.get('kit') or {}).get('version', ''))}.</p></body></html>\n",
     ]

@@ -6,7 +6,13 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from pytest_talos.reporting.facts import OUTCOME_LABEL, tested_facts, verdict_of
+from pytest_talos.reporting.facts import (
+    build_facts,
+    outcome_label,
+    run_by_facts,
+    tested_facts,
+    verdict_of,
+)
 from pytest_talos.reporting.severity import OUTCOMES
 
 __all__ = ["render_markdown"]
@@ -45,12 +51,42 @@ def _md_header(results: Mapping[str, Any]) -> list[str]:
         f"**Verdict: {verdict}** (severity gate: fail on `{gate['fail_under']}` or worse; "
         f"{gate['blocking']} blocking, {gate['below']} below the gate)",
         "",
+        *(f"- **Why:** {_md_cell(reason)}" for reason in results.get("verdict_reasons") or ()),
+        f"- Exit code: {_exit(results)}",
         f"- Results: {summary['total']} — "
-        + ", ".join(f"{summary[o]} {o}" for o in OUTCOMES if summary[o]),
+        + ", ".join(f"{summary[o]} {o}" for o in OUTCOMES if summary[o])
+        + _kinds(summary),
         *(f"- {label}: {_md_cell(value)}" for label, value in tested_facts(run)),
+        *(f"- {label}: {_md_cell(value)}" for label, value in build_facts(run)),
     ]
     lines += [f"- Note: {note}" for note in run["notes"]]
+    who = run_by_facts(run)
+    if who:
+        lines += ["", "## Run by", "", *(f"- {k}: {_md_cell(v)}" for k, v in who)]
     return lines
+
+
+def _exit(results: Mapping[str, Any]) -> str:
+    code = results.get("exit_code")
+    return "unknown (the run did not finish)" if code is None else str(code)
+
+
+def _kinds(summary: Mapping[str, Any]) -> str:
+    """Of the skips: not applicable on this platform, not run for lack of os:admin."""
+    parts = []
+    if summary.get("not_applicable"):
+        parts.append(f"{summary['not_applicable']} not applicable")
+    if summary.get("needs_admin"):
+        parts.append(f"{summary['needs_admin']} not run (needs os:admin)")
+    return f" (of the skips: {', '.join(parts)})" if parts else ""
+
+
+SIGN_OFF = ("Reviewed by", "Role", "Date", "Signature", "Decision (accept / reject)")
+
+
+def _md_sign_off() -> list[str]:
+    lines = ["", "## Sign-off", "", "| | |", "| --- | --- |"]
+    return lines + [f"| {label} | |" for label in SIGN_OFF]
 
 
 def _md_targets(results: Mapping[str, Any]) -> list[str]:
@@ -76,7 +112,7 @@ def _md_table(checks: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
     for c in checks:
         lines.append(
-            f"| {OUTCOME_LABEL[c['outcome']]} | {c['severity']} | `{c['id']}` | "
+            f"| {outcome_label(c)} | {c['severity']} | `{c['id']}` | "
             f"{_md_cell(c['node'] or 'cluster')} | {_md_cell(c['claim'])} |"
         )
     return lines
@@ -111,9 +147,19 @@ def _md_skips(checks: Sequence[Mapping[str, Any]]) -> list[str]:
             grouped.setdefault((c["id"], c["message"]), []).append(c["node"] or "cluster")
     if not grouped:
         return []
-    lines = ["", "## Skipped", "", "| Check | Nodes | Reason |", "| --- | --- | --- |"]
+    kinds = {(c["id"], c["message"]): outcome_label(c) for c in checks}
+    lines = [
+        "",
+        "## Skipped",
+        "",
+        "| Check | Nodes | As | Reason |",
+        "| --- | --- | --- | --- |",
+    ]
     for (check_id, reason), nodes in grouped.items():
-        lines.append(f"| `{check_id}` | {_md_cell(', '.join(nodes))} | {_md_cell(reason)} |")
+        lines.append(
+            f"| `{check_id}` | {_md_cell(', '.join(nodes))} | {kinds[(check_id, reason)]} | "
+            f"{_md_cell(reason)} |"
+        )
     return lines
 
 
@@ -125,4 +171,5 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     lines += _md_details(checks, ("waived",), "Waived failures")
     lines += _md_skips(checks)
     lines += _md_table(checks)
+    lines += _md_sign_off()
     return "\n".join(lines) + "\n"

@@ -146,7 +146,29 @@ def _run(shards: Sequence[ShardResults], count: int) -> RunInfo:
     endpoints = [e for run in runs for e in (run.tested.get("endpoints") or ())]
     merged.tested = {**merged.tested, "endpoints": list(dict.fromkeys(endpoints))}
     merged.shard = {"count": count, "merged": list(range(1, count + 1))}
+    merged.stopped = _stopped(shards, runs)
     return merged
+
+
+def _stopped(shards: Sequence[ShardResults], runs: Sequence[RunInfo]) -> dict[str, Any] | None:
+    """A shard that did not finish makes the merged run unfinished: its verdict is never
+    PASSED (a killed shard's "not finished" report wins over a stopped one)."""
+    unfinished = [(s, r.stopped) for s, r in zip(shards, runs, strict=True) if r.stopped]
+    if not unfinished:
+        return None
+    killed = [(s, st) for s, st in unfinished if st.get("status") == "in progress"]
+    if killed:
+        shard, stopped = killed[0]
+        return {**stopped, "at": f"{stopped.get('at')} (shard {shard.source})"}
+    shard, stopped = unfinished[0]
+    return {
+        **stopped,
+        "why": f"shard {shard.source}: {stopped.get('why')}",
+        "planned": None
+        if any(st.get("planned") is None for _, st in unfinished)
+        else sum(int(st["planned"]) for _, st in unfinished),
+        "not_run": [t for _, st in unfinished for t in st.get("not_run") or ()],
+    }
 
 
 def merge_shards(shards: Sequence[ShardResults]) -> tuple[list[CheckRecord], RunInfo]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,7 +13,13 @@ from pytest_talos.reporting.redaction import redact
 from pytest_talos.reporting.severity import Outcome, Severity
 from pytest_talos.reporting.waivers import Waiver
 
-__all__ = ["CheckRecord", "RunInfo", "TargetInfo"]
+__all__ = ["NEEDS_ADMIN", "NOT_APPLICABLE", "CheckRecord", "RunInfo", "TargetInfo", "natural_key"]
+
+# Why a skipped check did not run, when it is not a plain skip (``CheckRecord.skip_kind``):
+# the platform makes it meaningless (a container node runs the host's kernel), or the
+# run's identity lacks the role it needs (a reader talosconfig).
+NOT_APPLICABLE = "not-applicable"
+NEEDS_ADMIN = "needs-admin"
 
 _EVIDENCE_TEXT_LIMIT = 4000
 _MESSAGE_LIMIT = 8000
@@ -34,6 +41,7 @@ class CheckRecord:
     waiver: Waiver | None = None
     test_id: str = ""  # the pytest node id
     notes: list[str] = field(default_factory=list)  # warnings the check raised, redacted
+    skip_kind: str = ""  # a skip's kind: NOT_APPLICABLE, NEEDS_ADMIN or "" (a plain skip)
 
     @property
     def is_failure(self) -> bool:
@@ -60,6 +68,7 @@ class CheckRecord:
             "waiver": waiver,
             "test": self.test_id,
             "notes": [_clip(redact(note), _MESSAGE_LIMIT) for note in self.notes],
+            "skip_kind": self.skip_kind or None,
         }
 
     @classmethod
@@ -86,6 +95,7 @@ class CheckRecord:
             ),
             test_id=str(check.get("test") or ""),
             notes=[str(note) for note in check.get("notes") or ()],
+            skip_kind=str(check.get("skip_kind") or ""),
         )
 
 
@@ -114,6 +124,9 @@ class TargetInfo:
     talos_version: str = ""
     platform: str = ""
     address: str = ""
+    sha: str = ""  # the Version reply's build sha
+    built: str = ""  # the Version reply's ``built`` (empty on every real Talos build)
+    install_image: str = ""  # machine.install.image of the node's config, where it has one
 
 
 @dataclass
@@ -139,6 +152,12 @@ class RunInfo:
     # A sharded run (--talos-shard): {"index": I, "count": N, "nodes": [hostnames]}; a merged
     # one: {"count": N, "merged": [1, ..., N]}.
     shard: dict[str, Any] | None = None
+    # Who ran it: operator or CI job, host, the client certificate's subject and roles.
+    operator: dict[str, Any] = field(default_factory=dict)
+    # A run that did not finish: "in progress" (written at start; it stays so when the
+    # process is killed) or "stopped" (interrupted, -x, a crash), with when, why, the exit
+    # code and the tests not run: {"status", "at", "why", "exit_code", "planned", "not_run"}.
+    stopped: dict[str, Any] | None = None
 
     def verdict_inputs(self) -> dict[str, list[str]]:
         return {
@@ -163,6 +182,8 @@ class RunInfo:
             "fail_under": self.threshold,
             "notes": redact(self.notes),
             **shard,
+            "operator": redact(self.operator),
+            "stopped": self.stopped,
             "verdict_inputs": self.verdict_inputs(),
         }
 
@@ -174,7 +195,7 @@ class RunInfo:
             started=dt.datetime.fromisoformat(str(run["started"])),
             finished=dt.datetime.fromisoformat(str(run["finished"])),
             suite=str(run.get("suite") or ""),
-            targets=[TargetInfo(**target) for target in run.get("targets") or ()],
+            targets=[_target(target) for target in run.get("targets") or ()],
             settings=dict(run.get("settings") or {}),
             threshold=run.get("fail_under") or "low",
             notes=[str(note) for note in run.get("notes") or ()],
@@ -185,7 +206,20 @@ class RunInfo:
             exempt_checks=frozenset(inputs.get("exempt_checks") or ()),
             unreachable=frozenset(inputs.get("unreachable") or ()),
             shard=run.get("shard"),
+            operator=dict(run.get("operator") or {}),
+            stopped=run.get("stopped"),
         )
+
+
+def natural_key(name: str | None) -> tuple[tuple[int, int | str], ...]:
+    """Sort key for node names: ``worker-2`` before ``worker-10``."""
+    parts = re.split(r"(\d+)", name or "")
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts if p)
+
+
+def _target(data: Mapping[str, Any]) -> TargetInfo:
+    known = set(TargetInfo.__dataclass_fields__)
+    return TargetInfo(**{k: str(v or "") for k, v in data.items() if k in known})
 
 
 def _kit_version() -> str:

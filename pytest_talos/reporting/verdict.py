@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pytest_talos.reporting.reach import unjudged_reason
-from pytest_talos.reporting.records import CheckRecord
+from pytest_talos.reporting.records import NEEDS_ADMIN, NOT_APPLICABLE, CheckRecord
 from pytest_talos.reporting.severity import Severity, severity_rank
 
-__all__ = ["EXIT_CODES", "GateResult", "Verdict", "apply_gate", "decide_verdict"]
+__all__ = [
+    "EXIT_CODES",
+    "GateResult",
+    "Verdict",
+    "apply_gate",
+    "decide_verdict",
+    "shown_list",
+    "stopped_verdict",
+]
 
 
 @dataclass(frozen=True)
@@ -24,7 +33,20 @@ class GateResult:
     def passed(self) -> bool:
         return not self.blocking
 
-    def summary(self) -> str:
+    def summary(self, unreachable: Collection[str] = ()) -> str:
+        """One line; failures of tests that never reached their node are not counted as
+        blocking failures (the verdict says the target was unreachable, once)."""
+        blocking = [r for r in self.blocking if r.test_id not in unreachable]
+        if len(blocking) < len(self.blocking):
+            if not blocking:
+                return (
+                    f"severity gate '{self.threshold}': no check reached its target "
+                    f"({len(self.blocking)} test(s) could not connect; see the verdict)"
+                )
+            return (
+                f"severity gate '{self.threshold}': {len(blocking)} blocking failure(s); "
+                f"{len(self.blocking) - len(blocking)} test(s) could not reach their target"
+            )
         if self.passed and not self.below:
             return f"severity gate '{self.threshold}': no failing checks"
         parts = [f"severity gate '{self.threshold}': {len(self.blocking)} blocking failure(s)"]
@@ -50,10 +72,11 @@ class Verdict:
 
     name: str
     reasons: tuple[str, ...] = ()
+    status: int | None = None  # a STOPPED run's exit code: the one the process returned
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES[self.name]
+        return self.status if self.status is not None else EXIT_CODES[self.name]
 
     def summary(self) -> str:
         why = f": {'; '.join(self.reasons)}" if self.reasons else ""
@@ -112,19 +135,81 @@ def _decide(
             area in defining_areas or (record.severity == "critical" and area not in optional_areas)
         )
         if must:
-            ran[record.check_id] = ran.get(record.check_id, False) or record.outcome != "skipped"
-    missing = sorted(check for check, done in ran.items() if not done)
+            # A check the platform makes meaningless (not applicable) is done.
+            done = record.outcome != "skipped" or record.skip_kind == NOT_APPLICABLE
+            ran[record.check_id] = ran.get(record.check_id, False) or done
+    admin = _needs_admin(records)
+    missing = sorted(check for check, done in ran.items() if not done and check not in admin)
     reasons = []
     if not any(r.outcome in ("passed", "waived") for r in records):
         reasons.append("no check passed")
     if missing:
-        shown = ", ".join(missing[:5]) + (
-            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        )
-        reasons.append(f"not run on any node: {shown}")
+        reasons.append(f"not run on any node: {shown_list(missing)}")
     if reasons:
-        return Verdict("INCOMPLETE", tuple(reasons))
-    return Verdict("PASSED")
+        return Verdict("INCOMPLETE", tuple(reasons + _admin_reason(admin)))
+    return Verdict("PASSED", tuple(_admin_reason(admin) + _not_applicable_reason(records)))
+
+
+def _not_applicable_reason(records: Sequence[CheckRecord]) -> list[str]:
+    found = sorted({r.check_id for r in records if r.skip_kind == NOT_APPLICABLE})
+    if not found:
+        return []
+    return [f"not applicable on this platform: {shown_list(found)}"]
+
+
+def _needs_admin(records: Sequence[CheckRecord]) -> list[str]:
+    """Checks the run's identity could not run anywhere (they need os:admin)."""
+    ran = {r.check_id for r in records if r.outcome != "skipped"}
+    return sorted(
+        {r.check_id for r in records if r.skip_kind == NEEDS_ADMIN and r.check_id not in ran}
+    )
+
+
+def _admin_reason(admin: Sequence[str]) -> list[str]:
+    if not admin:
+        return []
+    return [
+        f"{len(admin)} check(s) not run: they need os:admin, which this talosconfig lacks "
+        f"(an os:admin talosconfig runs them): {', '.join(admin)}"
+    ]
+
+
+def shown_list(items: Sequence[str], limit: int = 5) -> str:
+    """``a, b, c, d, e and 3 more``."""
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
+
+
+def stopped_verdict(stopped: Mapping[str, Any]) -> Verdict:
+    """The verdict of a run that did not finish: never PASSED, whatever ran before.
+
+    ``stopped`` is RunInfo.stopped: "in progress" (the report written at start, still there
+    when the process was killed) or "stopped" (interrupted, -x/--maxfail, a crash)."""
+    not_run = list(stopped.get("not_run") or ())
+    planned = stopped.get("planned")
+    if stopped.get("status") == "in progress":
+        return Verdict(
+            "NOT FINISHED",
+            (
+                f"the run started at {stopped.get('at', '?')} and never completed this report "
+                "(the process was killed, e.g. SIGKILL or out of memory, or is still running)",
+                f"no result is known of the {planned if planned is not None else 'planned'} "
+                "test(s) it planned",
+            ),
+            status=-1,
+        )
+    reasons = [f"the run stopped at {stopped.get('at', '?')}: {stopped.get('why', 'unknown')}"]
+    if planned is not None:
+        names = [f"{t['id']}{' on ' + t['node'] if t.get('node') else ''}" for t in not_run]
+        reasons.append(
+            f"{len(not_run)} of {planned} planned test(s) not run"
+            + (f": {shown_list(names, 3)}" if names else "")
+        )
+    else:
+        reasons.append(
+            "the tests it did not run are not known (pytest-xdist, or it stopped while collecting)"
+        )
+    return Verdict("STOPPED", tuple(reasons), status=int(stopped.get("exit_code") or 2))
 
 
 def apply_gate(records: Iterable[CheckRecord], threshold: Severity) -> GateResult:

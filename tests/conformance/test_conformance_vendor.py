@@ -93,18 +93,49 @@ def write_profile(tmp_path: Path, data: dict[str, Any]) -> str:
     return str(path)
 
 
-@pytest.mark.slow
-def test_example_profile_passes_against_the_emulator(tmp_path: Path) -> None:
+@pytest.mark.parametrize("platform", ["container", "metal"])
+def test_example_profile_passes_the_vendor_image_suite(tmp_path: Path, platform: str) -> None:
+    # As the docs say, by the name of the profile the kit ships (found in the installed
+    # suite, no checkout needed), with the suite profile it is for.
+    variant = ["--talos-emulator-variant", "metal"] if platform == "metal" else []
     result = run_suite(
-        ["--talos-emulator", "--talos-profile", str(EXAMPLE)], tmp_path / "report", paths=[VENDOR]
+        [
+            "--talos-emulator",
+            "--talos-suite",
+            "vendor-image",
+            "--talos-profile",
+            "example-vendor",
+            *variant,
+        ],
+        tmp_path / "report",
     )
     assert result.returncode == 0, result.describe()
-    skipped = {c["id"]: c["message"] for c in result.checks if c["outcome"] == "skipped"}
-    assert skipped["vendor.kernel-version"].startswith(
-        "container platform: the node runs the host's kernel"
-    )
-    assert "sets no extensions.required" in skipped["vendor.required-extensions"]
+    assert result.results is not None
+    assert result.results["verdict"] == "PASSED"
+    checks = {(c["id"], c["node"]): c for c in result.checks}
+    kernel = [c for (check, _), c in checks.items() if check == "vendor.kernel-version"]
+    if platform == "container":
+        assert {c["skip_kind"] for c in kernel} == {"not-applicable"}
+        assert (
+            "not applicable on this platform: vendor.kernel-args, vendor.kernel-version"
+            in (result.results["verdict_reasons"])
+        )
+        assert "| N/A |" in (tmp_path / "report" / "report.md").read_text()
+    else:
+        assert {c["outcome"] for c in kernel} == {"passed"}
+        args = [c for (check, _), c in checks.items() if check == "vendor.kernel-args"]
+        assert {c["outcome"] for c in args} == {"passed"}
+        assert "talos.platform=metal" in args[0]["evidence"]["cmdline"]
+    required = [c for (check, _), c in checks.items() if check == "vendor.required-extensions"]
+    assert {c["outcome"] for c in required} == {"passed"}  # required: [] is met
     assert "matches no ImageVerificationConfig rule" in result.output
+
+
+def test_an_empty_required_list_is_an_expectation_and_unset_is_not() -> None:
+    assert (
+        parse_vendor_profile({"extensions": {"required": []}}, "v.yaml").extensions_required == ()
+    )
+    assert parse_vendor_profile({}, "v.yaml").extensions_required is None
 
 
 @pytest.mark.slow

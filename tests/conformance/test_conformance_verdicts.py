@@ -9,6 +9,7 @@ import pytest
 
 from pytest_talos.emulator.cluster import EmulatedCluster
 from tests.conformance.suite_runner import SuiteRun, run_suite, target_args
+from tests.plugin import interruptions as scenarios
 
 
 def run(tmp_path: Path, *args: str, emulator: bool = True) -> SuiteRun:
@@ -46,14 +47,44 @@ def test_nothing_passed_is_incomplete(tmp_path: Path) -> None:
     assert "**Verdict: INCOMPLETE**" in (tmp_path / "report" / "report.md").read_text()
 
 
-def test_a_skipped_critical_check_is_incomplete(tmp_path: Path) -> None:
+def _reader_args(cluster: EmulatedCluster, tmp_path: Path) -> list[str]:
+    # As the docs say: talosctl config new --roles os:reader; the emulator mints the same.
+    reader = cluster.issue_client(["os:reader"], path=tmp_path / "reader-talosconfig")
+    args = target_args(cluster)
+    args[1] = str(reader.path)
+    return args
+
+
+def test_a_reader_ci_gate_on_quick_passes_and_names_what_needs_admin(tmp_path: Path) -> None:
     with EmulatedCluster(1, 1, time_scale=20) as cluster:
-        reader = cluster.issue_client(["os:reader"], path=tmp_path / "reader-talosconfig")
-        args = target_args(cluster)
-        args[1] = str(reader.path)
-        result = run(tmp_path, *args, "-k", "root_filesystem_is_read_only or pid1", emulator=False)
-    assert result.returncode == 6, result.describe()
-    assert "not run on any node: immutability.rootfs-read-only" in verdict_line(result)
+        args = _reader_args(cluster, tmp_path)
+        result = run(
+            tmp_path,
+            *args,
+            "--talos-suite",
+            "quick",
+            "--talos-fail-under",
+            "high",
+            "--junitxml",
+            str(tmp_path / "junit.xml"),
+            emulator=False,
+        )
+    assert result.returncode == 0, result.describe()
+    line = verdict_line(result)
+    assert line.startswith("conformance: verdict PASSED (exit 0): ")
+    assert "check(s) not run: they need os:admin, which this talosconfig lacks" in line
+    assert "immutability.rootfs-read-only" in line
+    assert result.results is not None
+    admin = [c for c in result.checks if c["skip_kind"] == "needs-admin"]
+    assert {c["id"] for c in admin} >= {"immutability.rootfs-read-only", "api.kube-ca-refused"}
+    assert all(c["outcome"] == "skipped" and "os:admin" in c["message"] for c in admin)
+    assert result.results["summary"]["needs_admin"] == len(admin)
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "NOT RUN (needs os:admin)" in report
+    assert "an os:admin talosconfig runs them" in report
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "not run: needs os:admin" in html
+    assert "Its roles</dt><dd>os:reader" in html
 
 
 @pytest.mark.slow
@@ -69,6 +100,23 @@ def test_vendor_image_needs_a_profile_or_says_it_leaves_it_out(tmp_path: Path) -
     assert result.returncode == 0, result.describe()
     assert result.results is not None
     assert "left out: vendor (needs --talos-profile FILE)" in result.results["run"]["notes"]
+
+
+def test_post_upgrade_first_step_saves_the_snapshot_as_documented(tmp_path: Path) -> None:
+    snapshot = tmp_path / "pre-upgrade.json"
+    result = run(
+        tmp_path, "--talos-suite", "post-upgrade", "--talos-snapshot", "save", str(snapshot)
+    )
+    assert result.returncode == 0, result.describe()
+    assert verdict_line(result) == "conformance: verdict PASSED (exit 0)"
+    assert snapshot.is_file()
+    assert result.results is not None
+    assert result.outcomes()["upgrade.snapshot-recorded"] == {"passed"}
+    assert "upgrade.talos-version" not in result.outcomes()
+    assert any(
+        "before the upgrade: this run saves the snapshot" in n
+        for n in result.results["run"]["notes"]
+    )
 
 
 def test_post_upgrade_needs_its_inputs(tmp_path: Path) -> None:
@@ -167,6 +215,7 @@ def test_an_unreachable_target_is_its_own_exit_code(tmp_path: Path) -> None:
     )
     assert result.returncode == 7, result.describe()
     assert "conformance: verdict UNREACHABLE (exit 7)" in result.output
+    assert "blocking failure" not in result.output  # the target was unreachable, said once
 
 
 def test_a_waiver_does_not_hide_an_unreachable_target(tmp_path: Path) -> None:
@@ -196,3 +245,81 @@ def test_a_waiver_does_not_hide_an_unreachable_target(tmp_path: Path) -> None:
     )
     assert result.returncode == 7, result.describe()
     assert {c["outcome"] for c in result.checks} == {"error"}
+
+
+def test_a_standalone_emulator_at_real_time_is_reported_emulated(tmp_path: Path) -> None:
+    # The clock rate says nothing (1x, as a real node): its Version reply names it.
+    with scenarios.emulator(tmp_path, time_scale=1) as emu:
+        result = run(
+            tmp_path,
+            "--talosconfig",
+            str(emu.talosconfig),
+            "--talos-endpoint",
+            emu.endpoint,
+            "--junitxml",
+            str(tmp_path / "junit.xml"),
+            "-k",
+            "pid1",
+            emulator=False,
+        )
+    assert result.returncode == 0, result.describe()
+    assert result.results is not None
+    assert result.results["run"]["tested"]["kind"] == "emulated"
+    junit = (tmp_path / "junit.xml").read_text()
+    assert 'name="talos_target" value="EMULATED cluster (pytest-talos emulator)' in junit
+    assert "EMULATED TARGET" in (tmp_path / "report" / "report.html").read_text()
+
+
+def test_thirty_nodes_single_out_the_odd_version(tmp_path: Path) -> None:
+    result = run(
+        tmp_path,
+        "--talos-emulator=3:27",
+        "--talos-emulator-fault",
+        "wrong-version",
+        "-k",
+        "one_talos_version",
+    )
+    assert result.returncode == 1, result.describe()
+    odd = "29 node(s) run v1.13.9; talos-default-worker-27 run(s) v1.12.6"
+    assert result.output.count(odd) == 1, result.describe()
+    assert "talos-default-worker-3: v1.13.9" not in result.output
+    [check] = result.checks
+    assert check["evidence"]["versions"]["v1.12.6"] == "talos-default-worker-27"
+    nodes = check["evidence"]["versions"]["v1.13.9"].split(", ")
+    assert nodes.index("talos-default-worker-2") < nodes.index("talos-default-worker-10")
+
+
+def test_a_post_upgrade_failure_says_what_the_node_ran_before(tmp_path: Path) -> None:
+    snapshot = tmp_path / "pre-upgrade.json"
+    with EmulatedCluster(1, 1, time_scale=20) as cluster:
+        saved = run(
+            tmp_path,
+            *target_args(cluster),
+            "--talos-suite",
+            "post-upgrade",
+            "--talos-snapshot",
+            "save",
+            str(snapshot),
+            "-k",
+            "snapshot_is_recorded",
+            emulator=False,
+        )
+        assert saved.returncode == 0, saved.describe()
+        result = run(
+            tmp_path,
+            *target_args(cluster),
+            "--talos-snapshot",
+            "compare",
+            str(snapshot),
+            "--talos-expect-version",
+            "v1.14.0",
+            "-k",
+            "expected_talos_version",
+            emulator=False,
+        )
+    assert result.returncode == 1, result.describe()
+    assert (
+        "it still runs v1.13.9, the version it ran before the upgrade (snapshot): the upgrade "
+        "did not take, or the node rolled back to its previous boot partition"
+    ) in result.output
+    assert {c["evidence"]["before the upgrade (snapshot)"] for c in result.checks} == {"v1.13.9"}

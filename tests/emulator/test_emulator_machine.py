@@ -17,6 +17,7 @@ from pytest_talos._proto.common import common_pb2
 from pytest_talos._proto.machine import machine_pb2 as m
 from pytest_talos.emulator import EmulatedCluster
 from pytest_talos.emulator.system import MODE_DIR
+from pytest_talos.talos_api import EMULATOR_BUILT
 
 from .conftest import RawClient, wait_for
 
@@ -44,7 +45,7 @@ def test_version_reports_container_platform(admin: RawClient, cp: str) -> None:
         "linux",
         "amd64",
     )
-    assert version.version.built == ""
+    assert version.version.built == EMULATOR_BUILT  # real builds leave it empty
     assert (version.platform.name, version.platform.mode) == ("container", "container")
     assert version.features.rbac
 

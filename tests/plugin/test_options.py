@@ -292,8 +292,9 @@ def test_time_scale_reaches_the_emulated_cluster(run: Run, pytester: pytest.Pyte
 def test_unknown_fault_lists_the_known_ones(run: Run) -> None:
     message = usage_error(run("--talos-emulator", "--talos-emulator-fault", "no-such-fault"))
     assert message.startswith(
-        "ERROR: --talos-emulator-fault: unknown fault profile 'no-such-fault'; choose from "
+        "ERROR: --talos-emulator-fault: unknown fault profile 'no-such-fault'"
     )
+    assert " Choose from " in message
     assert "ssh-open" in message
     assert "kubelet-crashloop" in message
 

@@ -300,6 +300,8 @@ def test_results_json_carries_every_check_with_its_evidence_and_the_gate(tmp_pat
         "skipped": 1,
         "passed": 1,
         "total": 3,
+        "not_applicable": 0,
+        "needs_admin": 0,
     }
     assert results["gate"] == {"fail_under": "low", "passed": False, "blocking": 1, "below": 0}
     first = results["checks"][0]
@@ -316,6 +318,7 @@ def test_results_json_carries_every_check_with_its_evidence_and_the_gate(tmp_pat
         "waiver": None,
         "test": "",
         "notes": [],
+        "skip_kind": None,
     }
     assert results["checks"][2]["node"] is None
     assert results["run"]["targets"][0]["talos_version"] == "v1.13.9"
@@ -383,7 +386,10 @@ def test_markdown_report_leads_with_the_verdict_and_shows_failure_evidence() -> 
     assert "  Failed: unknown flag --foo" in text
     assert "- **restarts**: 4" in text
     assert "Waived until 2026-07-01: NTP flake" in text
-    assert "| `vendor.platform` | cp-1, w-1 | no vendor profile given (--talos-profile) |" in text
+    assert (
+        "| `vendor.platform` | cp-1, w-1 | SKIP | no vendor profile given (--talos-profile) |"
+        in text
+    )
     assert "| PASS | critical | `api.version-answers` | cp-1 |" in text
     # failures come first in the table, passes last
     assert text.index("| FAIL |") < text.index("| WAIVED |") < text.index("| PASS |")

@@ -30,6 +30,7 @@ from pytest_talos.emulator.servicers.messages import (
     listen_record,
     service_info,
 )
+from pytest_talos.talos_api import EMULATOR_BUILT
 
 if TYPE_CHECKING:
     from pytest_talos.emulator.state import NodeState
@@ -72,7 +73,9 @@ class MachineInfoMixin:
             version=m.VersionInfo(
                 tag=state.api_version_tag(),
                 sha=_sha_for(state.talos_version),
-                built="",
+                # Real builds leave ``built`` empty (pkg/machinery/version/version.go):
+                # the emulator names itself there, so it is never taken for a real node.
+                built=EMULATOR_BUILT,
                 go_version=GO_VERSION,
                 os="linux",
                 arch="amd64",

@@ -20,6 +20,7 @@ adds:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Generator
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from pytest_talos.guard import Terminated
 from pytest_talos.plugin.conformance import hookspecs
 from pytest_talos.plugin.conformance.catalogue import AREAS, SUITES, CheckSpec
 from pytest_talos.plugin.conformance.collection import collect_checks, shard_line
@@ -42,21 +44,31 @@ from pytest_talos.plugin.conformance.outcomes import (
     ADMIN,
     failure_text,
     make_report,
+    not_applicable,
     skip_unless_admin,
 )
-from pytest_talos.plugin.conformance.parts import PARTS, check_inputs, check_parts
-from pytest_talos.plugin.conformance.run import finish_run
+from pytest_talos.plugin.conformance.parts import (
+    PARTS,
+    PROFILE_PARTS,
+    check_inputs,
+    check_parts,
+)
+from pytest_talos.plugin.conformance.run import finish_run, write_unfinished
 from pytest_talos.plugin.conformance.settings import SuiteSettings, add_options, read_settings
 from pytest_talos.plugin.conformance.state import (
     COLLECTOR,
+    PLANNED,
     SETTINGS,
     STARTED,
+    STOP_REASON,
     check_spec,
     is_worker,
     suite_settings,
 )
 from pytest_talos.plugin.conformance.terminal import progress, summary_table, terminal_summary
+from pytest_talos.plugin.items import node_param
 from pytest_talos.plugin.session import session_of
+from pytest_talos.reporting import redact
 
 __all__ = [
     "ADMIN",
@@ -66,6 +78,7 @@ __all__ = [
     "check_spec",
     "failure_text",
     "is_worker",
+    "not_applicable",
     "progress",
     "suite_settings",
     "summary_table",
@@ -113,13 +126,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for line in SUITE_MARKERS:
         config.addinivalue_line("markers", line)
-    config.stash[SETTINGS] = read_settings(config, parts=PARTS)
+    config.stash[SETTINGS] = _before_upgrade(read_settings(config, parts=PARTS))
     collector = ResultCollector()
     config.stash[COLLECTOR] = collector
     # Registered as a plugin so that it sees every report, also those xdist workers send.
     config.pluginmanager.register(collector, "talos-conformance-results")
     config.pluginmanager.register(JunitTested(config), "talos-conformance-junit")
     config.stash[STARTED] = dt.datetime.now(dt.UTC)
+    _CONFIG["config"] = config
+
+
+def _before_upgrade(settings: SuiteSettings) -> SuiteSettings:
+    """``--talos-suite post-upgrade --talos-snapshot save PATH`` is the documented first step,
+    before the upgrade: the checks that compare with the expected versions and the snapshot
+    run after it, so this run leaves them out by itself (the report's notes say so)."""
+    name = settings.suite.name if settings.suite else ""
+    if name != "post-upgrade" or settings.snapshot_mode != "save":
+        return settings
+    later = [
+        part
+        for part in PROFILE_PARTS[name]
+        if part not in settings.leave_out and not PARTS[part].given(settings)
+    ]
+    return dataclasses.replace(settings, leave_out=(*settings.leave_out, *later))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -140,6 +169,45 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     check_parts(settings)
     check_inputs(settings)
     session_of(config).check_target()
+    write_unfinished(config)  # completed at the end; a killed run leaves it "not finished"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What the run plans to check, so that a stopped run's report says what it did not run."""
+    config = session.config
+    if config.option.collectonly or config.stash[SETTINGS].list_checks or is_worker(config):
+        return
+    config.stash[PLANNED] = [
+        {"test": item.nodeid, "id": spec.id, "node": node_param(item)}
+        for item in session.items
+        if (spec := check_spec(item)) is not None
+    ]
+    write_unfinished(config)
+
+
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    config = _CONFIG.get("config")
+    if config is None:
+        return
+    if isinstance(excinfo.value, Terminated):
+        why = "SIGTERM received (a CI cancellation, timeout or kill)"
+    elif isinstance(excinfo.value, KeyboardInterrupt):
+        why = "interrupted by Ctrl-C (SIGINT)"
+    else:
+        why = f"stopped by pytest.exit: {redact(str(excinfo.value))}"
+    config.stash[STOP_REASON] = why
+
+
+def pytest_internalerror(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    config = _CONFIG.get("config")
+    if config is None:
+        return
+    text = str(excinfo.value).splitlines()[0] if str(excinfo.value) else ""
+    detail = f": {redact(text)}" if text else ""
+    config.stash[STOP_REASON] = f"a crash (internal error: {excinfo.type.__name__}{detail})"
+
+
+_CONFIG: dict[str, pytest.Config] = {}  # the two hooks above get no config argument
 
 
 def _roots(config: pytest.Config) -> list[Path]:

@@ -20,7 +20,14 @@ from typing import Any
 import pytest
 
 from pytest_talos.plugin import UNREACHABLE_PROPERTY
-from pytest_talos.reporting import CheckRecord, Outcome, Severity, TargetInfo, Waiver
+from pytest_talos.reporting import (
+    CheckRecord,
+    Outcome,
+    Severity,
+    TargetInfo,
+    Waiver,
+    natural_key,
+)
 
 __all__ = [
     "PROP_CHECK",
@@ -30,6 +37,7 @@ __all__ = [
     "PROP_MESSAGE",
     "PROP_NODE",
     "PROP_SEVERITY",
+    "PROP_SKIP_KIND",
     "PROP_TARGETS",
     "PROP_WAIVER",
     "ResultCollector",
@@ -45,6 +53,7 @@ PROP_MESSAGE = "talos_message"
 PROP_WAIVER = "talos_waiver"
 PROP_TARGETS = "talos_targets"
 PROP_HELD = "talos_held_back"  # the change level --talos-allow does not permit
+PROP_SKIP_KIND = "talos_skip_kind"  # not applicable, or needs os:admin (reporting.records)
 
 
 @dataclass
@@ -58,6 +67,7 @@ class _Partial:
     message: str = ""
     evidence: dict[str, Any] = field(default_factory=dict)
     waiver: Waiver | None = None
+    skip_kind: str = ""
 
 
 def _props(report: pytest.TestReport) -> dict[str, Any]:
@@ -92,6 +102,7 @@ class ResultCollector:
         self.held: set[str] = set()  # ids of checks --talos-allow kept from running
         self.unreachable: set[str] = set()  # tests that could not reach their target
         self._notes: dict[str, list[str]] = {}  # warnings a check raised, by node id
+        self.ran: set[str] = set()  # ids of the tests that reported anything
 
     def pytest_warning_recorded(
         self, warning_message: warnings.WarningMessage, nodeid: str
@@ -114,6 +125,7 @@ class ResultCollector:
         if PROP_TARGETS in props:
             for target in props[PROP_TARGETS]:
                 self.targets.setdefault(str(target["name"]), TargetInfo(**target))
+        self.ran.add(report.nodeid)
         if PROP_CHECK not in props:
             if report.failed:
                 self.other_failures += 1
@@ -147,6 +159,8 @@ class ResultCollector:
         elif report.skipped and report.when == "setup":
             partial.outcome = "skipped"
             partial.message = _skip_reason(report)
+        if report.skipped and partial.outcome == "skipped":
+            partial.skip_kind = str(props.get(PROP_SKIP_KIND) or "")
 
     @staticmethod
     def _merge_call(partial: _Partial, report: pytest.TestReport, props: dict[str, Any]) -> None:
@@ -173,12 +187,13 @@ class ResultCollector:
                 waiver=p.waiver,
                 test_id=nodeid,
                 notes=list(self._notes.get(nodeid, ())),
+                skip_kind=p.skip_kind if p.outcome == "skipped" else "",
             )
             for nodeid, p in self._partials.items()
         ]
 
     def target_list(self) -> list[TargetInfo]:
-        return sorted(self.targets.values(), key=lambda t: t.name)
+        return sorted(self.targets.values(), key=lambda t: natural_key(t.name))
 
 
 def targets_property(targets: Iterable[TargetInfo]) -> list[dict[str, str]]:

@@ -9,10 +9,12 @@ import pytest
 
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import TalosError
+from pytest_talos.node import TalosNode
 from pytest_talos.plugin.conformance.collector import PROP_TARGETS, targets_property
 from pytest_talos.plugin.conformance.settings import SuiteSettings
 from pytest_talos.plugin.conformance.state import EVIDENCE, SETTINGS, TARGETS_SENT, check_spec
 from pytest_talos.reporting import TargetInfo
+from pytest_talos.talos_api import ADMIN
 
 __all__ = ["talos_evidence", "talos_suite"]
 
@@ -30,15 +32,42 @@ def talos_suite(request: pytest.FixtureRequest) -> SuiteSettings:
     return request.config.stash[SETTINGS]
 
 
+def _install_image(node: TalosNode) -> str:
+    """machine.install.image of the node's config: the installer (and, from the Image
+    Factory, the schematic) the node was installed from; needs os:admin."""
+    try:
+        documents = node.machine_config.documents
+    except TalosError:
+        return ""
+    for document in documents:
+        install = (document.get("machine") or {}).get("install") or {}
+        if isinstance(install, dict) and install.get("image"):
+            return str(install["image"])
+    return ""
+
+
 def _target_info(cluster: TalosCluster) -> list[TargetInfo]:
     targets = []
+    admin = ADMIN in cluster.client.roles
     for node in cluster.reachable:
         try:
             version = node.version
-            tag, platform = version.tag, version.platform
         except TalosError:
-            tag, platform = "unknown", ""
-        targets.append(TargetInfo(node.name, node.role, tag, platform, node.address))
+            targets.append(TargetInfo(node.name, node.role, "unknown", "", node.address))
+            continue
+        image = _install_image(node) if admin else ""
+        targets.append(
+            TargetInfo(
+                node.name,
+                node.role,
+                version.tag,
+                version.platform,
+                node.address,
+                sha=version.sha,
+                built=version.built,
+                install_image=image,
+            )
+        )
     return targets
 
 

@@ -1,9 +1,12 @@
-"""What was tested, in the JUnit XML (``--junitxml``) as testsuite properties."""
+"""What was tested, in the JUnit XML (``--junitxml``) as testsuite properties; each check's
+test case named by its check id (classname) and node (name), not by its file's path (which,
+from the wheel, is a site-packages path)."""
 
 from __future__ import annotations
 
 import pytest
 
+from pytest_talos.plugin.conformance.collector import PROP_CHECK, PROP_NODE
 from pytest_talos.plugin.conformance.run import run_info
 from pytest_talos.plugin.conformance.state import COLLECTOR, is_worker
 from pytest_talos.reporting import build_results, tested_facts
@@ -21,6 +24,20 @@ class JunitTested:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """classname = the check id, name = the node (or "cluster"), before pytest's
+        junitxml plugin records the report (the attributes set here take precedence)."""
+        from _pytest.junitxml import xml_key
+
+        xml = self.config.stash.get(xml_key, None)
+        props = dict(report.user_properties)
+        if xml is None or PROP_CHECK not in props:
+            return
+        reporter = xml.node_reporter(report)
+        reporter.add_attribute("classname", str(props[PROP_CHECK]))
+        reporter.add_attribute("name", str(props.get(PROP_NODE) or "cluster"))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

@@ -42,8 +42,8 @@ def add_options(parser: pytest.Parser) -> None:
         "--talos-profile",
         default=None,
         metavar="PATH",
-        help="vendor acceptance profile (YAML; see conformance/profiles/example-vendor.yaml)"
-        + _layers("talos_profile"),
+        help="vendor acceptance profile: a YAML file, or the name of one the kit ships "
+        "(example-vendor)" + _layers("talos_profile"),
     )
     group.addoption(
         "--talos-expect-version",

@@ -10,12 +10,32 @@ import pytest
 
 from pytest_talos.errors import ConformanceFailure, PermissionDenied
 from pytest_talos.plugin.conformance.catalogue import CheckSpec
-from pytest_talos.plugin.conformance.collector import PROP_EVIDENCE, PROP_MESSAGE
+from pytest_talos.plugin.conformance.collector import PROP_EVIDENCE, PROP_MESSAGE, PROP_SKIP_KIND
 from pytest_talos.plugin.conformance.state import EVIDENCE, EXPIRED_WAIVER, check_spec
 from pytest_talos.plugin.items import node_param
-from pytest_talos.reporting import redact
+from pytest_talos.plugin.session import SESSION_KEY
+from pytest_talos.reporting import NEEDS_ADMIN, NOT_APPLICABLE, redact
 
-__all__ = ["ADMIN", "failure_text", "make_report", "skip_unless_admin"]
+__all__ = [
+    "ADMIN",
+    "NOT_APPLICABLE_PREFIX",
+    "collapse_repeats",
+    "failure_text",
+    "make_report",
+    "not_applicable",
+    "skip_unless_admin",
+]
+
+# A skip whose reason starts so is one the platform forces (see not_applicable).
+NOT_APPLICABLE_PREFIX = "not applicable: "
+
+
+def not_applicable(reason: str) -> None:
+    """Skip a check the target's platform makes meaningless (a container node runs the
+    host's kernel): the reports show it as "not applicable", and it does not make a run
+    INCOMPLETE, unlike a check that could not run."""
+    pytest.skip(NOT_APPLICABLE_PREFIX + reason)
+
 
 ADMIN = "os:admin"
 _EVIDENCE_LINES = 40  # per evidence value on the terminal; the reports keep it whole
@@ -64,9 +84,42 @@ def _is_waived(report: pytest.TestReport) -> bool:
     return report.skipped and hasattr(report, "wasxfail")
 
 
+def _run_roles(item: pytest.Item) -> tuple[str, ...] | None:
+    """The roles of the run's talosconfig, once the run has reached its cluster."""
+    roles = _client_roles(item)
+    if roles is not None:
+        return roles
+    session = item.config.stash.get(SESSION_KEY, None)
+    cluster = session.cached_cluster if session is not None else None
+    return tuple(cluster.client.roles) if cluster is not None else None
+
+
+def skip_kind(item: pytest.Item, reason: str) -> str:
+    """Why a check skipped, when it is not a plain skip: the platform makes it meaningless,
+    or it needs os:admin and the run's talosconfig lacks it (every such skip names os:admin)."""
+    if reason.startswith(NOT_APPLICABLE_PREFIX):
+        return NOT_APPLICABLE
+    roles = _run_roles(item)
+    if roles is not None and ADMIN not in roles and ADMIN in reason:
+        return NEEDS_ADMIN
+    return ""
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr or "")
+
+
 def make_report(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
-    """Add the check's evidence and message to its call report (and to a waived setup)."""
+    """Add the check's evidence and message to its call report (and to a waived setup), and
+    the kind of a skip."""
     spec = check_spec(item)
+    if spec is not None and report.skipped and not _is_waived(report):
+        kind = skip_kind(item, _skip_reason(report))
+        if kind:
+            report.user_properties.append((PROP_SKIP_KIND, kind))
     if spec is None or not (report.when == "call" or _is_waived(report)):
         return
     exc = call.excinfo.value if call.excinfo is not None else None
@@ -104,10 +157,24 @@ def failure_text(spec: CheckSpec, node: str | None, exc: ConformanceFailure) -> 
     return "\n".join(lines)
 
 
+def collapse_repeats(lines: list[str]) -> list[str]:
+    """Consecutive identical lines once, with how many times they came (a crash loop
+    repeats one long event line dozens of times)."""
+    out: list[str] = []
+    counts: list[int] = []
+    for line in lines:
+        if out and line == out[-1]:
+            counts[-1] += 1
+        else:
+            out.append(line)
+            counts.append(1)
+    return [line if n == 1 else f"{line}  (x{n})" for line, n in zip(out, counts, strict=True)]
+
+
 def _field_lines(key: str, text: str) -> list[str]:
     if "\n" not in text:
         return [f"  {key}: {text}"]
-    shown = text.splitlines()
+    shown = collapse_repeats(text.splitlines())
     if len(shown) > _EVIDENCE_LINES:
         shown = [
             *shown[:_EVIDENCE_LINES],

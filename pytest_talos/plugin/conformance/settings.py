@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -299,6 +300,31 @@ def _cert_days(config: pytest.Config) -> tuple[float, float]:
     return warn, fail
 
 
+def shipped_profiles(config: pytest.Config) -> list[Path]:
+    """The ``profiles`` folders of the suite: in a checkout ``conformance/profiles``, from the
+    wheel ``pytest_talos_conformance/profiles`` in site-packages."""
+    roots = [Path(root) for root in config.hook.pytest_talos_conformance_root() if root]
+    for name in ("pytest_talos_conformance", "conformance"):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None and spec.origin:
+            roots.append(Path(spec.origin).parent)
+    return list(dict.fromkeys(root / "profiles" for root in roots))
+
+
+def _vendor_profile(config: pytest.Config, path: Path) -> VendorProfile:
+    """``--talos-profile PATH``, or the name of a profile the kit ships (``example-vendor``),
+    found inside the installed suite when no such file exists here."""
+    if not path.exists() and "/" not in path.name:
+        for folder in shipped_profiles(config):
+            for candidate in (folder / path.name, folder / f"{path.name}.yaml"):
+                if candidate.is_file():
+                    return load_vendor_profile(candidate)
+    return load_vendor_profile(path)
+
+
 def read_settings(config: pytest.Config, parts: Collection[str] = ()) -> SuiteSettings:
     """Parse and validate every conformance option (``parts``: what --talos-leave-out may
     name); pytest.UsageError names what to fix, and the source of a bad value."""
@@ -321,7 +347,7 @@ def _read(config: pytest.Config, parts: Collection[str]) -> SuiteSettings:
     warn_days, fail_days = _cert_days(config)
     return SuiteSettings(
         suite=SUITES[suite_name] if suite_name else None,
-        vendor_profile=load_vendor_profile(profile_path) if profile_path else None,
+        vendor_profile=_vendor_profile(config, profile_path) if profile_path else None,
         expect_version=_text(config, "talos_expect_version", sources),
         expect_kubernetes_version=_text(config, "talos_expect_kubernetes_version", sources),
         snapshot_mode=snapshot_mode,

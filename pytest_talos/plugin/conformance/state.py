@@ -21,6 +21,11 @@ TARGETS_SENT = pytest.StashKey[bool]()
 GATE = pytest.StashKey[str]()
 REPORTS = pytest.StashKey[str]()
 VERDICT = pytest.StashKey[str]()
+# The check tests collected ({"test", "id", "node"}), why the run stopped (a signal, a
+# crash), and whether the "not finished" report was written at the start.
+PLANNED = pytest.StashKey[list[dict[str, Any]]]()
+STOP_REASON = pytest.StashKey[str]()
+UNFINISHED_WRITTEN = pytest.StashKey[bool]()
 # Per item: its check, what it observed, an expired waiver's note.
 SPEC = pytest.StashKey[CheckSpec]()
 EVIDENCE = pytest.StashKey[dict[str, Any]]()

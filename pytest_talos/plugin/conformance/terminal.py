@@ -17,7 +17,7 @@ from pytest_talos.plugin.conformance.state import (
     VERDICT,
     is_worker,
 )
-from pytest_talos.reporting import CheckRecord
+from pytest_talos.reporting import CheckRecord, natural_key
 
 __all__ = ["progress", "summary_table", "terminal_summary"]
 
@@ -92,6 +92,7 @@ def summary_table(records: Sequence[CheckRecord], *, quiet: bool = False) -> lis
     ]
     for check_id in shown:
         row = rows[check_id]
+        row["nodes"].sort(key=natural_key)  # worker-2 before worker-10
         failing = f"  {', '.join(row['nodes'][:4])}" if row["nodes"] else ""
         if len(row["nodes"]) > 4:
             failing += f" (+{len(row['nodes']) - 4})"

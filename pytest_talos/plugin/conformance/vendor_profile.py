@@ -106,7 +106,8 @@ class VendorProfile:
     kernel_args_present: tuple[str, ...] = ()
     kernel_args_absent: tuple[str, ...] = ()
     platforms: tuple[str, ...] = ()
-    extensions_required: tuple[str, ...] = ()
+    # None: the profile sets no extensions.required; (): it requires none (a met expectation).
+    extensions_required: tuple[str, ...] | None = None
     extensions_forbidden: tuple[str, ...] = ()
     ports: PortExpectations = field(default_factory=PortExpectations)
     image_verification_required: bool | None = None
@@ -117,7 +118,7 @@ class VendorProfile:
 
     @property
     def has_extensions(self) -> bool:
-        return bool(self.extensions_required or self.extensions_forbidden)
+        return self.extensions_required is not None or bool(self.extensions_forbidden)
 
     @property
     def has_ports(self) -> bool:
@@ -231,7 +232,9 @@ def parse_vendor_profile(data: Any, source: str) -> VendorProfile:
         kernel_args_present=r.strings(args.get("present"), "kernel.args.present"),
         kernel_args_absent=r.strings(args.get("absent"), "kernel.args.absent"),
         platforms=r.strings(data.get("platform"), "platform"),
-        extensions_required=r.strings(extensions.get("required"), "extensions.required"),
+        extensions_required=None
+        if extensions.get("required") is None
+        else r.strings(extensions["required"], "extensions.required"),
         extensions_forbidden=r.strings(extensions.get("forbidden"), "extensions.forbidden"),
         ports=_parse_ports(r, data),
         image_verification_required=_parse_image_verification(r, data),
