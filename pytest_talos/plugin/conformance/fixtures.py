@@ -12,6 +12,7 @@ from pytest_talos.errors import TalosError
 from pytest_talos.plugin.conformance.collector import PROP_TARGETS, targets_property
 from pytest_talos.plugin.conformance.settings import SuiteSettings
 from pytest_talos.plugin.conformance.state import EVIDENCE, SETTINGS, TARGETS_SENT, check_spec
+from pytest_talos.releases import release_of
 from pytest_talos.reporting import TargetInfo
 
 __all__ = ["talos_evidence", "talos_suite"]
@@ -36,6 +37,9 @@ def _target_info(cluster: TalosCluster) -> list[TargetInfo]:
         try:
             version = node.version
             tag, platform = version.tag, version.platform
+            match = release_of(tag)
+            if not match.exact:  # the report says which release's expectations judged it
+                tag = f"{tag} (not a known release: judged by {match.release.line})"
         except TalosError:
             tag, platform = "unknown", ""
         targets.append(TargetInfo(node.name, node.role, tag, platform, node.address))
