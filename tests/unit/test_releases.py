@@ -3,6 +3,9 @@ difference between the releases making a different verdict when the wrong entry 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
 from conformance._support import probes
@@ -130,3 +133,30 @@ def test_sensitive_types_differ_by_release() -> None:
     }
     only_v1_12 = set(V1_12.sensitive_types) - set(V1_13.sensitive_types)
     assert only_v1_12 == {"MaintenanceServiceCertificates.secrets.talos.dev"}
+
+
+# --------------------------------------------------------------------------- the header line
+
+
+def _fake_cluster(tag: str) -> Any:
+    version = SimpleNamespace(tag=tag, platform="metal")
+    node = SimpleNamespace(
+        unreachable=None, version=version, name="cp-1", address="10.5.0.2", role="controlplane"
+    )
+    return SimpleNamespace(talosconfig=None, nodes=[node])
+
+
+def test_header_says_in_one_line_which_release_judges_an_unknown_one() -> None:
+    from pytest_talos.plugin.session import _node_lines
+
+    lines = _node_lines(_fake_cluster("v1.15.1"))
+    assert lines[0] == "talos: node cp-1 (10.5.0.2): controlplane, Talos v1.15.1, platform metal"
+    assert lines[1].startswith("talos: node cp-1: Talos v1.15.1 is not a release this kit knows")
+    assert "judged by v1.14" in lines[1]
+    assert len(lines) == 2
+
+
+def test_header_adds_nothing_for_a_known_release() -> None:
+    from pytest_talos.plugin.session import _node_lines
+
+    assert len(_node_lines(_fake_cluster("v1.12.11"))) == 1
