@@ -4,16 +4,19 @@ kit's checks judging the node by its own release's entry (and failing by another
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from pytest_talos.checks.open_ports import assert_only_expected_ports
+from pytest_talos.client import TalosClient
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.emulator import EmulatedCluster
 from pytest_talos.errors import ConfigError, ConformanceFailure
+from pytest_talos.models import VersionSpec
 from pytest_talos.node import TalosNode, default_expected_ports, expected_ports_for
 from pytest_talos.releases import ETCD_CLIENT_HTTP_PORT, RELEASES, V1_13, V1_14, Release
+from tests.integration.emulator_support import poll
 
 _SCANNED = [50000, 50001, 2379, 2380, ETCD_CLIENT_HTTP_PORT, 6443, 10250, 10256]
 
@@ -87,3 +90,49 @@ def test_container_mode_v1_14_has_2383_but_no_sandboxd() -> None:
 def test_unknown_emulator_release_is_refused_with_the_known_ones() -> None:
     with pytest.raises(ConfigError, match=r"v1\.12\.x, v1\.13\.x, v1\.14\.x"):
         EmulatedCluster(1, 0, talos_version="v1.15.x")
+
+
+# --------------------------------------------------------------------------- across minors
+
+
+def _tag_of(node: TalosClient) -> Callable[[], str]:
+    """The Versions resource's tag: a booting node publishes it afresh (the Version API
+    already tells the new tag while the node is on its way down)."""
+
+    def tag() -> str:
+        spec = node.get("version", "version").typed_spec
+        return spec.version if isinstance(spec, VersionSpec) else ""
+
+    return tag
+
+
+def _tcp_ports(node: TalosClient) -> set[int]:
+    return {r.local_port for r in node.netstat() if r.l4proto.startswith("tcp")}
+
+
+def test_upgrade_across_minors_on_metal_follows_the_new_release_and_rollback_goes_back() -> None:
+    with (
+        EmulatedCluster(1, 0, talos_version="v1.13.x", variants=["metal"], time_scale=20) as emu,
+        TalosClient.from_talosconfig(emu.talosconfig_path, timeout=2.0, env={}) as talos,
+    ):
+        node = talos.with_node(emu.nodes[0].address)
+        config = node.machine_config().raw
+        assert ETCD_CLIENT_HTTP_PORT not in _tcp_ports(node)
+
+        node.upgrade(f"ghcr.io/siderolabs/installer:{V1_14.tag}")
+        poll(_tag_of(node), lambda tag: tag == V1_14.tag, "the node back on v1.14")
+        version = node.version()
+        assert (version.tag, version.sha, version.go_version) == (
+            V1_14.tag,
+            V1_14.commit,
+            V1_14.go_version,
+        )
+        assert node.machine_config().raw == config  # the config is kept
+        poll(lambda: _tcp_ports(node), lambda p: ETCD_CLIENT_HTTP_PORT in p, "etcd's 2383")
+        # An upgraded cluster has no SecurityProfileConfig: no sandboxd (enabled.go)
+        assert "sandboxd" not in {s.id for s in node.services()}
+
+        node.rollback()
+        poll(_tag_of(node), lambda tag: tag == V1_13.tag, "the node back on v1.13")
+        assert node.version().go_version == V1_13.go_version
+        poll(lambda: _tcp_ports(node), lambda p: ETCD_CLIENT_HTTP_PORT not in p, "no 2383")
