@@ -43,6 +43,7 @@ ROLES = {
     "patches": "strategic / JSON6902",
     "_proto": "generated messages",
     "talos_api": "shared Talos facts",
+    "releases": "per-release facts",
     "models": "typed results",
     "errors": "error tree",
 }

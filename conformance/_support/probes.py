@@ -17,7 +17,7 @@ import datetime as dt
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,7 @@ from pytest_talos.errors import (
     TransportError,
 )
 from pytest_talos.node import TalosNode
+from pytest_talos.releases import V1_13, Release
 from pytest_talos.talos_api import APID_PORT, join_host_port
 from pytest_talos.talosconfig import Context
 from pytest_talos.transport import Rpc, Target, Transport, build_ssl_context, certificate_roles
@@ -668,50 +669,15 @@ def kubernetes_ca_attempt(
 
 # --------------------------------------------------------------------------- os:reader
 
-# Every sensitive type of Talos v1.13.9 (``Sensitivity: meta.Sensitive`` in
-# pkg/machinery/resources/**) with its default namespace. Each is probed whether or not the
-# node lists it in its ResourceDefinitions: Talos's access filter
-# (internal/app/resources/access.go) answers a type it does not define with PermissionDenied
-# ("resource type ... is not supported") and a sensitive one with PermissionDenied ("not
-# authorized") to anyone without os:admin, whatever the verb, namespace or id; so a node
-# that hides a type from its definitions but serves it is caught as well.
-_SENSITIVE_NAMESPACES: dict[str, str] = {
-    "MachineConfigs.config.talos.dev": "config",
-    "ApiCertificates.secrets.talos.dev": "secrets",
-    "CertSANs.secrets.talos.dev": "secrets",
-    "EncryptionSalts.secrets.talos.dev": "secrets",
-    "EtcdSecrets.secrets.talos.dev": "secrets",
-    "EtcdRootSecrets.secrets.talos.dev": "secrets",
-    "KubeletSecrets.secrets.talos.dev": "secrets",
-    "KubernetesSecrets.secrets.talos.dev": "secrets",
-    "KubernetesDynamicCerts.secrets.talos.dev": "secrets",
-    "KubernetesRootSecrets.secrets.talos.dev": "secrets",
-    "MaintenanceRootSecrets.secrets.talos.dev": "secrets",
-    "OSRootSecrets.secrets.talos.dev": "secrets",
-    "TrustdCertificates.secrets.talos.dev": "secrets",
-    "VolumeConfigs.block.talos.dev": "runtime",
-    "DiscoveryConfigs.cluster.talos.dev": "config",
-    "RegistryConfigs.cri.talos.dev": "cri",
-    "EtcFileSpecs.files.talos.dev": "files",
-    "APIServerConfigs.kubernetes.talos.dev": "controlplane",
-    "AuditPolicyConfigs.kubernetes.talos.dev": "controlplane",
-    "AuthorizationConfigs.kubernetes.talos.dev": "controlplane",
-    "KubeletConfigs.kubernetes.talos.dev": "k8s",
-    "KubeletSpecs.kubernetes.talos.dev": "k8s",
-    "NodeAnnotationSpecs.k8s.talos.dev": "k8s",
-    "NodeCordonedSpecs.k8s.talos.dev": "k8s",
-    "NodeLabelSpecs.k8s.talos.dev": "k8s",
-    "NodeTaintSpecs.k8s.talos.dev": "k8s",
-    "KubeSpanConfigs.kubespan.talos.dev": "config",
-    "KubeSpanIdentities.kubespan.talos.dev": "kubespan",
-    "DeviceConfigSpecs.net.talos.dev": "network",
-    "LinkSpecs.net.talos.dev": "network",
-    "OperatorSpecs.net.talos.dev": "network",
-    "ExtensionServiceConfigs.runtime.talos.dev": "runtime",
-    "OOMActions.talos.dev": "runtime",
-    "SiderolinkConfigs.siderolink.talos.dev": "config",
-    "SiderolinkTunnels.siderolink.talos.dev": "config",
-}
+# Every sensitive type of the node's release with its default namespace (the release table,
+# pytest_talos.releases Release.sensitive_types: ``Sensitivity: meta.Sensitive`` in
+# pkg/machinery/resources/** at each tag). Each is probed whether or not the node lists it in
+# its ResourceDefinitions: Talos's access filter (internal/app/resources/access.go) answers a
+# type it does not define with PermissionDenied ("resource type ... is not supported") and a
+# sensitive one with PermissionDenied ("not authorized") to anyone without os:admin, whatever
+# the verb, namespace or id; so a node that hides a type from its definitions but serves it
+# is caught as well.
+_SENSITIVE_NAMESPACES: Mapping[str, str] = V1_13.sensitive_types
 KNOWN_SENSITIVE = frozenset(_SENSITIVE_NAMESPACES)
 _ABSENT_ID = "pytest-talos-absent"
 
@@ -961,14 +927,18 @@ def _cosi_reads(kind: str, namespace: str, ids: list[str]) -> list[MethodCall]:
     ]
 
 
-def sensitive_targets(admin: TalosClient) -> tuple[list[MethodCall], list[str]]:
+def sensitive_targets(
+    admin: TalosClient, release: Release = V1_13
+) -> tuple[list[MethodCall], list[str]]:
     """The reads of every sensitive type: those the node's definitions mark sensitive, and
-    every known one (:data:`KNOWN_SENSITIVE`) whether the node serves it or not. Gets ask for
+    every one ``release`` has (:attr:`Release.sensitive_types`; v1.13's are
+    :data:`KNOWN_SENSITIVE`) whether the node serves it or not. Gets ask for
     the ids the admin sees (at most two a type), or an absent id: the access filter refuses
     before any lookup (internal/app/resources/access.go), so NotFound is a finding too.
     Returns the calls and the known-sensitive types the node does not list."""
     served = {d.resource_type: d for d in admin.resource_definitions(refresh=True)}
-    targets = {kind: ns for kind, ns in _SENSITIVE_NAMESPACES.items()}
+    known = release.sensitive_types
+    targets = dict(known)
     targets.update({kind: d.default_namespace for kind, d in served.items() if d.sensitive})
     calls: list[MethodCall] = []
     for kind in sorted(targets):
@@ -980,7 +950,7 @@ def sensitive_targets(admin: TalosClient) -> tuple[list[MethodCall], list[str]]:
             except APIError:
                 ids = []
         calls += _cosi_reads(kind, namespace, ids or [_ABSENT_ID])
-    return calls, sorted(KNOWN_SENSITIVE - set(served))
+    return calls, sorted(set(known) - set(served))
 
 
 def sensitive_read_attempts(
@@ -989,11 +959,12 @@ def sensitive_read_attempts(
     credentials: models.ClientConfiguration,
     node: str,
     timeout: float,
+    release: Release = V1_13,
 ) -> tuple[list[Attempt], list[str]]:
-    """Get, List, Watch (kind and id) of every sensitive type, with ``credentials`` (a role
-    without os:admin). Returns the attempts and the known-sensitive types the node does not
-    list."""
-    calls, not_served = sensitive_targets(admin)
+    """Get, List, Watch (kind and id) of every sensitive type of ``release``, with
+    ``credentials`` (a role without os:admin). Returns the attempts and the known-sensitive
+    types the node does not list."""
+    calls, not_served = sensitive_targets(admin, release)
     return method_attempts(endpoint, credentials, node, timeout, tuple(calls)), not_served
 
 

@@ -30,7 +30,7 @@ from pytest_talos.errors import (
     TalosError,
 )
 from pytest_talos.guard import ConfigGuard
-from pytest_talos.node import TalosNode
+from pytest_talos.node import TalosNode, node_release
 from pytest_talos.plugin.conformance import ADMIN
 from pytest_talos.reporting import natural_key
 from pytest_talos.talos_api import OPERATOR, READER
@@ -530,9 +530,16 @@ def test_reader_cannot_read_sensitive_resources(
         per_role.append((OPERATOR, operator, probes.ADMIN_ONLY_READS))
     attempts: list[probes.Attempt] = []
     not_served: list[str] = []
+    release = node_release(talos_node)  # the sensitive types differ by release
+    talos_evidence["sensitive types of"] = f"{release.line} ({len(release.sensitive_types)})"
     for _role, credentials, reads in per_role:
         found, not_served = probes.sensitive_read_attempts(
-            talos_node.client, client.endpoint, credentials, talos_node.address, client.timeout
+            talos_node.client,
+            client.endpoint,
+            credentials,
+            talos_node.address,
+            client.timeout,
+            release,
         )
         attempts += found + _role_attempts(talos_cluster, talos_node, credentials, reads)
     talos_evidence["probed"] = len(attempts)

@@ -6,7 +6,10 @@ asked for.
 Which services run (siderolabs/talos v1.13.9, internal/app/machined/pkg/runtime/v1alpha1/
 v1alpha1_sequencer.go and v1alpha1_sequencer_tasks.go): apid, containerd, cri, kubelet and
 machined everywhere, etcd and trustd on control planes; outside container mode also udevd
-and syslogd, and auditd and the dashboard unless a kernel argument turns them off.
+and syslogd, and auditd and the dashboard unless a kernel argument turns them off. On v1.14, outside
+container mode, sandboxd too when a SecurityProfileConfig document enables workloadIsolation
+(v1.14.0-rc.1 internal/app/machined/pkg/sandboxd/enabled.go; the release table,
+:mod:`pytest_talos.releases`, says which releases have it).
 
 A crash-looping service is never ``Failed``: the restart runner records ``Waiting`` "Error
 running ..., going to restart forever" and runs it again 5 s later (internal/app/machined/
@@ -38,11 +41,13 @@ from pytest_talos.errors import (
     APIError,
     ConformanceFailure,
     DeadlineExceeded,
+    PermissionDenied,
     TalosError,
     WaitTimeout,
 )
-from pytest_talos.node import TalosNode
+from pytest_talos.node import TalosNode, node_release
 from pytest_talos.plugin.conformance.outcomes import collapse_repeats
+from pytest_talos.releases import Release
 from pytest_talos.restarts import (
     SERVICE_EVENTS_KEPT,
     XID_SLACK,
@@ -84,6 +89,7 @@ HEALTH_CHECKED = frozenset(
         "kubelet",
         "machined",
         "registryd",
+        "sandboxd",
         "syslogd",
         "trustd",
         "udevd",
@@ -103,10 +109,45 @@ _LOG_LINES = 20
 KitChanges = Callable[[TalosNode], list[KitChange]]
 
 
-def expected_services(role: str, mode: str = "container") -> frozenset[str]:
-    """The services a node of ``role`` must list in platform ``mode`` (Version platform)."""
+SANDBOXD = "sandboxd"
+SECURITY_PROFILE_KIND = "SecurityProfileConfig"  # pkg/machinery/config/types/runtime/
+
+
+def expected_services(
+    role: str, mode: str = "container", release: Release | None = None, isolated: bool = False
+) -> frozenset[str]:
+    """The services a node of ``role`` must list in platform ``mode`` (Version platform) on
+    ``release``; ``isolated``: its config enables workload isolation (:func:`isolated`)."""
     wanted = EVERY_NODE | CONTROL_PLANE if role in ("controlplane", "init") else EVERY_NODE
-    return wanted if mode == "container" else wanted | OUTSIDE_CONTAINERS
+    if mode == "container":
+        return wanted
+    sandbox = {SANDBOXD} if release is not None and release.has_sandboxd and isolated else set()
+    return wanted | OUTSIDE_CONTAINERS | sandbox
+
+
+def isolated(node: TalosNode) -> bool:
+    """Whether the node's machine config enables workload isolation (a SecurityProfileConfig
+    with ``workloadIsolation: true``; security_profile_config.go WorkloadIsolation). Without
+    os:admin the config cannot be read: then sandboxd is judged only where the node lists it."""
+    try:
+        documents = node.machine_config.documents
+    except PermissionDenied:
+        return False
+    return any(
+        isinstance(d, dict)
+        and d.get("kind") == SECURITY_PROFILE_KIND
+        and d.get("workloadIsolation") is True
+        for d in documents
+    )
+
+
+def wanted_services(node: TalosNode) -> frozenset[str]:
+    """:func:`expected_services` of ``node``'s role, mode, release and config."""
+    mode = node.version.platform_mode
+    needs_config = mode != "container" and node_release(node).has_sandboxd
+    return expected_services(
+        node.role, mode, node_release(node), isolated(node) if needs_config else False
+    )
 
 
 def _crash_looping(service: models.ServiceInfo) -> bool:
@@ -218,7 +259,7 @@ RecentRead = tuple[bool, list[models.Event]]  # (services settled when read, eve
 def _settled_then_recent(node: TalosNode, timing: Timing) -> RecentRead:
     """Whether the node's expected services were running and healthy, then its recent
     events: what the check reads once a node has settled."""
-    wanted = expected_services(node.role, node.version.platform_mode)
+    wanted = wanted_services(node)
     settled = not _problems(node.services, wanted)
     return settled, _recent_events(node, timing) if settled else []
 
@@ -298,7 +339,7 @@ def test_expected_services_are_running_and_healthy(
     recent_events: FanOut[RecentRead],
 ) -> None:
     role, mode = talos_node.role, talos_node.version.platform_mode
-    wanted = expected_services(role, mode)
+    wanted = wanted_services(talos_node)
     talos_evidence["services required"] = sorted(wanted)
     talos_evidence["platform mode"] = mode
     if mode != "container":

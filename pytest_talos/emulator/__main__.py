@@ -34,7 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_prog(),
         usage="%(prog)s --talosconfig PATH [options]",
-        description="Run an emulated Talos v1.13 cluster on loopback addresses. "
+        description="Run an emulated Talos cluster (v1.12, v1.13 or v1.14) on loopback "
+        "addresses. "
         "--talosconfig PATH is required (except with --list-faults or --list-variants).",
     )
     parser.add_argument("--controlplanes", type=int, default=1, metavar="N")
@@ -78,6 +79,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--platform", choices=("container", "metal"), default="container")
     parser.add_argument(
+        "--talos-version",
+        default="v1.13.9",
+        metavar="VERSION",
+        help="the Talos release the nodes run: v1.12.x, v1.13.x or v1.14.x (or a full tag "
+        "of one, e.g. v1.12.11); default v1.13.9",
+    )
+    parser.add_argument(
         "--subnet", metavar="CIDR", help="the /24 for node addresses (default: a free 127.A.B.0/24)"
     )
     parser.add_argument(
@@ -102,6 +110,7 @@ async def _serve(args: argparse.Namespace) -> None:
         platform=args.platform,
         subnet=args.subnet,
         talosconfig_path=args.talosconfig,
+        talos_version=args.talos_version,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

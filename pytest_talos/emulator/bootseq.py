@@ -39,8 +39,10 @@ def run_boot_sequence(
     emit(TaskPayload("startAllServices", "START"))
     # StartAllServices: cri, and trustd + etcd on control planes; kubelet is started by
     # controllers/k8s/kubelet_service.go, extension services by their controller
+    # (v1.14: sandboxd first, where the node lists it: sandbox.py)
     services.boot(
         [
+            "sandboxd",
             "cri",
             "trustd",
             "etcd",

@@ -60,7 +60,9 @@ from pytest_talos.emulator.variants import (
     Variant,
     VariantSet,
 )
+from pytest_talos.errors import ConfigError
 from pytest_talos.patches import apply_patches
+from pytest_talos.releases import Release, release_named
 
 __all__ = ["ClientIdentity", "EmulatedCluster", "EmulatedNode", "EmulatorError", "NodeInfo"]
 
@@ -88,6 +90,16 @@ class ClientIdentity:
     path: Path | None = None
 
 
+# The emulator's v1.13 clusters have always run Kubernetes 1.36.0 (INFERRED: a docker
+# cluster created with talosctl's default at the time); the other releases run their
+# DefaultKubernetesVersion (pkg/machinery/constants/constants.go at the tag read).
+_V1_13_KUBERNETES = "1.36.0"
+
+
+def _default_kubernetes(release: Release) -> str:
+    return _V1_13_KUBERNETES if release.line == "v1.13" else release.kubernetes_version
+
+
 class EmulatedCluster:
     """A cluster of emulated Talos nodes serving the Talos API over mTLS on loopback."""
 
@@ -99,7 +111,7 @@ class EmulatedCluster:
         time_scale: float = 1.0,
         platform: Platform = "container",
         talos_version: str = "v1.13.9",
-        kubernetes_version: str = "1.36.0",
+        kubernetes_version: str | None = None,
         subnet: str | None = None,
         *,
         name: str = "talos-default",
@@ -122,7 +134,14 @@ class EmulatedCluster:
         self.platform: Platform = platform
         self.extensions = tuple(extensions)
         self.extension_services = tuple(extension_services)
+        # "v1.14", "v1.14.x" or a full tag: the release table's entry (pytest_talos.releases)
+        try:
+            self.release, talos_version = release_named(talos_version)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         self.talos_version = talos_version
+        if kubernetes_version is None:
+            kubernetes_version = _default_kubernetes(self.release)
         self.kubernetes_version = kubernetes_version.removeprefix("v")
         self.faults = resolve_faults(faults)
         self.clock = Clock(time_scale)

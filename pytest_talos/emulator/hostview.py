@@ -4,7 +4,7 @@ process table and the sockets (the data lives in :mod:`.system`, :mod:`.processe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from pytest_talos.emulator import system
 from pytest_talos.emulator.faults import Fault, effects_of
@@ -76,9 +76,12 @@ class NodeHost:
             rw_binds=writable - {"/", "/usr"},
         )
 
-    def listeners(self, *, config: bytes, pod_network_pods: int) -> list[system.Listener]:
-        """The host's sockets (kube-proxy's only while the config enables it), then those in
-        pod network namespaces (``Listener.netns`` set: CoreDNS where it runs)."""
+    def listeners(
+        self, *, config: bytes, pod_network_pods: int, etcd_extra_ports: Iterable[int] = ()
+    ) -> list[system.Listener]:
+        """The host's sockets (kube-proxy's only while the config enables it; the etcd
+        listeners of the node's release), then those in pod network namespaces
+        (``Listener.netns`` set: CoreDNS where it runs)."""
         profiles = effects_of(self._node_faults())
         return [
             *system.listeners_for(
@@ -86,6 +89,7 @@ class NodeHost:
                 proxy=not proxy_disabled(config),
                 flannel=cni_name(config) == "flannel",
                 kubespan=kubespan_enabled(config),
+                etcd_extra_ports=etcd_extra_ports,
                 added=[
                     system.Listener(a.port, a.process, a.bind, udp=a.udp, rejected=a.rejected)
                     for profile in profiles

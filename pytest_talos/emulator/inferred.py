@@ -78,8 +78,13 @@ INFERRED: tuple[str, ...] = (
     "for every version), also in Copy archives; `/proc/mounts` has the boot time.",
     "Copy of a relative path answers InvalidArgument `path must be absolute`. A symlink "
     "loop in a List root stops after 40 links (the kernel answers ELOOP).",
-    "Version reports sha `3ebd10a7c` for v1.13.9 (a hash of the tag otherwise) and "
-    "go_version `go1.25.9`.",
+    "Version reports the release table's short commit for the tag each entry was read at "
+    "(`3ebd10a7c` for v1.13.9; a hash of the tag for any other tag) and go_version from the "
+    "tag's go.mod `go` directive (`go1.26.6` on v1.13; the least toolchain, not the "
+    "release images' exact one). The v1.12 and v1.14 emulators behave as v1.13.9 wherever "
+    "pytest_talos/releases.py lists no difference (RBAC rules and APIs included), and "
+    "every release accepts a SecurityProfileConfig document (only v1.14 registers it). On "
+    "v1.14 with workload isolation, cri's parent in Processes is sandboxd.",
     # COSI
     "COSI texts: NotFound `resource <type>(<namespace>/<id>@undefined) doesn't exist`; a "
     "single-resource Watch with bootstrap/label query answers Unimplemented `bootstrap "

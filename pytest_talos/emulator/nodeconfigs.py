@@ -17,6 +17,7 @@ from pytest_talos.emulator.identity import NodeIdentity
 from pytest_talos.emulator.variants import Variant, VariantSet
 from pytest_talos.errors import ConfigError
 from pytest_talos.patches import apply_patches
+from pytest_talos.releases import release_of
 
 __all__ = [
     "HOSTNAME_PLACEHOLDER",
@@ -105,6 +106,7 @@ class NodeConfigs:
                 ),
                 ca_crt_pem=ca_pem,
                 kubernetes_ca_crt_pem=kube_ca_pem,
+                security_profile=release_of(self._talos_version).release.has_sandboxd,
             )
             self.bases.setdefault(ident.role, template)
             template = _with_variant_patches(template, self._variants)

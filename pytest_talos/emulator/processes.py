@@ -104,6 +104,9 @@ _CHILD_SERVICES = {
     "udevd": _Spec("/sbin/systemd-udevd", "/usr/bin/udevadm", ("--resolve-names=never",), 1),
     # system/services/dashboard.go: /sbin/dashboard -> init (the Dockerfile's symlink)
     "dashboard": _Spec("/sbin/dashboard", "/usr/bin/init", threads=10),
+    # v1.14 sandboxd/runner.go: machined re-exec'd as /sbin/sandboxd (the Dockerfile's
+    # ``ln -s init /rootfs/usr/bin/sandboxd``); its thread count is INFERRED
+    "sandboxd": _Spec("/sbin/sandboxd", "/usr/bin/init", threads=8),
 }
 
 
@@ -264,9 +267,12 @@ def processes_for(
     node's faults run: ``FaultProfile.host_processes``)."""
     table = _Table(_pid1(pid1))
     running = set(running_services)
+    sandbox = table.add(_CHILD_SERVICES["sandboxd"], 1) if "sandboxd" in running else 1
     for service in ("containerd", "cri", "udevd", "dashboard"):
         if service in running:
-            table.add(_CHILD_SERVICES[service], 1)
+            # v1.14 services/cri.go: with workload isolation CRI runs inside sandboxd's
+            # namespace (its child there; the host's view of the parent is INFERRED)
+            table.add(_CHILD_SERVICES[service], sandbox if service == "cri" else 1)
     system = _system_containers(hostname, address)
     for service in sorted(running):
         spec = system.get(service) or _extension_spec(service)

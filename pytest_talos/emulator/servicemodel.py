@@ -216,6 +216,9 @@ def _definitions(*, container: bool) -> dict[str, ServiceDefinition]:
             health=None,
             waits=(_service_up("machined"), f'file "{MACHINE_SOCKET}" to exist'),
         ),
+        # v1.14 services/sandboxd.go: restart.Forever around the sandboxd runner (a process),
+        # no conditions or dependencies, health DefaultSettings; its command line is INFERRED
+        ServiceDefinition("sandboxd", Runner.PROCESS, args=("/sbin/sandboxd",)),
         # services/registryd.go: only with the image cache (not started by this emulator)
         ServiceDefinition("registryd", Runner.GOROUTINE, restarts=False),
     ]
@@ -244,19 +247,27 @@ def definition_of(service_id: str, *, container: bool = True) -> ServiceDefiniti
 
 
 def services_for(
-    *, controlplane: bool, platform: str, extension_services: Iterable[str] = ()
+    *,
+    controlplane: bool,
+    platform: str,
+    extension_services: Iterable[str] = (),
+    sandboxd: bool = False,
 ) -> list[str]:
     """Service ids a booted node lists, sorted as ServiceList sorts them (system.go List).
 
     Container mode: apid, machined, containerd (initialize), cri and kubelet, plus trustd and
     etcd on control planes (boot). Elsewhere the initialize sequence also starts udevd,
-    auditd, syslogd and the dashboard (v1alpha1_sequencer.go Initialize).
+    auditd, syslogd and the dashboard (v1alpha1_sequencer.go Initialize). ``sandboxd``: the
+    node is a v1.14 one with workload isolation (:mod:`.sandbox`), StartAllServices starts
+    sandboxd before the rest.
     """
     ids = ["apid", "containerd", "cri", "kubelet", "machined"]
     if controlplane:
         ids += ["etcd", "trustd"]
     if platform != "container":
         ids += ["udevd", "auditd", "syslogd", "dashboard"]
+    if sandboxd and platform != "container":
+        ids.append("sandboxd")
     ids += [f"ext-{name}" for name in extension_services]
     return sorted(ids)
 

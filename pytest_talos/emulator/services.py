@@ -101,6 +101,8 @@ def start_lines(service: Service, when: float) -> list[str]:
     if sid == "kubelet":  # klog to stderr
         stamp = dt.datetime.fromtimestamp(when, dt.UTC).strftime("%m%d %H:%M:%S.%f")
         return [f'I{stamp}    {service.pid} server.go] "Kubelet version"']
+    if sid == "sandboxd":  # v1.14 sandboxd/init.go logf, to stderr (the service log)
+        return ["sandboxd: started as PID 1 of the sandbox namespace; serving launch requests"]
     if sid == "machined":
         # system/services/machined.go Main: every request machined serves is logged
         # (factory.WithLog("machined ", ...), pkg/grpc/middleware/authz/authorizer.go);

@@ -78,6 +78,7 @@ def listeners_for(
     flannel: bool = True,
     kubespan: bool = False,
     api_server_port: int = 6443,
+    etcd_extra_ports: Iterable[int] = (),
     added: Iterable[Listener] = (),
     hidden_ports: Collection[int] = (),
 ) -> list[Listener]:
@@ -122,6 +123,9 @@ def listeners_for(
             # controllers/etcd/spec.go: listen on 0.0.0.0 (no listenSubnets configured)
             Listener(2379, "etcd", "::"),
             Listener(2380, "etcd", "::"),
+            # v1.14 services/etcd.go: listen-client-http-urls on the client addresses, port
+            # constants.EtcdClientHTTPPort (2383); none before (pytest_talos.releases)
+            *(Listener(port, "etcd", "::") for port in sorted(etcd_extra_ports)),
             # controllers/k8s/control_plane_static_pod.go: bind-address 0.0.0.0 for the API
             # server, 127.0.0.1 for controller-manager (10257) and scheduler (10259)
             Listener(api_server_port, "kube-apiserver", "::"),

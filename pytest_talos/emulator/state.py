@@ -61,10 +61,12 @@ from pytest_talos.emulator.nodeservices import (
     service_event,
     service_log,
 )
+from pytest_talos.emulator.sandbox import sandboxd_enabled
 from pytest_talos.emulator.servicefaults import ServiceFaults
 from pytest_talos.emulator.services import Service, ServiceManager, services_for
 from pytest_talos.emulator.store import ResourceStore
 from pytest_talos.emulator.variants import CLOCK_STEPPED_AHEAD, Variant, VariantSet
+from pytest_talos.releases import Release, release_of
 
 __all__ = ["NodeState"]
 
@@ -116,6 +118,9 @@ class NodeState:
                 controlplane=identity.controlplane,
                 platform=identity.platform,
                 extension_services=identity.extension_services,
+                sandboxd=sandboxd_enabled(
+                    release_of(talos_version).release, identity.platform, config
+                ),
             ),
             clock=clock,
             on_change=self._on_service_change,
@@ -343,9 +348,16 @@ class NodeState:
     def mounts(self) -> list[system.MountEntry]:
         return self.host.mounts()
 
+    @property
+    def release(self) -> Release:
+        """The release-table entry of the Talos the node runs now (an upgrade changes it)."""
+        return release_of(self.talos_version).release
+
     def listeners(self) -> list[system.Listener]:
         return self.host.listeners(
-            config=self.active_config, pod_network_pods=self.networking.pod_network_pods()
+            config=self.active_config,
+            pod_network_pods=self.networking.pod_network_pods(),
+            etcd_extra_ports=self.release.etcd_extra_ports,
         )
 
     def file(self, path: str, *, follow: bool = False) -> system.FileEntry | None:

@@ -29,6 +29,7 @@ from pytest_talos.node._ports import (
     default_expected_ports,
     dig,
     expected_ports_for,
+    node_release,
     v1alpha1_document,
 )
 
@@ -44,5 +45,6 @@ __all__ = [
     "expected_ports_for",
     "host_of",
     "is_missing_path",
+    "node_release",
     "v1alpha1_document",
 ]

@@ -5,13 +5,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pytest_talos import models
-from pytest_talos.errors import PermissionDenied
+from pytest_talos.errors import PermissionDenied, TalosError
+from pytest_talos.releases import Release, release_of
 from pytest_talos.talos_api import APID_PORT, TRUSTD_PORT
 
 if TYPE_CHECKING:
     from pytest_talos.node._node import TalosNode
 
-__all__ = ["default_expected_ports", "dig", "expected_ports_for", "v1alpha1_document"]
+__all__ = [
+    "default_expected_ports",
+    "dig",
+    "expected_ports_for",
+    "node_release",
+    "v1alpha1_document",
+]
 
 KUBELET_PORT = 10250
 KUBE_APISERVER_PORT = 6443
@@ -20,7 +27,9 @@ KUBE_PROXY_HEALTHZ_PORT = 10256
 
 
 def default_expected_ports(
-    role: str | None, config: models.MachineConfig | None = None
+    role: str | None,
+    config: models.MachineConfig | None = None,
+    release: Release | None = None,
 ) -> frozenset[int]:
     """The TCP ports a healthy Talos node of ``role`` opens on its address, given its active
     machine ``config`` (``None``: assume Talos's defaults).
@@ -30,10 +39,12 @@ def default_expected_ports(
     hostNetwork kube-proxy DaemonSet serves on all addresses unless ``cluster.proxy.disabled``
     (``controllers/k8s/internal/k8stemplates/kube-proxy.go``; Talos passes no
     ``--healthz-bind-address``, Kubernetes' default is ``0.0.0.0:10256``). Control planes add
-    trustd 50001, etcd 2379/2380 and the API server
-    (``cluster.controlPlane.localAPIServerPort``, 6443). The loopback-only ports (kubelet
-    10248, KubePrism 7445, kube-proxy metrics 10249, controller-manager 10257, scheduler
-    10259, host DNS 53) are not reachable from outside and not listed. A
+    trustd 50001, etcd 2379/2380 (and the listeners the node's ``release`` adds: etcd's
+    client HTTP 2383 on v1.14, :attr:`~pytest_talos.releases.Release.etcd_extra_ports`;
+    ``None``: none) and the API server (``cluster.controlPlane.localAPIServerPort``, 6443).
+    The loopback-only ports (kubelet 10248, KubePrism 7445, kube-proxy metrics 10249,
+    controller-manager 10257, scheduler 10259, host DNS 53) are not reachable from outside
+    and not listed. A
     ``healthz-bind-address`` or ``metrics-bind-address`` in ``cluster.proxy.extraArgs`` moves
     or exposes those ports; other CNIs (Cilium) add theirs through the
     ``pytest_talos_expected_ports`` hook.
@@ -50,6 +61,7 @@ def default_expected_ports(
         api = dig(main, "cluster", "controlPlane", "localAPIServerPort")
         api_port = api if isinstance(api, int) and not isinstance(api, bool) and api > 0 else None
         ports |= {TRUSTD_PORT, api_port or KUBE_APISERVER_PORT, ETCD_CLIENT_PORT, ETCD_PEER_PORT}
+        ports |= release.etcd_extra_ports if release is not None else frozenset()
     return frozenset(ports)
 
 
@@ -57,13 +69,25 @@ def expected_ports_for(node: TalosNode) -> frozenset[int]:
     """:func:`default_expected_ports` for ``node``'s role and its active machine config.
 
     Reading the config needs os:admin (it is a sensitive resource); without it Talos's
-    defaults are assumed (kube-proxy enabled), which never fails a healthy node.
+    defaults are assumed (kube-proxy enabled), which never fails a healthy node. The
+    release is the one the node's Version names (:func:`~pytest_talos.releases.release_of`:
+    the nearest known one for a release the kit does not know); a Version that fails: the
+    newest known release, whose extra ports are a superset (never fails a healthy node).
     """
     try:
         config: models.MachineConfig | None = node.machine_config
     except PermissionDenied:
         config = None
-    return default_expected_ports(node.role, config)
+    return default_expected_ports(node.role, config, node_release(node))
+
+
+def node_release(node: TalosNode) -> Release:
+    """The release-table entry ``node`` is judged by (from its Version reply)."""
+    try:
+        tag = node.version.tag
+    except TalosError:
+        tag = ""
+    return release_of(tag).release
 
 
 def v1alpha1_document(config: models.MachineConfig | None) -> dict[str, Any]:

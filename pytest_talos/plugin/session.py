@@ -16,6 +16,7 @@ from pytest_talos.guard import ConfigGuard, ConfigRestoreError, JournalOrigin, u
 from pytest_talos.hookspecs import PytestTalosDeprecationWarning
 from pytest_talos.node import TalosNode, expected_ports_for
 from pytest_talos.plugin.settings import Setting, TalosSettings
+from pytest_talos.releases import release_of
 from pytest_talos.talosconfig import load_talosconfig
 
 if TYPE_CHECKING:
@@ -126,6 +127,7 @@ class TalosSession:
             faults=self.settings.faults.value,
             variants=self.settings.variants.value,
             time_scale=self.settings.time_scale.value,
+            talos_version=self.settings.emulator_version.value or "v1.13.9",
         )
         try:
             self.emulator = emulator.__enter__()
@@ -156,8 +158,9 @@ class TalosSession:
             cp, workers = s.emulator.value
             faults = ", ".join(s.faults.value) or "none"
             variants = f"; variants: {', '.join(s.variants.value)}" if s.variants.value else ""
+            release = f"Talos {s.emulator_version.value}, " if s.emulator_version.value else ""
             return (
-                f"the emulated cluster ({_count(cp, 'control plane')}, "
+                f"the emulated cluster ({release}{_count(cp, 'control plane')}, "
                 f"{_count(workers, 'worker')}; faults: {faults}{variants})"
             )
         endpoints = ", ".join(s.endpoints.value) or "the talosconfig's endpoints"
@@ -284,12 +287,16 @@ def _node_lines(cluster: TalosCluster) -> list[str]:
         if node.unreachable is not None:
             lines.append(f"talos: node {node.address}: unreachable: {node.unreachable}")
             continue
+        note = None
         try:
             version = node.version
             facts = f"Talos {version.tag}, platform {version.platform}"
+            note = release_of(version.tag).note  # judged by another release's entry
         except TalosError as exc:
             facts = f"version unknown: {exc}"
         lines.append(f"talos: node {node.name} ({node.address}): {node.role}, {facts}")
+        if note:
+            lines.append(f"talos: node {node.name}: {note}")
     if not cluster.nodes:
         lines.append("talos: no target nodes")
     return lines
@@ -304,6 +311,10 @@ def _settings_text(settings: TalosSettings) -> str:
         parts = [shown("emulator", settings.emulator, f"{cp}:{workers}")]
         if settings.faults.value:
             parts.append(shown("faults", settings.faults, ",".join(settings.faults.value)))
+        if settings.emulator_version.value:
+            parts.append(
+                shown("release", settings.emulator_version, settings.emulator_version.value)
+            )
         if settings.time_scale.given:
             parts.append(
                 shown("time scale", settings.time_scale, f"{settings.time_scale.value:g}x")

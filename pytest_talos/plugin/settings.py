@@ -19,6 +19,8 @@ from typing import Any, Generic, TypeVar
 
 import pytest
 
+from pytest_talos.releases import release_named
+
 __all__ = [
     "ALLOW_LEVELS",
     "DEFAULT_EMULATOR",
@@ -117,6 +119,14 @@ _OPTIONS = {
             "(domain, metal, discovery-disabled, ...); repeatable",
         ),
         _Option(
+            "talos_emulator_version",
+            "--talos-emulator-version",
+            "talos_emulator_version",
+            "TALOS_EMULATOR_VERSION",
+            "the Talos release the emulated nodes run: v1.12.x, v1.13.x (default v1.13.9) "
+            "or v1.14.x, or a full tag of one",
+        ),
+        _Option(
             "talos_emulator_time_scale",
             "--talos-emulator-time-scale",
             "talos_emulator_time_scale",
@@ -170,6 +180,7 @@ class TalosSettings:
     faults: Setting[tuple[str, ...]]
     variants: Setting[tuple[str, ...]]
     time_scale: Setting[float]
+    emulator_version: Setting[str | None]
     allow: Setting[str]
     timeout: Setting[float]
     state_dir: Setting[str]
@@ -190,6 +201,7 @@ class TalosSettings:
                 "faults",
                 "variants",
                 "time_scale",
+                "emulator_version",
                 "allow",
                 "timeout",
             )
@@ -362,6 +374,7 @@ def resolve_settings(config: pytest.Config) -> TalosSettings:
         faults=_list_setting(config, "talos_emulator_faults"),
         variants=_list_setting(config, "talos_emulator_variants"),
         time_scale=_time_scale_setting(config),
+        emulator_version=_text_setting(config, "talos_emulator_version"),
         allow=_allow_setting(config),
         timeout=_timeout_setting(config),
         state_dir=_state_dir_setting(config),
@@ -376,6 +389,7 @@ def _check_combination(settings: TalosSettings) -> TalosSettings:
             settings.faults.source,
             settings.variants.source,
             settings.time_scale.source,
+            settings.emulator_version.source,
         ):
             if source != "default":
                 raise pytest.UsageError(
@@ -397,6 +411,7 @@ def _check_combination(settings: TalosSettings) -> TalosSettings:
             )
     _check_faults(settings.faults)
     _check_variants(settings.variants)
+    _check_emulator_version(settings.emulator_version)
     return TalosSettings(**{**settings.__dict__, "ignored": tuple(ignored)})
 
 
@@ -417,6 +432,15 @@ def _nearest(unknown: Sequence[str], known: Sequence[str]) -> str:
     """``; did you mean X?`` for the first misspelt name (as a misspelt check id gets)."""
     close = difflib.get_close_matches(unknown[0], list(known), n=3, cutoff=0.5)
     return f"; did you mean {' or '.join(close)}?" if close else "."
+
+
+def _check_emulator_version(version: Setting[str | None]) -> None:
+    if version.value is None:
+        return
+    try:
+        release_named(version.value)
+    except ValueError as exc:
+        raise pytest.UsageError(f"{version.source}: {exc}") from None
 
 
 def _check_variants(variants: Setting[tuple[str, ...]]) -> None:

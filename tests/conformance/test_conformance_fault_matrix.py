@@ -16,6 +16,7 @@ import json
 import os
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import pytest
 
@@ -56,6 +57,26 @@ VARIANT_SKIPS: Mapping[str, tuple[str, ...]] = {
 
 
 VARIANT = "variant:"
+RELEASE = "release:"
+
+
+@dataclass(frozen=True)
+class ReleaseRun:
+    """A healthy run of the emulator at another release (``--talos-emulator-version``)."""
+
+    version: str
+    variants: tuple[str, ...] = ()
+
+
+# The healthy emulator at every release it plays (v1.13 is HEALTHY and the variants), in
+# container and metal mode: zero failures, as on v1.13.
+RELEASE_RUNS: Mapping[str, ReleaseRun] = {
+    "v1.12": ReleaseRun("v1.12.x"),
+    "v1.12+metal": ReleaseRun("v1.12.x", ("metal",)),
+    "v1.14": ReleaseRun("v1.14.x"),
+    "v1.14+metal": ReleaseRun("v1.14.x", ("metal",)),
+}
+Case = FaultCase | tuple[str, ...] | ReleaseRun | None
 
 
 def allowed_skips(run: str) -> tuple[str, ...]:
@@ -66,8 +87,11 @@ def allowed_skips(run: str) -> tuple[str, ...]:
     return ALLOWED_SKIPS + tuple(r for v in variants for r in VARIANT_SKIPS.get(v, ()))
 
 
-def _args(case: FaultCase | tuple[str, ...] | None) -> list[str]:
+def _args(case: Case) -> list[str]:
     args = ["--talos-emulator", "--talos-allow", "disruptive", *MATRIX_ARGS]
+    if isinstance(case, ReleaseRun):
+        args += ["--talos-emulator-version", case.version]
+        case = case.variants
     if isinstance(case, tuple):  # a healthy variant
         for variant in case:
             args += ["--talos-emulator-variant", variant]
@@ -75,7 +99,7 @@ def _args(case: FaultCase | tuple[str, ...] | None) -> list[str]:
     return args + (case.fault_args() if case else [])
 
 
-def _paths(case: FaultCase | tuple[str, ...] | None) -> tuple[str, ...]:
+def _paths(case: Case) -> tuple[str, ...]:
     """The healthy runs cover the whole suite; a fault's run the areas it targets."""
     return case.paths(SUITE) if isinstance(case, FaultCase) else (str(SUITE),)
 
@@ -92,10 +116,11 @@ def _longest_first(name: str) -> int:
 
 @pytest.fixture(scope="module")
 def matrix_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SuiteRun]:
-    cases: dict[str, FaultCase | tuple[str, ...] | None] = {
+    cases: dict[str, Case] = {
         HEALTHY: None,
         **FAULT_MATRIX,
         **{VARIANT + name: variants for name, variants in HEALTHY_VARIANTS.items()},
+        **{RELEASE + name: release for name, release in RELEASE_RUNS.items()},
     }
     # A run is mostly waiting on the emulator's timers (a whole-suite run: about 7 CPU
     # seconds in 22 s), so four run at once on each CPU.
@@ -170,7 +195,14 @@ def test_variant_skips_are_allowed_on_their_variants_only() -> None:
     assert allowed_skips(VARIANT + "domain") == ALLOWED_SKIPS
 
 
-@pytest.mark.parametrize("variant", [HEALTHY, *(VARIANT + name for name in HEALTHY_VARIANTS)])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        HEALTHY,
+        *(VARIANT + name for name in HEALTHY_VARIANTS),
+        *(RELEASE + name for name in RELEASE_RUNS),
+    ],
+)
 def test_healthy_emulator_passes_every_check(
     variant: str, matrix_runs: dict[str, SuiteRun]
 ) -> None:

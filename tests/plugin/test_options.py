@@ -261,6 +261,19 @@ def test_faults_need_the_emulator(run: Run) -> None:
     )
 
 
+def test_emulator_version_needs_the_emulator(run: Run) -> None:
+    assert usage_error(run("--talos-emulator-version", "v1.14.x")) == (
+        "ERROR: --talos-emulator-version needs the emulated cluster: add --talos-emulator"
+    )
+
+
+def test_unknown_emulator_version_names_the_known_releases(run: Run) -> None:
+    assert usage_error(run("--talos-emulator", "--talos-emulator-version", "v1.15")) == (
+        "ERROR: --talos-emulator-version: unknown Talos release 'v1.15': the emulator plays "
+        "v1.12.x, v1.13.x, v1.14.x (or a full tag of one, e.g. v1.13.9)"
+    )
+
+
 def test_time_scale_needs_the_emulator(run: Run) -> None:
     assert usage_error(run("--talos-emulator-time-scale", "20")) == (
         "ERROR: --talos-emulator-time-scale needs the emulated cluster: add --talos-emulator"

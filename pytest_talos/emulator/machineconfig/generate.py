@@ -94,6 +94,11 @@ _DOCS = {
     "cluster.etcd": "Etcd specific configuration options.",
 }
 _HOSTNAME_DOCS = {"auto": "A method to automatically generate a hostname for the machine."}
+SECURITY_PROFILE_KIND = "SecurityProfileConfig"  # types/runtime/security_profile_config.go
+_SECURITY_PROFILE_DOCS = {
+    "workloadIsolation": "Enable workload isolation (run the container plane inside the "
+    "sandbox namespace)."
+}
 _TOKEN_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 
@@ -275,6 +280,7 @@ def generate_config(
     cert_sans: Sequence[str] = (),
     ca_crt_pem: bytes | None = None,
     kubernetes_ca_crt_pem: bytes | None = None,
+    security_profile: bool = False,
 ) -> bytes:
     """A machine config for ``role`` as Talos 1.13 generates it (see the module docstring).
 
@@ -284,7 +290,10 @@ def generate_config(
     name from the platform and its addresses at runtime. ``install_image`` and
     ``install_disk`` are left out unless given (docker clusters set neither; qemu ones set
     the image). ``extra_documents=False`` leaves out the ``HostnameConfig`` document (a
-    single-document config, as JSON6902 patches need). The result is the same for the same
+    single-document config, as JSON6902 patches need). ``security_profile`` adds the
+    ``SecurityProfileConfig`` document with ``workloadIsolation: true`` that Talos 1.14
+    generates (v1.14.0-rc.1 pkg/machinery/config/generate/security_profile.go, when the
+    version contract has WorkloadIsolationEnabledByDefault). The result is the same for the same
     inputs and holds no private keys (see :data:`INFERRED`).
     """
     del hostname, address  # not part of a generated config (see above)
@@ -318,4 +327,11 @@ def generate_config(
     if extra_documents:  # network.go: MultidocNetworkConfigSupported() adds HostnameConfig
         hostname_doc = {"apiVersion": "v1alpha1", "kind": "HostnameConfig", "auto": "stable"}
         text += "---\n" + render_yaml(hostname_doc, _HOSTNAME_DOCS)
+    if extra_documents and security_profile:
+        profile = {
+            "apiVersion": "v1alpha1",
+            "kind": SECURITY_PROFILE_KIND,
+            "workloadIsolation": True,
+        }
+        text += "---\n" + render_yaml(profile, _SECURITY_PROFILE_DOCS)
     return text.encode("utf-8")

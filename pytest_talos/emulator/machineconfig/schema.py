@@ -156,6 +156,15 @@ STRICT_DOCUMENTS: dict[str, SchemaType] = {
     "HostnameConfig": _struct(
         "network.HostnameConfigV1Alpha1", apiVersion=_STR, kind=_STR, hostname=_STR, auto=_STR
     ),
+    # Talos v1.14 only (v1.14.0-rc.1 pkg/machinery/config/types/runtime/
+    # security_profile_config.go); accepted on every emulated release: a real v1.12 or v1.13
+    # node answers "not registered" (a simplification, see docs/fidelity.md)
+    "SecurityProfileConfig": _struct(
+        "runtime.SecurityProfileConfigV1Alpha1",
+        apiVersion=_STR,
+        kind=_STR,
+        workloadIsolation=_BOOL,
+    ),
 }
 # Other document kinds Talos 1.13 registers (apiVersion v1alpha1); decoded leniently here.
 OTHER_KINDS = frozenset(

@@ -30,6 +30,7 @@ from pytest_talos.emulator.servicers.messages import (
     listen_record,
     service_info,
 )
+from pytest_talos.releases import Release
 from pytest_talos.talos_api import EMULATOR_BUILT
 
 if TYPE_CHECKING:
@@ -38,9 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["MachineInfoMixin"]
 
 CHUNK = 64 * 1024
-GO_VERSION = "go1.25.9"  # INFERRED toolchain of Talos 1.13
-# Talos v1.13.9 is commit 3ebd10a7c1bd...; Version reports the short sha.
-_KNOWN_SHAS = {"v1.13.9": "3ebd10a7c"}
 _KERNEL_LOG = (
     "[    0.000000] Linux version 6.18.24-talos (@buildkitsandbox) (gcc (GCC) 15.2.0) #1 SMP",
     "[    0.412345] x86/fpu: Supporting XSAVE feature 0x001: 'x87 floating point registers'",
@@ -59,8 +57,12 @@ def _chunks(data: bytes) -> Iterable[bytes]:
         yield data[start : start + CHUNK]
 
 
-def _sha_for(tag: str) -> str:
-    return _KNOWN_SHAS.get(tag) or hashlib.sha1(tag.encode(), usedforsecurity=False).hexdigest()[:9]
+def _sha_for(release: Release, tag: str) -> str:
+    """The short commit of ``tag``: the release table's for the tag it was read at (v1.13.9
+    is commit 3ebd10a7c1bd...), a hash of the tag otherwise (INFERRED)."""
+    if tag == release.tag:
+        return release.commit
+    return hashlib.sha1(tag.encode(), usedforsecurity=False).hexdigest()[:9]
 
 
 class MachineInfoMixin:
@@ -72,11 +74,11 @@ class MachineInfoMixin:
         version = m.Version(
             version=m.VersionInfo(
                 tag=state.api_version_tag(),
-                sha=_sha_for(state.talos_version),
+                sha=_sha_for(state.release, state.talos_version),
                 # Real builds leave ``built`` empty (pkg/machinery/version/version.go):
                 # the emulator names itself there, so it is never taken for a real node.
                 built=EMULATOR_BUILT,
-                go_version=GO_VERSION,
+                go_version=state.release.go_version,  # INFERRED from the tag's go.mod
                 os="linux",
                 arch="amd64",
             ),

@@ -13,6 +13,7 @@ from pytest_talos.node import TalosNode
 from pytest_talos.plugin.conformance.collector import PROP_TARGETS, targets_property
 from pytest_talos.plugin.conformance.settings import SuiteSettings
 from pytest_talos.plugin.conformance.state import EVIDENCE, SETTINGS, TARGETS_SENT, check_spec
+from pytest_talos.releases import release_of
 from pytest_talos.reporting import TargetInfo
 from pytest_talos.talos_api import ADMIN
 
@@ -52,6 +53,10 @@ def _target_info(cluster: TalosCluster) -> list[TargetInfo]:
     for node in cluster.reachable:
         try:
             version = node.version
+            tag = version.tag
+            match = release_of(tag)
+            if not match.exact:  # the report says which release's expectations judged it
+                tag = f"{tag} (not a known release: judged by {match.release.line})"
         except TalosError:
             targets.append(TargetInfo(node.name, node.role, "unknown", "", node.address))
             continue
@@ -60,7 +65,7 @@ def _target_info(cluster: TalosCluster) -> list[TargetInfo]:
             TargetInfo(
                 node.name,
                 node.role,
-                version.tag,
+                tag,
                 version.platform,
                 node.address,
                 sha=version.sha,
