@@ -34,6 +34,7 @@ from pytest_talos.node import ReadOnlyGuard, TalosNode
 from pytest_talos.plugin.items import UNREACHABLE, NoNode, changes_level, held_back
 from pytest_talos.plugin.safety import RunSafety, recover_command
 from pytest_talos.plugin.session import SESSION_KEY, TalosSession, header_lines, session_of
+from pytest_talos.plugin.suite_args import load_suite_plugin_for_pyargs
 from pytest_talos.talos_api import CHANGING_METHODS
 
 if TYPE_CHECKING:
@@ -86,6 +87,12 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
+    # `pytest --pyargs pytest_talos_conformance`: the suite's options before pytest parses them
+    load_suite_plugin_for_pyargs(early_config, args)
 
 
 @pytest.hookimpl(tryfirst=True)
