@@ -111,6 +111,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(safety, f"talos-safety-{id(config)}")
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # beside a local Kubernetes: one paragraph now, not an error in every test
+    session_of(session.config).check_emulator_ports()
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
     if session is not None:
