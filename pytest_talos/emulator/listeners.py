@@ -10,10 +10,10 @@ therefore finds exactly what it would find on a real node.
 
 Beside a local Kubernetes (k3s, a kubelet on the host) something listens on 10250 or 6443 on
 every address (``0.0.0.0`` or ``[::]``), and Linux then lets no one listen on that port on
-any single address: a node's accept-and-close listener whose port such a program already
-answers on the node's address is left out (the port is open there all the same, which is
-all those sockets are for); a port the node must serve itself (apid, the Kubernetes API, a
-fault's greeting) stops the start with one paragraph naming the port and what to do.
+any single address. The node cannot leave such a port to the other program: the kit's scanner
+subtracts what answers on the cluster's vacant address (a host's wildcard listener), so the
+node's port would read as closed and a check would fail a healthy node. The start stops
+first, with one paragraph naming every taken port and what to do (:func:`check_served_ports`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import contextlib
 import errno
 import random
 import socket
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from pytest_talos.emulator.errors import CannotListen, ListenerError
@@ -33,15 +33,22 @@ __all__ = [
     "SERVED_PORTS",
     "ExtraListeners",
     "ListenerError",
-    "answers_elsewhere",
     "cannot_listen",
     "check_served_ports",
 ]
 
 # Ports served by something richer than accept-and-close.
 SERVED_ELSEWHERE = frozenset({50000, 6443})
-# What every node (apid) or every control plane (the Kubernetes API) must serve itself.
-SERVED_PORTS = ((50000, "apid"), (6443, "kube-apiserver"))
+# The TCP ports a node serves on its own address (sockets.listeners_for), kube-proxy's included.
+SERVED_PORTS = (
+    (50000, "apid"),
+    (50001, "trustd"),
+    (6443, "kube-apiserver"),
+    (2379, "etcd"),
+    (2380, "etcd peers"),
+    (10250, "kubelet"),
+    (10256, "kube-proxy healthz"),
+)
 _GREETINGS = {
     SSH_PORT: b"SSH-2.0-OpenSSH_9.6\r\n",
     EXTRA_PORT: (
@@ -69,11 +76,8 @@ class ExtraListeners:
             }
         )
         self._servers: list[asyncio.Server] = []
-        # Ports another program's wildcard listener answers on this address (module docs).
-        self.answered_elsewhere: list[int] = []
 
     async def start(self) -> None:
-        self.answered_elsewhere = []
         for port in self.ports:
             greeting = _GREETINGS.get(port, b"")
             try:
@@ -81,9 +85,6 @@ class ExtraListeners:
                     _closer(greeting), self.address, port, reuse_address=True
                 )
             except OSError as exc:
-                if not greeting and await answers_elsewhere(exc, self.address, port):
-                    self.answered_elsewhere.append(port)
-                    continue
                 await self.stop()
                 raise cannot_listen(exc, self.address, port) from None
             self._servers.append(server)
@@ -97,43 +98,27 @@ class ExtraListeners:
                 await asyncio.wait_for(server.wait_closed(), 2.0)
 
 
-async def answers_elsewhere(exc: OSError, address: str, port: int) -> bool:
-    """Whether ``address:port`` is taken (``exc``) by a program that accepts connections
-    on it: a listener on every address, since the node's own address is new."""
-    if exc.errno != errno.EADDRINUSE:
-        return False
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(address, port), 2.0)
-    except (OSError, TimeoutError):
-        return False
-    writer.close()
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(writer.wait_closed(), 2.0)
-    return True
+def _taken_text(ports: Sequence[tuple[int, str]], where: str) -> str:
+    named = ", ".join(f"{port} ({what})" if what else str(port) for port, what in ports)
+    first = ports[0][0]
+    plural = len(ports) > 1
+    return (
+        f"{'ports' if plural else 'port'} {named} {'are' if plural else 'is'} taken: another "
+        f"program listens on {'them' if plural else 'it'} {where}, so the emulated nodes "
+        f"cannot serve {'them' if plural else 'it'} on their own loopback addresses as real "
+        "nodes do. A local Kubernetes (k3s, a kubelet on this host) listens on 6443 and 10250 "
+        f"this way (`ss -ltnp 'sport = :{first}'` shows which program). Stop that program, or "
+        "run the emulator in a network namespace of its own, where nothing else listens: "
+        "unshare --net --map-root-user sh -c 'ip link set lo up && talos-emulator ...' "
+        "(the same for talos-conformance or pytest with --talos-emulator)"
+    )
 
 
-def cannot_listen(
-    exc: OSError, address: str, port: int, what: str = "", *, everywhere: bool = False
-) -> ListenerError:
-    """One paragraph: which port of the node could not be opened, why, and what to do.
-    ``everywhere``: ``address`` was an unused loopback address (a wildcard listener)."""
+def cannot_listen(exc: OSError, address: str, port: int, what: str = "") -> ListenerError:
+    """One paragraph: which port of the node could not be opened, why, and what to do."""
     served = f" ({what})" if what else ""
     if exc.errno == errno.EADDRINUSE:
-        holder = (
-            f"another program listens on 0.0.0.0:{port} or [::]:{port}, so no emulated node "
-            f"can serve port {port} on its own loopback address"
-            if everywhere
-            else f"another program listens on it on every address (0.0.0.0:{port} or "
-            f"[::]:{port}) or on the node's address, so the node cannot serve {address}:{port}"
-        )
-        text = (
-            f"port {port}{served} is taken: {holder} as a real node does. A local Kubernetes "
-            "(k3s, a kubelet on this host) listens on 6443 and 10250 this way "
-            f"(`ss -ltnp 'sport = :{port}'` shows which program). Stop that program, or run "
-            "the emulator in a network namespace of its own, where nothing else listens: "
-            "unshare --net --map-root-user sh -c 'ip link set lo up && talos-emulator ...' "
-            "(the same for pytest ... --talos-emulator)"
-        )
+        text = _taken_text([(port, what)], f"on every address or on {address}")
     elif exc.errno == errno.EACCES and port < 1024:
         text = (
             f"cannot listen on {address}:{port}{served}: ports below 1024 (fault ssh-open) "
@@ -145,9 +130,11 @@ def cannot_listen(
 
 
 def check_served_ports(probe_address: str | None = None) -> None:
-    """Raise :class:`CannotListen` (one paragraph) when a port of :data:`SERVED_PORTS` is
-    taken on every address: binding it on an unused loopback address fails."""
+    """Raise :class:`CannotListen` (one paragraph naming them all) when ports of
+    :data:`SERVED_PORTS` are taken on every address: binding them on an unused loopback
+    address fails."""
     address = probe_address or f"127.{random.randint(16, 254)}.{random.randint(0, 255)}.250"
+    taken = []
     for port, what in SERVED_PORTS:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -155,8 +142,11 @@ def check_served_ports(probe_address: str | None = None) -> None:
                 probe.bind((address, port))
             except OSError as exc:
                 if exc.errno == errno.EADDRINUSE:
-                    reason = cannot_listen(exc, address, port, what, everywhere=True).strerror
-                    raise CannotListen(f"cannot start the emulated cluster: {reason}") from None
+                    taken.append((port, what))
+    if taken:
+        where = "on every address (" + ", ".join(f"0.0.0.0:{p}" for p, _ in taken) + " or [::])"
+        reason = _taken_text(taken, where)
+        raise CannotListen(f"cannot start the emulated cluster: {reason}")
 
 
 def _closer(greeting: bytes) -> ConnectionHandler:

@@ -63,9 +63,9 @@ class TalosSession:
         return self._error
 
     def check_emulator_ports(self) -> None:
-        """Raise pytest.UsageError (one paragraph) if --talos-emulator cannot start here: a
-        port its nodes must serve (apid's 50000, the Kubernetes API's 6443) is taken on every
-        address, as a local Kubernetes takes 6443. Only loopback is touched."""
+        """Raise pytest.UsageError (one paragraph) if --talos-emulator cannot start here: ports
+        its nodes serve are taken on every address, as a local Kubernetes takes 6443 and
+        10250. Only loopback is touched."""
         if self.settings.emulator.value is None:
             return
         from pytest_talos.emulator.errors import CannotListen
