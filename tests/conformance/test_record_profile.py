@@ -8,14 +8,19 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from pytest_talos.emulator.cluster import EmulatedCluster
+from pytest_talos.emulator.state import NodeState
+from pytest_talos.emulator.system import FileEntry
+from pytest_talos.errors import ConfigError
 from pytest_talos.plugin.conformance.vendor_profile import load_vendor_profile
+from tests.conformance.suite_runner import run_suite, target_args
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = ("--talos-emulator", "--talos-emulator-time-scale", "20", "-p", "no:cacheprovider")
@@ -83,6 +88,15 @@ def _dig(document: Any, path: Sequence[str]) -> Any:
     return document
 
 
+def test_extension_versions_must_be_strings(tmp_path: Path) -> None:
+    path = tmp_path / "profile.yaml"
+    path.write_text("extensions:\n  versions:\n    iscsi-tools: 1.2\n")
+    with pytest.raises(ConfigError, match=r"extensions\.versions\.iscsi-tools"):
+        load_vendor_profile(path)
+    path.write_text("extensions:\n  versions:\n    schematic: '3765'\n")
+    assert load_vendor_profile(path).extensions_versions == (("schematic", "3765"),)
+
+
 def test_every_entry_says_where_it_was_read(tmp_path: Path) -> None:
     profile = _record(tmp_path, "container")
     text = profile.read_text()
@@ -116,6 +130,56 @@ def test_the_recorded_profile_fails_a_node_that_differs(tmp_path: Path) -> None:
     with_extensions = _record(tmp_path, "extensions", "--talos-emulator-variant", "extensions")
     recorded = yaml.safe_load(with_extensions.read_text())
     assert sorted(recorded["extensions"]["required"]) == ["iscsi-tools", "qemu-guest-agent"]
+    assert recorded["extensions"]["versions"].keys() == {"iscsi-tools", "qemu-guest-agent"}
     assert _failed(_accept(tmp_path, with_extensions)) == {"vendor.required-extensions"}
+    variant = ("--talos-emulator-variant", "extensions")
+    checks = _accept(tmp_path, with_extensions, *variant)
+    assert not _failed(checks)
+    assert _outcomes(checks, "vendor.required-extensions") == {"passed"}
+    # a new image whose iscsi-tools is another build: the recorded version no longer matches
+    other = tmp_path / "other-build.yaml"
+    text = with_extensions.read_text()
+    recorded_version = recorded["extensions"]["versions"]["iscsi-tools"]
+    other.write_text(text.replace(f"iscsi-tools: {recorded_version}", "iscsi-tools: v0.0.1"))
+    checks = _accept(tmp_path, other, *variant)
+    assert _failed(checks) == {"vendor.required-extensions"}
+    failure = next(c for c in checks if c["outcome"] == "failed")
+    assert "another version" in failure["message"], failure
     metal = _record(tmp_path, "metal", "--talos-emulator-variant", "metal")
     assert "vendor.platform" in _failed(_accept(tmp_path, metal))
+
+
+def test_a_metal_node_that_shows_its_kernel_gets_it_recorded_and_judged(tmp_path: Path) -> None:
+    """Kernel facts where the node serves /proc/version and /proc/cmdline (a metal node):
+    recorded, passed on that node, and failed once the node boots with another cmdline."""
+    kernel = "Linux version 6.18.24-talos (root@buildkitsandbox) (gcc 14.2.0) #1 SMP\n"
+    cmdline = "talos.platform=metal console=ttyS0 init_on_alloc=1 slab_nomerge pti=on\n"
+
+    def serve(text: str, path: str) -> Callable[[NodeState], None]:
+        def put(state: NodeState) -> None:
+            state.rootfs[path] = FileEntry(path, "file", 0o444, text.encode())
+
+        return put
+
+    with EmulatedCluster(1, 1, platform="metal", time_scale=20) as cluster:
+        for node in cluster.nodes:
+            cluster.node(node.hostname).run(serve(kernel, "/proc/version"))
+            cluster.node(node.hostname).run(serve(cmdline, "/proc/cmdline"))
+        profile = tmp_path / "metal.yaml"
+        done = run_suite(
+            [*target_args(cluster), "--talos-record-profile", str(profile)],
+            tmp_path / "unused",
+        )
+        assert done.returncode == 0, done.describe()
+        recorded = yaml.safe_load(profile.read_text())
+        assert recorded["kernel"]["version"] == "6.18.24-talos"
+        assert recorded["kernel"]["args"]["present"] == sorted(cmdline.split())
+        vendor = ["--talos-suite=vendor-image", "--talos-profile", str(profile)]
+        accepted = run_suite([*target_args(cluster), *vendor], tmp_path / "accepted")
+        assert not accepted.broken(), accepted.describe()
+        for check_id in ("vendor.kernel-version", "vendor.kernel-args"):
+            assert accepted.outcomes()[check_id] == {"passed"}, check_id
+        for node in cluster.nodes:  # the new image drops a hardening argument
+            cluster.node(node.hostname).run(serve(cmdline.replace(" pti=on", ""), "/proc/cmdline"))
+        differs = run_suite([*target_args(cluster), *vendor], tmp_path / "differs")
+        assert differs.broken() == {"vendor.kernel-args": "failed"}, differs.describe()

@@ -4,7 +4,9 @@ What the target nodes run, in the format of ``--talos-profile``
 (:mod:`.vendor_profile`), with a YAML comment per entry saying where it was read; accepting
 a new image is then ``--talos-suite=vendor-image --talos-profile PATH``. Only facts a vendor
 check judges are recorded (``talos.version``, ``kubernetes.version``, ``kernel.version``,
-``kernel.args.present``, ``platform``, ``extensions.required``, ``ports.expected``,
+``kernel.args.present``, ``platform``, ``extensions.required`` and ``extensions.versions``
+(an Image Factory image's schematic is its ``schematic`` extension's version),
+``ports.expected``,
 ``image_verification.required``); what a node does not show (the kernel of a container
 platform, Kubernetes without os:admin) is left out with a comment saying why. What a node
 cannot show (forbidden extensions, forbidden ports, forbidden kernel arguments) is the
@@ -76,12 +78,14 @@ def _common(sets: Iterable[Iterable[str]]) -> list[str]:
     return sorted(set.intersection(*groups)) if groups else []
 
 
-def _extensions(node: TalosNode) -> list[str]:
-    names = []
+def _extensions(node: TalosNode) -> dict[str, str]:
+    """``{name: version}`` of the node's system extensions (talosctl get extensions)."""
+    found = {}
     for item in node.resources(*EXTENSIONS):
         meta = (item.spec or {}).get("metadata") or {}
-        names.append(str(meta.get("name") or (item.spec or {}).get("image") or item.id))
-    return names
+        name = str(meta.get("name") or (item.spec or {}).get("image") or item.id)
+        found[name] = str(meta.get("version") or "")
+    return found
 
 
 def _kernel(node: TalosNode) -> tuple[str, list[str]] | None:
@@ -141,13 +145,7 @@ def record_profile(cluster: TalosCluster, nodes: Sequence[TalosNode], name: str)
     _record_kernel(out, nodes)
     platform = _one("platform", {n.name: n.version.platform for n in nodes})
     out.entry(0, f"platform: {_scalar(platform)}", "Version API: platform name")
-    extensions = _common(_extensions(n) for n in nodes)
-    out.lines.append("extensions:")
-    out.entry(
-        2,
-        f"required: {_scalar(extensions)}",
-        "ExtensionStatuses.runtime.talos.dev (COSI): metadata.name",
-    )
+    _record_extensions(out, {n.name: _extensions(n) for n in nodes})
     _record_ports(out, nodes)
     verifying = all(_verifies(n) for n in nodes)
     out.lines.append("image_verification:")
@@ -190,6 +188,31 @@ def _record_kernel(out: _Profile, nodes: Sequence[TalosNode]) -> None:
         f"present: {_scalar(present)}",
         "/proc/cmdline (MachineService.Read): every argument",
     )
+
+
+def _record_extensions(out: _Profile, by_node: dict[str, dict[str, str]]) -> None:
+    names = _common(by_node.values())
+    out.lines.append("extensions:")
+    out.entry(
+        2,
+        f"required: {_scalar(names)}",
+        "ExtensionStatuses.runtime.talos.dev (COSI): metadata.name",
+    )
+    versions = {
+        name: _one(f"the version of extension {name}", {n: e[name] for n, e in by_node.items()})
+        for name in names
+    }
+    shown = {name: version for name, version in versions.items() if version}
+    if not shown:
+        return
+    out.lines.append("  versions:")
+    for name, version in sorted(shown.items()):
+        out.entry(
+            4,
+            f"{_scalar(name)}: {_scalar(version)}",
+            "ExtensionStatuses: metadata.version"
+            + (" (Image Factory's schematic ID)" if name == "schematic" else ""),
+        )
 
 
 def _record_ports(out: _Profile, nodes: Sequence[TalosNode]) -> None:

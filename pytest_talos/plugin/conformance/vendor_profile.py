@@ -108,6 +108,8 @@ class VendorProfile:
     platforms: tuple[str, ...] = ()
     extensions_required: tuple[str, ...] = ()
     extensions_forbidden: tuple[str, ...] = ()
+    # (name, version): the extension must be installed at exactly this version
+    extensions_versions: tuple[tuple[str, str], ...] = ()
     ports: PortExpectations = field(default_factory=PortExpectations)
     image_verification_required: bool | None = None
 
@@ -117,7 +119,9 @@ class VendorProfile:
 
     @property
     def has_extensions(self) -> bool:
-        return bool(self.extensions_required or self.extensions_forbidden)
+        return bool(
+            self.extensions_required or self.extensions_forbidden or self.extensions_versions
+        )
 
     @property
     def has_ports(self) -> bool:
@@ -194,6 +198,19 @@ def _parse_ports(r: _Reader, data: Mapping[str, Any]) -> PortExpectations:
     )
 
 
+def _parse_versions(r: _Reader, value: Any) -> tuple[tuple[str, str], ...]:
+    versions = r.mapping(value, "extensions.versions")
+    pairs = []
+    for name, version in versions.items():
+        if not isinstance(version, str) or not version.strip():
+            raise r.fail(
+                f"extensions.versions.{name}",
+                'must be a version string (quote it: "1.2" is a number in YAML)',
+            )
+        pairs.append((str(name), version.strip()))
+    return tuple(sorted(pairs))
+
+
 def _parse_image_verification(r: _Reader, data: Mapping[str, Any]) -> bool | None:
     section = r.mapping(data.get("image_verification"), "image_verification")
     r.only_keys(section, frozenset({"required"}), "image_verification")
@@ -220,7 +237,7 @@ def parse_vendor_profile(data: Any, source: str) -> VendorProfile:
     r.only_keys(kubernetes, frozenset({"version"}), "kubernetes")
     r.only_keys(kernel, frozenset({"version", "args"}), "kernel")
     r.only_keys(args, frozenset({"present", "absent"}), "kernel.args")
-    r.only_keys(extensions, frozenset({"required", "forbidden"}), "extensions")
+    r.only_keys(extensions, frozenset({"required", "forbidden", "versions"}), "extensions")
     return VendorProfile(
         source=source,
         name=r.text(data.get("name"), "name") or Path(source).stem,
@@ -233,6 +250,7 @@ def parse_vendor_profile(data: Any, source: str) -> VendorProfile:
         platforms=r.strings(data.get("platform"), "platform"),
         extensions_required=r.strings(extensions.get("required"), "extensions.required"),
         extensions_forbidden=r.strings(extensions.get("forbidden"), "extensions.forbidden"),
+        extensions_versions=_parse_versions(r, extensions.get("versions")),
         ports=_parse_ports(r, data),
         image_verification_required=_parse_image_verification(r, data),
     )
