@@ -191,25 +191,41 @@ def test_platform_matches_profile(
 @pytest.mark.talos_check(
     "vendor.required-extensions",
     severity="high",
-    claim="Every system extension the profile requires is installed",
+    claim="Every system extension the profile requires is installed, at the version the "
+    "profile names for it",
 )
 def test_required_extensions_are_installed(
     talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
 ) -> None:
     profile = _profile(
-        talos_suite, "extensions.required", lambda p: p.extensions_required is not None
+        talos_suite,
+        "extensions.required",
+        lambda p: p.extensions_required is not None or bool(p.extensions_versions),
     )
-    required = profile.extensions_required or ()  # an empty list: none required, met
     installed = installed_extensions(talos_node)
-    talos_evidence.update(installed=installed, required=list(required))
-    missing = [e for e in required if e not in installed]
+    versions = dict(profile.extensions_versions)
+    # an empty required list is an expectation (none required), met by any node
+    wanted = list(dict.fromkeys([*(profile.extensions_required or ()), *versions]))
+    talos_evidence.update(installed=installed, required=wanted)
+    missing = [e for e in wanted if e not in installed]
     if missing:
         raise ConformanceFailure(
             "vendor.required-extensions",
             "required extensions are missing",
             node=talos_node.name,
-            expected=", ".join(required),
+            expected=", ".join(wanted),
             observed=f"missing: {', '.join(missing)}",
+        )
+    other = {
+        name: installed[name] for name, version in versions.items() if installed[name] != version
+    }
+    if other:
+        raise ConformanceFailure(
+            "vendor.required-extensions",
+            "extensions run another version than the profile names (extensions.versions)",
+            node=talos_node.name,
+            expected=", ".join(f"{name} {versions[name]}" for name in other),
+            observed=", ".join(f"{name} {version}" for name, version in other.items()),
         )
 
 

@@ -40,10 +40,11 @@ from pytest_talos.emulator.calllog import CallLog, CallRecord
 from pytest_talos.emulator.clock import Clock
 from pytest_talos.emulator.clusterpki import ClusterPKI, serial_of
 from pytest_talos.emulator.emulatednode import EmulatedNode
+from pytest_talos.emulator.errors import CannotListen
 from pytest_talos.emulator.faults import FaultProfile, FaultSet, Quirk, resolve_faults
 from pytest_talos.emulator.identity import NodeIdentity
 from pytest_talos.emulator.kubeobjects import ClusterKubeProvider
-from pytest_talos.emulator.listeners import ListenerError
+from pytest_talos.emulator.listeners import ListenerError, check_served_ports
 from pytest_talos.emulator.nodeapply import ApplyRequest
 from pytest_talos.emulator.nodeconfigs import (
     HOSTNAME_PLACEHOLDER,
@@ -250,6 +251,7 @@ class EmulatedCluster:
         """Build every node and serve; returns once all listeners accept connections."""
         if self._started:
             return
+        check_served_ports()  # beside a local Kubernetes: which port, once, before anything
         self._loop = asyncio.get_running_loop()
         self.clock.bind(self._loop)
         self._prepare_pki()
@@ -257,7 +259,10 @@ class EmulatedCluster:
         self._write_admin_talosconfig()
         try:
             await asyncio.gather(*(node.start_serving() for node in self._nodes))
-        except (OSError, ListenerError) as exc:
+        except ListenerError as exc:
+            await self.stop()
+            raise CannotListen(f"cannot start the emulated cluster: {exc.strerror}") from None
+        except OSError as exc:
             await self.stop()
             raise EmulatorError(f"cannot start the emulated cluster: {exc}") from None
         self._started = True

@@ -10,6 +10,7 @@ same way as a bad talosconfig.
 from __future__ import annotations
 
 __all__ = [
+    "CannotListen",
     "ConfigRejected",
     "EmulatorError",
     "ListenerError",
@@ -51,3 +52,8 @@ class ServiceRefused(EmulatorError):
 
 class ListenerError(EmulatorError, OSError):
     """A port of the node could not be opened."""
+
+
+class CannotListen(EmulatorError):
+    """The emulated cluster cannot start: a port its nodes serve is taken on this machine
+    (one paragraph: which port and what to do)."""

@@ -34,6 +34,7 @@ from pytest_talos.node import ReadOnlyGuard, TalosNode
 from pytest_talos.plugin.items import UNREACHABLE, NoNode, changes_level, held_back
 from pytest_talos.plugin.safety import RunSafety, recover_command
 from pytest_talos.plugin.session import SESSION_KEY, TalosSession, header_lines, session_of
+from pytest_talos.plugin.suite_args import load_suite_plugin_for_pyargs
 from pytest_talos.talos_api import CHANGING_METHODS
 
 if TYPE_CHECKING:
@@ -89,6 +90,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
+    # `pytest --pyargs pytest_talos_conformance`: the suite's options before pytest parses them
+    load_suite_plugin_for_pyargs(early_config, args)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     if config.getoption("talos_recover", False):
         return recover_command(config)
@@ -102,6 +109,11 @@ def pytest_configure(config: pytest.Config) -> None:
     safety = config.stash[_SAFETY_KEY] = RunSafety(config, session)
     safety.install()  # SIGTERM acts like Ctrl-C; restores are shielded
     config.pluginmanager.register(safety, f"talos-safety-{id(config)}")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # beside a local Kubernetes: one paragraph now, not an error in every test
+    session_of(session.config).check_emulator_ports()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -63,6 +63,20 @@ class TalosSession:
         """Why the targets could not be reached, once a connection was tried and failed."""
         return self._error
 
+    def check_emulator_ports(self) -> None:
+        """Raise pytest.UsageError (one paragraph) if --talos-emulator cannot start here: ports
+        its nodes serve are taken on every address, as a local Kubernetes takes 6443 and
+        10250. Only loopback is touched."""
+        if self.settings.emulator.value is None:
+            return
+        from pytest_talos.emulator.errors import CannotListen
+        from pytest_talos.emulator.listeners import check_served_ports
+
+        try:
+            check_served_ports()
+        except CannotListen as exc:
+            raise pytest.UsageError(f"pytest-talos: {exc}") from None
+
     def check_target(self) -> None:
         """Raise pytest.UsageError (one paragraph) if the run names no usable target: no
         talosconfig found, an unreadable one, or a --talos-context it lacks. No network."""

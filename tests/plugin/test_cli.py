@@ -19,8 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w", str(out)],
+        [*build, "-q", "-w", str(out), str(REPO)],
         check=True,
         timeout=300,
     )

@@ -28,6 +28,7 @@ from pytest_talos.emulator.kubeapi.routes import (
     watch_frames,
 )
 from pytest_talos.emulator.kubeapi.tracking import Clock, Collection, WatchEvent, object_key
+from pytest_talos.emulator.listeners import cannot_listen
 
 LIMITS: tuple[str, ...] = (
     "Read-only: every method but GET is answered 405 `the emulated API server is read-only` "
@@ -104,14 +105,17 @@ class KubeAPIServer:
         """Bind and serve; returns once the socket listens."""
         self._loop = asyncio.get_running_loop()
         self._sync()
-        self._server = await asyncio.start_server(
-            self._handle,
-            self.host,
-            self._requested_port,
-            ssl=self._ssl,
-            ssl_handshake_timeout=10.0,
-            reuse_address=True,
-        )
+        try:
+            self._server = await asyncio.start_server(
+                self._handle,
+                self.host,
+                self._requested_port,
+                ssl=self._ssl,
+                ssl_handshake_timeout=10.0,
+                reuse_address=True,
+            )
+        except OSError as exc:
+            raise cannot_listen(exc, self.host, self._requested_port, "kube-apiserver") from None
 
     async def stop(self) -> None:
         """Stop listening and end every open connection (watches included)."""

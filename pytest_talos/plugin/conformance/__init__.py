@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from pytest_talos.errors import TalosError
 from pytest_talos.guard import Terminated
 from pytest_talos.plugin.conformance import hookspecs
 from pytest_talos.plugin.conformance.catalogue import AREAS, SUITES, CheckSpec
@@ -52,6 +53,11 @@ from pytest_talos.plugin.conformance.parts import (
     PROFILE_PARTS,
     check_inputs,
     check_parts,
+)
+from pytest_talos.plugin.conformance.record_profile import (
+    RecordRefused,
+    record_profile,
+    write_profile,
 )
 from pytest_talos.plugin.conformance.run import finish_run, write_unfinished
 from pytest_talos.plugin.conformance.settings import SuiteSettings, add_options, read_settings
@@ -116,6 +122,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         + "; ".join(f"{name} (needs {part.needs})" for name, part in sorted(PARTS.items()))
         + "; ini/env: comma-separated [ini talos_leave_out; env $TALOS_LEAVE_OUT]",
     )
+    parser.getgroup("talos-conformance").addoption(
+        "--talos-record-profile",
+        default=None,
+        metavar="PATH",
+        help="record a vendor profile of what the target nodes run (nodes you trust) into "
+        "PATH, then stop; accept a new image with --talos-suite=vendor-image "
+        "--talos-profile PATH",
+    )
     parser.addini(
         "talos_leave_out",
         "comma-separated parts of the suite left out (--talos-leave-out)",
@@ -164,6 +178,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     directory, no target (one paragraph, exit 4)."""
     config = session.config
     settings = config.stash[SETTINGS]
+    record = config.getoption("talos_record_profile", None)
+    if record and not is_worker(config):
+        _record(config, record)
     if config.option.collectonly or settings.list_checks:
         return  # a run that only lists checks needs no inputs and no target
     check_parts(settings)
@@ -208,6 +225,26 @@ def pytest_internalerror(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
 
 
 _CONFIG: dict[str, pytest.Config] = {}  # the two hooks above get no config argument
+
+
+def _record(config: pytest.Config, path: str) -> None:
+    """--talos-record-profile: write the profile, say where, end the run (exit 0)."""
+    session = session_of(config)
+    try:
+        cluster = session.cluster()
+        name = f"recorded-from-{cluster.nodes[0].name}" if cluster.nodes else "recorded"
+        written = write_profile(path, record_profile(cluster, cluster.nodes, name))
+    except RecordRefused as exc:
+        raise pytest.UsageError(str(exc)) from None
+    except TalosError as exc:
+        raise pytest.UsageError(
+            f"--talos-record-profile: {session.unreachable_message(exc)}"
+        ) from None
+    pytest.exit(
+        f"recorded the vendor profile {written}; accept an image with "
+        f"--talos-suite=vendor-image --talos-profile {written}",
+        returncode=0,
+    )
 
 
 def _roots(config: pytest.Config) -> list[Path]:

@@ -109,6 +109,8 @@ class VendorProfile:
     # None: the profile sets no extensions.required; (): it requires none (a met expectation).
     extensions_required: tuple[str, ...] | None = None
     extensions_forbidden: tuple[str, ...] = ()
+    # (name, version): the extension must be installed at exactly this version
+    extensions_versions: tuple[tuple[str, str], ...] = ()
     ports: PortExpectations = field(default_factory=PortExpectations)
     image_verification_required: bool | None = None
 
@@ -118,7 +120,11 @@ class VendorProfile:
 
     @property
     def has_extensions(self) -> bool:
-        return self.extensions_required is not None or bool(self.extensions_forbidden)
+        return (
+            self.extensions_required is not None
+            or bool(self.extensions_forbidden)
+            or bool(self.extensions_versions)
+        )
 
     @property
     def has_ports(self) -> bool:
@@ -195,6 +201,19 @@ def _parse_ports(r: _Reader, data: Mapping[str, Any]) -> PortExpectations:
     )
 
 
+def _parse_versions(r: _Reader, value: Any) -> tuple[tuple[str, str], ...]:
+    versions = r.mapping(value, "extensions.versions")
+    pairs = []
+    for name, version in versions.items():
+        if not isinstance(version, str) or not version.strip():
+            raise r.fail(
+                f"extensions.versions.{name}",
+                'must be a version string (quote it: "1.2" is a number in YAML)',
+            )
+        pairs.append((str(name), version.strip()))
+    return tuple(sorted(pairs))
+
+
 def _parse_image_verification(r: _Reader, data: Mapping[str, Any]) -> bool | None:
     section = r.mapping(data.get("image_verification"), "image_verification")
     r.only_keys(section, frozenset({"required"}), "image_verification")
@@ -221,7 +240,7 @@ def parse_vendor_profile(data: Any, source: str) -> VendorProfile:
     r.only_keys(kubernetes, frozenset({"version"}), "kubernetes")
     r.only_keys(kernel, frozenset({"version", "args"}), "kernel")
     r.only_keys(args, frozenset({"present", "absent"}), "kernel.args")
-    r.only_keys(extensions, frozenset({"required", "forbidden"}), "extensions")
+    r.only_keys(extensions, frozenset({"required", "forbidden", "versions"}), "extensions")
     return VendorProfile(
         source=source,
         name=r.text(data.get("name"), "name") or Path(source).stem,
@@ -236,6 +255,7 @@ def parse_vendor_profile(data: Any, source: str) -> VendorProfile:
         if extensions.get("required") is None
         else r.strings(extensions["required"], "extensions.required"),
         extensions_forbidden=r.strings(extensions.get("forbidden"), "extensions.forbidden"),
+        extensions_versions=_parse_versions(r, extensions.get("versions")),
         ports=_parse_ports(r, data),
         image_verification_required=_parse_image_verification(r, data),
     )
