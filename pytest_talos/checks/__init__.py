@@ -43,6 +43,7 @@ from pytest_talos.checks.open_ports import (
 )
 from pytest_talos.checks.open_ports import judge_ports as judge_ports
 from pytest_talos.checks.open_ports import observe_ports as observe_ports
+from pytest_talos.checks.open_ports import wireguard_link_ports as wireguard_link_ports
 from pytest_talos.checks.result import CheckResult
 from pytest_talos.checks.shell import REMOTE_ACCESS_PROCESSES as REMOTE_ACCESS_PROCESSES
 from pytest_talos.checks.shell import (
@@ -80,4 +81,5 @@ __all__ = [
     "default_expected_ports",
     "expected_udp_ports_for",
     "pod_workload_pids",
+    "wireguard_link_ports",
 ]

@@ -27,7 +27,7 @@ from pytest_talos.checks.listeners import (
     stable_listeners,
 )
 from pytest_talos.checks.result import CheckResult
-from pytest_talos.errors import ConformanceFailure, PermissionDenied
+from pytest_talos.errors import ConformanceFailure, PermissionDenied, TalosError
 from pytest_talos.node import TalosNode, dig, expected_ports_for, v1alpha1_document
 from pytest_talos.talos_api import APID_PORT
 
@@ -44,6 +44,7 @@ __all__ = [
     "judge_ports",
     "kubespan_enabled",
     "observe_ports",
+    "wireguard_link_ports",
 ]
 
 
@@ -84,7 +85,9 @@ def assert_only_expected_ports(
     * a UDP socket Netstat shows in both reads bound to an address other than loopback or
       link-local (host DNS on 127.0.0.53 and 169.254.116.108 is neither reachable nor
       reported), on a port outside ``allowed_udp``, fails. ``allowed_udp`` defaults to
-      :func:`expected_udp_ports_for`.
+      :func:`expected_udp_ports_for`. The port each WireGuard link's device is bound to
+      (``LinkStatuses``, :func:`wireguard_link_ports`: SideroLink's random one, a user's
+      ``listenPort``) is allowed too; a UDP socket on a port no link owns is not.
 
     ``observation`` is one :func:`observe_ports` made earlier (a caller that observes many
     nodes at once hands each its own); the node is then not read or scanned again, and
@@ -118,6 +121,9 @@ class PortObservation:
     scans: tuple[tuple[str, ports.ScanResult], ...]  # (address scanned, names resolved)
     skipped: tuple[tuple[str, str], ...]  # (address, why it was not scanned)
     addresses: tuple[str, ...]
+    # (link name, UDP port its WireGuard device is bound to), from LinkStatuses
+    wireguard: tuple[tuple[str, int], ...] = ()
+    wireguard_note: str | None = None  # why LinkStatuses could not be read
 
 
 def observe_ports(
@@ -151,9 +157,47 @@ def observe_ports(
         )
         scans[scan.address or address] = scan
     after = tuple(node.listeners)
+    note = None
+    try:
+        wireguard = wireguard_link_ports(node.resources(*LINK_STATUSES))
+    except TalosError as exc:  # readable with os:reader; say so rather than guess
+        wireguard, note = (), f"LinkStatuses unreadable ({exc}): no WireGuard link port allowed"
     return PortObservation(
-        node.host, before, after, tuple(scans.items()), tuple(skipped.items()), own
+        node.host,
+        before,
+        after,
+        tuple(scans.items()),
+        tuple(skipped.items()),
+        own,
+        wireguard,
+        note,
     )
+
+
+LINK_STATUSES = ("LinkStatuses.net.talos.dev", "network")
+
+
+def wireguard_link_ports(links: Iterable[models.Resource]) -> tuple[tuple[str, int], ...]:
+    """Each WireGuard link's name and the UDP port its device is bound to.
+
+    ``LinkStatuses.net.talos.dev``: for a link of kind ``wireguard``,
+    ``controllers/network/link_status.go`` reads the live device (wgctrl) and
+    ``adapters/network/wireguard_spec.go`` Decode puts its ``ListenPort`` in
+    ``spec.wireguard.listenPort`` — the port actually bound, also when the link was created
+    without one and the kernel picked it (SideroLink: ``controllers/siderolink/manager.go``
+    sets no listen port), whatever made the link (SideroLink, a ``WireguardConfig``
+    document, ``machine.network.interfaces[].wireguard``, KubeSpan's ``kubespan``).
+    """
+    found: list[tuple[str, int]] = []
+    for link in links:
+        spec = link.spec if isinstance(link.spec, dict) else {}
+        wireguard = spec.get("wireguard")
+        if spec.get("kind") != "wireguard" or not isinstance(wireguard, dict):
+            continue
+        port = wireguard.get("listenPort")
+        if isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536:
+            found.append((link.id, port))
+    return tuple(found)
 
 
 def expected_udp_ports_for(node: TalosNode) -> frozenset[int]:
@@ -247,6 +291,7 @@ def judge_ports(
     stable = stable_listeners(before, after)
     tcp_either = [r for r in [*before, *after] if r.l4proto.startswith("tcp") and not r.netns]
     own = {normal_address(address_of(text)) for text in addresses}
+    links_udp = {port for _, port in observation.wireguard}  # each WireGuard link's own
 
     found = {port for scan in scans.values() for port in scan.open_ports}
     unexpected = sorted(found - allow)
@@ -270,7 +315,7 @@ def judge_ports(
         if not exposed(record.local_ip):
             continue
         if record.l4proto.startswith("udp"):
-            if port not in udp_allow:
+            if port not in udp_allow and port not in links_udp:
                 udp.append(f"{port} on {record.local_ip or '*'}")
                 details.append(f"Netstat: {owner_text(record)}")
             continue
@@ -294,6 +339,12 @@ def judge_ports(
     if skipped:
         evidence["addresses not scanned"] = "\n".join(f"{a}: {why}" for a, why in skipped.items())
     evidence["UDP allowed off loopback"] = _ports_text(udp_allow)
+    if observation.wireguard:
+        evidence["WireGuard links (LinkStatuses)"] = ", ".join(
+            f"{name} UDP {port}" for name, port in observation.wireguard
+        )
+    if observation.wireguard_note:
+        evidence["WireGuard links (LinkStatuses)"] = observation.wireguard_note
     problems = []
     if unexpected:
         plural = "s" if len(unexpected) > 1 else ""
@@ -321,7 +372,7 @@ def judge_ports(
             evidence={
                 "addresses scanned": ", ".join(scans),
                 "also required": "Netstat and the scans agree; UDP at most "
-                f"{_ports_text(udp_allow)} off loopback and link-local",
+                f"{_ports_text(udp_allow | links_udp)} off loopback and link-local",
                 **evidence,
             },
         )

@@ -10,7 +10,14 @@ from pytest_talos.emulator import system
 from pytest_talos.emulator.faults import Fault, effects_of
 from pytest_talos.emulator.identity import NodeIdentity
 from pytest_talos.emulator.kubespan import kubespan_enabled
-from pytest_talos.emulator.machineconfig.accessors import cni_name, proxy_disabled
+from pytest_talos.emulator.machineconfig.accessors import (
+    cni_name,
+    component_extra_args,
+    kubelet_extra_args,
+    kubelet_extra_config,
+    proxy_disabled,
+)
+from pytest_talos.emulator.wireguard import wireguard_links
 
 __all__ = ["NodeHost"]
 
@@ -85,6 +92,17 @@ class NodeHost:
                 proxy=not proxy_disabled(config),
                 flannel=cni_name(config) == "flannel",
                 kubespan=kubespan_enabled(config),
+                binds=system.component_binds(
+                    etcd_args=component_extra_args(config, "etcd"),
+                    manager_args=component_extra_args(config, "controllerManager"),
+                    scheduler_args=component_extra_args(config, "scheduler"),
+                    kubelet_args=kubelet_extra_args(config),
+                    kubelet_extra_config=kubelet_extra_config(config),
+                ),
+                wireguard_ports=[
+                    link.listen_port
+                    for link in wireguard_links(config, node_id=self._identity.node_id)
+                ],
                 added=[
                     system.Listener(a.port, a.process, a.bind, udp=a.udp, rejected=a.rejected)
                     for profile in profiles

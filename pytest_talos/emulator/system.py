@@ -23,7 +23,9 @@ from pytest_talos.emulator.processes import ProcessEntry, processes_for
 from pytest_talos.emulator.sockets import (
     EXTRA_PORT,
     SSH_PORT,
+    ComponentBinds,
     Listener,
+    component_binds,
     listeners_for,
     pod_listeners,
 )
@@ -32,11 +34,13 @@ __all__ = [
     "EXTRA_PORT",
     "IMAGE_BUILT",
     "SSH_PORT",
+    "ComponentBinds",
     "FileEntry",
     "Listener",
     "MountEntry",
     "ProcessEntry",
     "build_rootfs",
+    "component_binds",
     "listeners_for",
     "meminfo",
     "mounts_for",

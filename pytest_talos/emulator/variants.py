@@ -9,8 +9,9 @@ check that would fail a healthy real node is caught before a user sees it.
 
 A variant changes the emulated node the way the real cluster differs, at one of three seams:
 the generated machine config (``kube-proxy-disabled``, ``discovery-disabled``,
-``register-with-fqdn``, ``kubespan``), the node's identity (``domain``, ``metal``,
-``extensions``) or its runtime state (``discovery-unreachable``, ``pod-shell``,
+``register-with-fqdn``, ``kubespan``, ``metrics-exposed``, ``siderolink``,
+``wireguard``), the node's identity (``domain``, ``metal``, ``extensions``) or its runtime
+state (``discovery-unreachable``, ``pod-shell``,
 ``clock-stepped``).
 Behaviour that follows from a variant is modelled where the healthy behaviour is, guarded
 by ``variants.on(Variant.X)``; where it follows from the machine config (proxy, discovery,
@@ -50,6 +51,9 @@ class Variant(enum.StrEnum):
     REGISTER_WITH_FQDN = "register-with-fqdn"
     KUBESPAN = "kubespan"
     CLOCK_STEPPED = "clock-stepped"
+    METRICS_EXPOSED = "metrics-exposed"
+    SIDEROLINK = "siderolink"
+    WIREGUARD = "wireguard"
 
 
 # The domain a node gets from DHCP or a cloud's metadata when the variant asks for one.
@@ -97,6 +101,20 @@ VARIANTS: Mapping[Variant, str] = {
         "every node's clock is 2 h ahead at boot and steps back at its first time sync: "
         "the boot's first events and service histories carry later times than what follows "
         "(on metal: a container node keeps the host's clock)"
+    ),
+    Variant.METRICS_EXPOSED: (
+        "etcd's metrics (listen-metrics-urls http://0.0.0.0:2381) and kube-controller-manager's "
+        "and kube-scheduler's secure ports (bind-address 0.0.0.0: 10257, 10259) on the node's "
+        "addresses, through extraArgs in the generated config"
+    ),
+    Variant.SIDEROLINK: (
+        "a SideroLinkConfig document (an Omni-managed node): every node has the siderolink "
+        "WireGuard link, created without a listen port (the kernel binds a random UDP port), "
+        "with its fdae:41e4:649b:9303::/64 address"
+    ),
+    Variant.WIREGUARD: (
+        "a WireguardConfig document: every node has the wg0 WireGuard link, its device bound "
+        "to the configured listenPort, UDP 51111"
     ),
 }
 

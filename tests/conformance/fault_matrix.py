@@ -477,6 +477,13 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
         _failed("immutability.only-expected-ports"),
         why="a TCP scan cannot see UDP 69; Netstat shows it off loopback",
     ),
+    "stray-wireguard-socket": FaultCase(
+        ("stray-wireguard-socket",),
+        _failed("immutability.only-expected-ports"),
+        why="each WireGuard link's bound port is allowed (siderolink's random one here), "
+        "but a kernel UDP socket no link owns is not",
+        extra_args=("--talos-emulator-variant", "siderolink"),
+    ),
     "version-bump-on-reject": FaultCase(
         ("version-bump-on-reject",), _failed("config.invalid-patch-rejected")
     ),
@@ -523,5 +530,10 @@ HEALTHY_VARIANTS: Mapping[str, tuple[str, ...]] = {
     "register-with-fqdn": ("register-with-fqdn",),
     "kubespan": ("kubespan",),
     "clock-stepped": ("clock-stepped",),  # on metal: container nodes never sync time
+    "metrics-exposed": ("metrics-exposed",),
+    "siderolink": ("siderolink",),
+    "wireguard": ("wireguard",),
+    "siderolink+wireguard+metal": ("siderolink", "wireguard", "metal"),
+    "metrics-exposed+metal": ("metrics-exposed", "metal"),
     "metal+domain+discovery-disabled": ("metal", "domain", "discovery-disabled"),
 }

@@ -31,6 +31,7 @@ __all__ = [
 # listeners answer on them with an SSH banner and an HTTP reply.
 SSH_PORT = 22
 EXTRA_PORT = 8080
+STRAY_WIREGUARD_PORT = 47305  # fault stray-wireguard-socket: a port no link is bound to
 
 
 @dataclass(frozen=True)
@@ -488,6 +489,15 @@ PROFILES: tuple[FaultProfile, ...] = (
         changes=(Seam.LISTENERS,),
         # a TFTP server on every address: Talos runs none
         listeners=(AddedListener(69, "in.tftpd", "0.0.0.0", udp=True),),
+    ),
+    FaultProfile(
+        Fault.STRAY_WIREGUARD_SOCKET,
+        "every node has a kernel UDP socket on 0.0.0.0:47305, shaped like a WireGuard "
+        "device's (no process, a random high port), that no link in LinkStatuses owns",
+        changes=(Seam.LISTENERS,),
+        # a WireGuard device Talos does not know (made outside its controllers): the kernel
+        # socket looks like SideroLink's, but no LinkStatus of kind wireguard has its port
+        listeners=(AddedListener(STRAY_WIREGUARD_PORT, "", "0.0.0.0", udp=True),),
     ),
     FaultProfile(
         Fault.NETSTAT_GHOST,
