@@ -18,7 +18,9 @@ from conformance._support.fixtures import nodes_checked_by
 from conformance._support.settings import SuiteSettings
 from conformance.immutability.port_reads import (
     PortRead,
+    expected_pod_ports,
     expected_udp_ports,
+    pod_ports_opted_in,
     port_fanout,
     read_ports,
 )
@@ -29,7 +31,12 @@ from conformance.immutability.rules import (
     machined_doubts,
     writable_image_mounts,
 )
-from pytest_talos.checks import assert_no_shell, assert_only_expected_ports, find_programs
+from pytest_talos.checks import (
+    assert_no_shell,
+    assert_only_expected_ports,
+    assert_pod_listeners_expected,
+    find_programs,
+)
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import ConformanceFailure, TalosError
 from pytest_talos.node import TalosNode
@@ -175,6 +182,26 @@ def test_only_expected_ports_are_open(
     talos_evidence.update(result.evidence)
     if result.notes:
         talos_evidence["port notes"] = result.notes
+
+
+@pytest.mark.talos_check(
+    "immutability.pod-listeners-expected",
+    severity="medium",
+    claim="Opt-in (implement pytest_talos_expected_pod_ports): every listener a host-network "
+    "pod opens off loopback, by the node's Netstat and process table, is on an allowed port",
+)
+def test_host_network_pod_listeners_are_expected(
+    talos_node: TalosNode, talos_evidence: dict[str, Any], request: pytest.FixtureRequest
+) -> None:
+    if not pod_ports_opted_in(request.config):
+        pytest.skip(
+            "opt-in: implement the pytest_talos_expected_pod_ports hook to judge the "
+            "listeners of host-network pods (see docs/plugin.md)"
+        )
+    result = assert_pod_listeners_expected(
+        talos_node, expected_pod_ports(request.config, talos_node)
+    )
+    talos_evidence.update(result.evidence)
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ from pytest_talos.checks.listeners import (
     stable_listeners,
 )
 from pytest_talos.checks.result import CheckResult
+from pytest_talos.checks.shell import pod_sandboxes
 from pytest_talos.errors import ConformanceFailure, PermissionDenied, TalosError
 from pytest_talos.node import TalosNode, dig, expected_ports_for, v1alpha1_document
 from pytest_talos.talos_api import APID_PORT
@@ -124,6 +125,9 @@ class PortObservation:
     # (link name, UDP port its WireGuard device is bound to), from LinkStatuses
     wireguard: tuple[tuple[str, int], ...] = ()
     wireguard_note: str | None = None  # why LinkStatuses could not be read
+    # the process table after the scans: who owns each listener (pods or the host)
+    processes: tuple[models.ProcessInfo, ...] = ()
+    processes_note: str | None = None  # why Processes could not be read
 
 
 def observe_ports(
@@ -162,6 +166,12 @@ def observe_ports(
         wireguard = wireguard_link_ports(node.resources(*LINK_STATUSES))
     except TalosError as exc:  # readable with os:reader; say so rather than guess
         wireguard, note = (), f"LinkStatuses unreadable ({exc}): no WireGuard link port allowed"
+    processes_note = None
+    try:
+        processes = tuple(node.processes)
+    except TalosError as exc:  # then every listener is judged as the host's
+        processes = ()
+        processes_note = f"Processes unreadable ({exc}): every listener judged as the host's"
     return PortObservation(
         node.host,
         before,
@@ -171,6 +181,8 @@ def observe_ports(
         own,
         wireguard,
         note,
+        processes,
+        processes_note,
     )
 
 
@@ -292,9 +304,12 @@ def judge_ports(
     tcp_either = [r for r in [*before, *after] if r.l4proto.startswith("tcp") and not r.netns]
     own = {normal_address(address_of(text)) for text in addresses}
     links_udp = {port for _, port in observation.wireguard}  # each WireGuard link's own
+    pods = pod_sandboxes(observation.processes)
+    pod_ports = _pod_only_ports(tcp_either, pods)
 
     found = {port for scan in scans.values() for port in scan.open_ports}
-    unexpected = sorted(found - allow)
+    # a port only pods listen on is theirs to judge (pod-listeners-expected), not the host's
+    unexpected = sorted(found - allow - pod_ports)
     hidden: list[str] = []  # "port on address"
     ghosts: list[str] = []
     refused: list[str] = []
@@ -310,9 +325,13 @@ def judge_ports(
             ):
                 hidden.append(f"{port} on {address}")
                 details.append(f"{address}:{port} open, but Netstat lists no TCP listener for it")
+    in_pods: list[str] = []  # evidence: listeners of host-network pods
     for record in stable:
         port = record.local_port
         if not exposed(record.local_ip):
+            continue
+        if record.pid is not None and record.pid in pods:
+            in_pods.append(pod_listener_text(record, pods[record.pid]))
             continue
         if record.l4proto.startswith("udp"):
             if port not in udp_allow and port not in links_udp:
@@ -345,6 +364,10 @@ def judge_ports(
         )
     if observation.wireguard_note:
         evidence["WireGuard links (LinkStatuses)"] = observation.wireguard_note
+    if in_pods:
+        evidence["host-network pod listeners (not judged here)"] = "\n".join(dict.fromkeys(in_pods))
+    if observation.processes_note:
+        evidence["listener owners"] = observation.processes_note
     problems = []
     if unexpected:
         plural = "s" if len(unexpected) > 1 else ""
@@ -381,6 +404,25 @@ def judge_ports(
         node.name,
         {**evidence, "open": sorted(found), "addresses": list(scans)},
         notes=[f"{a}: {why}" for a, why in skipped.items()],
+    )
+
+
+def _pod_only_ports(records: Iterable[models.ConnectRecord], pods: dict[int, str]) -> set[int]:
+    """TCP ports whose every listener (in either Netstat read) is a pod workload's; a port
+    with a host or kernel listener, or none, is not one."""
+    owners: dict[int, set[bool]] = {}
+    for record in records:
+        owners.setdefault(record.local_port, set()).add(
+            record.pid is not None and record.pid in pods
+        )
+    return {port for port, kinds in owners.items() if kinds == {True}}
+
+
+def pod_listener_text(record: models.ConnectRecord, sandbox: str) -> str:
+    """A host-network pod's listener as evidence: pod sandbox, process, port."""
+    return (
+        f"{record.l4proto} {record.local_ip or '*'}:{record.local_port} pod sandbox "
+        f"{sandbox[:13] or '?'} process {record.process_name or '?'} (pid {record.pid})"
     )
 
 

@@ -33,10 +33,12 @@ class NodeHost:
         talos_version: str,
         node_faults: Callable[[], frozenset[Fault]],
         pod_shell: bool,
+        cilium: bool = False,
     ) -> None:
         self._identity = identity
         self._node_faults = node_faults
         self._pod_shell = pod_shell
+        self._cilium = cilium
         self.rootfs = system.build_rootfs(
             hostname=identity.hostname,
             version=talos_version,
@@ -67,6 +69,7 @@ class NodeHost:
             flannel=cni_name(config) == "flannel",
             coredns=pod_network_pods > 0,
             pod_shell=self._pod_shell,
+            cilium=self._cilium,
             pid1=pid1,
             host_processes=[process for p in profiles for process in p.host_processes],
         )
@@ -104,9 +107,12 @@ class NodeHost:
                     for link in wireguard_links(config, node_id=self._identity.node_id)
                 ],
                 added=[
-                    system.Listener(a.port, a.process, a.bind, udp=a.udp, rejected=a.rejected)
-                    for profile in profiles
-                    for a in profile.listeners
+                    *(system.cilium_listeners() if self._cilium else ()),
+                    *(
+                        system.Listener(a.port, a.process, a.bind, udp=a.udp, rejected=a.rejected)
+                        for profile in profiles
+                        for a in profile.listeners
+                    ),
                 ],
                 hidden_ports={port for profile in profiles for port in profile.hidden_ports},
             ),

@@ -48,6 +48,8 @@ def variant_patches(variants: VariantSet) -> list[tuple[str, str]]:
         patches.append((Variant.METRICS_EXPOSED, METRICS_EXPOSED_PATCH))
     if variants.on(Variant.SIDEROLINK):  # pkg/machinery/config/types/siderolink/siderolink.go
         patches.append((Variant.SIDEROLINK, SIDEROLINK_PATCH))
+    if variants.on(Variant.CILIUM):  # Talos's Cilium guide: no built-in CNI, no kube-proxy
+        patches.append((Variant.CILIUM, CILIUM_PATCH))
     if variants.on(Variant.WIREGUARD):  # pkg/machinery/config/types/network/wireguard.go
         patches.append((Variant.WIREGUARD, WIREGUARD_PATCH))
     return patches
@@ -63,6 +65,13 @@ METRICS_EXPOSED_PATCH = """cluster:
   scheduler:
     extraArgs:
       bind-address: 0.0.0.0
+"""
+CILIUM_PATCH = """cluster:
+  network:
+    cni:
+      name: none
+  proxy:
+    disabled: true
 """
 SIDEROLINK_PATCH = """apiVersion: v1alpha1
 kind: SideroLinkConfig

@@ -32,6 +32,7 @@ __all__ = [
     "SSH_PORT",
     "ComponentBinds",
     "Listener",
+    "cilium_listeners",
     "component_binds",
     "listeners_for",
     "pod_listeners",
@@ -57,6 +58,7 @@ class Listener:
     netns: str = ""  # "" = the host network namespace, else a pod's namespace name
     hidden: bool = False  # (a fault's) open, but left out of the node's Netstat
     rejected: bool = False  # (a fault's) in Netstat, refused to every connection
+    pod: str = ""  # the host-network pod whose process owns it ("" = a host process)
 
     @property
     def l4proto(self) -> str:
@@ -205,6 +207,20 @@ def _url_bind(url: str) -> tuple[str, int] | None:
 def _go_bind(host: str) -> str:
     """Go's listener on a wildcard host is one dual-stack socket (``::``, see above)."""
     return "::" if host in ("", "0.0.0.0", "::") else "127.0.0.1" if host == "localhost" else host
+
+
+def cilium_listeners() -> list[Listener]:
+    """The host-network sockets of Cilium's agent pod (variant ``cilium``; INFERRED from
+    cilium/cilium ``Documentation/operations/system_requirements.rst``): the health
+    responder's TCP 4240 and Hubble's 4244 on every address, the agent's health 9879 and gops
+    9890 on loopback, and the VXLAN tunnel's kernel UDP socket on 8472."""
+    return [
+        Listener(4240, "cilium-health-r", "::", pod="cilium"),  # comm cut at 15 characters
+        Listener(4244, "cilium-agent", "::", pod="cilium"),
+        Listener(9879, "cilium-agent", "127.0.0.1", pod="cilium"),
+        Listener(9890, "cilium-agent", "127.0.0.1", pod="cilium"),
+        Listener(8472, KERNEL, "0.0.0.0", udp=True),
+    ]
 
 
 def _dns(address: str) -> tuple[Listener, Listener]:

@@ -54,6 +54,7 @@ class Variant(enum.StrEnum):
     METRICS_EXPOSED = "metrics-exposed"
     SIDEROLINK = "siderolink"
     WIREGUARD = "wireguard"
+    CILIUM = "cilium"
 
 
 # The domain a node gets from DHCP or a cloud's metadata when the variant asks for one.
@@ -111,6 +112,11 @@ VARIANTS: Mapping[Variant, str] = {
         "a SideroLinkConfig document (an Omni-managed node): every node has the siderolink "
         "WireGuard link, created without a listen port (the kernel binds a random UDP port), "
         "with its fdae:41e4:649b:9303::/64 address"
+    ),
+    Variant.CILIUM: (
+        "Cilium as the CNI (cluster.network.cni.name none, cluster.proxy.disabled true): its "
+        "agent pod runs on the host network of every node, under a k8s.io containerd shim, "
+        "with TCP 4240 (health) and 4244 (Hubble) on every address and VXLAN on UDP 8472"
     ),
     Variant.WIREGUARD: (
         "a WireguardConfig document: every node has the wg0 WireGuard link, its device bound "

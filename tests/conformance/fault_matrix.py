@@ -477,6 +477,13 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
         _failed("immutability.only-expected-ports"),
         why="a TCP scan cannot see UDP 69; Netstat shows it off loopback",
     ),
+    "host-listener-beside-cni": FaultCase(
+        ("host-listener-beside-cni",),
+        _failed("immutability.only-expected-ports"),
+        why="the Cilium pod's own listeners are not the host's to judge, but a host process "
+        "(named like the agent, a child of PID 1) on 4245 is",
+        extra_args=("--talos-emulator-variant", "cilium"),
+    ),
     "stray-wireguard-socket": FaultCase(
         ("stray-wireguard-socket",),
         _failed("immutability.only-expected-ports"),
@@ -494,6 +501,8 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
 
 # Checks no emulator fault breaks, and the test in tests/conformance that shows them failing.
 PROVED_ELSEWHERE: Mapping[str, str] = {
+    "immutability.pod-listeners-expected": "test_conformance_pod_listeners.py (opt-in hook, "
+    "cilium variant, Hubble's 4244 not allowed)",
     "upgrade.talos-version": "test_conformance_upgrade.py (wrong --talos-expect-version)",
     "upgrade.kubernetes-version": "test_conformance_upgrade.py (wrong expected version)",
     "upgrade.config-unchanged": "test_conformance_upgrade.py (config changed after save)",
@@ -533,6 +542,8 @@ HEALTHY_VARIANTS: Mapping[str, tuple[str, ...]] = {
     "metrics-exposed": ("metrics-exposed",),
     "siderolink": ("siderolink",),
     "wireguard": ("wireguard",),
+    "cilium": ("cilium",),
+    "cilium+metal": ("cilium", "metal"),
     "siderolink+wireguard+metal": ("siderolink", "wireguard", "metal"),
     "metrics-exposed+metal": ("metrics-exposed", "metal"),
     "metal+domain+discovery-disabled": ("metal", "domain", "discovery-disabled"),

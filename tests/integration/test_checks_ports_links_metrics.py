@@ -8,6 +8,7 @@ import pytest
 
 from pytest_talos.checks import (
     assert_only_expected_ports,
+    assert_pod_listeners_expected,
     expected_udp_ports_for,
     wireguard_link_ports,
 )
@@ -74,3 +75,26 @@ def test_metrics_exposed_through_extra_args_are_expected() -> None:
         assert {2381, 10257, 10259} <= expected_ports_for(node)
         result = assert_only_expected_ports(node, port_spec="1-11000,49000-51000")
         assert {2381, 10257, 10259} <= set(result.evidence["open"])
+
+
+def test_the_cilium_pods_listeners_are_listed_not_judged() -> None:
+    with connected(variants=["cilium"]) as (_, cluster):
+        node = cluster.worker()
+        result = assert_only_expected_ports(node, port_spec=TALOS_RANGE)
+        listed = result.evidence["host-network pod listeners (not judged here)"]
+        assert "tcp6 :::4244 pod sandbox" in listed
+        assert "process cilium-agent" in listed
+        assert "process cilium-health-r" in listed  # comm is cut at 15 characters
+        assert {4240, 4244} <= set(result.evidence["open"])
+        with pytest.raises(ConformanceFailure, match="outside its allowlist: 4244"):
+            assert_pod_listeners_expected(node, expected_ports_for(node) | {4240})
+        assert_pod_listeners_expected(node, expected_ports_for(node) | {4240, 4244})
+
+
+def test_a_host_process_beside_the_cni_fails() -> None:
+    with connected(["host-listener-beside-cni"], variants=["cilium"]) as (_, cluster):
+        with pytest.raises(ConformanceFailure) as failure:
+            assert_only_expected_ports(cluster.worker(), port_spec=TALOS_RANGE)
+        text = str(failure.value)
+        assert "unexpected open TCP port: 4245" in text
+        assert "4240" not in text.split("\n", 1)[0]  # the pod's own stay out of the verdict

@@ -55,3 +55,63 @@ def test_a_udp_socket_on_a_links_bound_port_passes() -> None:
 def test_a_udp_socket_no_link_is_bound_to_fails(wireguard: tuple[tuple[str, int], ...]) -> None:
     with pytest.raises(ConformanceFailure, match=r"unexpected UDP listener: 47304 on 0\.0\.0\.0"):
         _judge(wireguard)
+
+
+# ---- listener owners: the host's own, or a host-network pod's ----------------------------
+
+SHIM = "/usr/bin/containerd-shim-runc-v2"
+
+
+def _proc(pid: int, ppid: int, command: str, args: str = "") -> models.ProcessInfo:
+    return models.ProcessInfo(pid, ppid, "S", 1, 0.0, 0, 0, command, f"/usr/bin/{command}", args)
+
+
+PROCESSES = (
+    _proc(1, 0, "init"),
+    _proc(100, 1, "containerd-shim", f"{SHIM} -namespace k8s.io -id abc123 -address /run"),
+    _proc(101, 100, "cilium-agent"),
+    _proc(102, 101, "cilium-health-r"),
+    _proc(200, 1, "containerd-shim", f"{SHIM} -namespace system -id kubelet -address /s"),
+    _proc(201, 200, "kubelet"),
+    _proc(300, 1, "cilium-agent"),  # named like the pod's, but a child of PID 1
+)
+
+
+def _tcp(port: int, pid: int | None, name: str = "") -> models.ConnectRecord:
+    return models.ConnectRecord("tcp6", "::", port, "::", 0, "LISTEN", pid, name)
+
+
+def _judge_tcp(records: tuple[models.ConnectRecord, ...], open_ports: tuple[int, ...]) -> Any:
+    node = cast(TalosNode, SimpleNamespace(name="node-1", host="10.5.0.2"))
+    results = tuple(ports.PortResult(p, "open") for p in open_ports)
+    scan = ports.ScanResult("10.5.0.2", results, 0.0, address="10.5.0.2")
+    observation = PortObservation(
+        "10.5.0.2", records, records, (("10.5.0.2", scan),), (), (), (), None, PROCESSES
+    )
+    allow = frozenset({50000, 10250})
+    return judge_ports(node, observation, allow, frozenset(), frozenset())
+
+
+def test_a_host_network_pods_listeners_are_listed_not_judged() -> None:
+    records = (_tcp(50000, 1), _tcp(10250, 201), _tcp(4240, 102), _tcp(4244, 101))
+    result = _judge_tcp(records, (50000, 10250, 4240, 4244))
+    listed = result.evidence["host-network pod listeners (not judged here)"]
+    assert "tcp6 :::4244 pod sandbox abc123 process ? (pid 101)" in listed
+    assert ":4240 pod sandbox abc123" in listed
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        (_tcp(4245, 300, "cilium-agent"),),  # a host process named like the CNI's agent
+        (_tcp(4245, 201, "kubelet"),),  # a system-namespace container is the host's
+        (_tcp(4245, None),),  # a kernel socket: the host's
+        (_tcp(4245, 101), _tcp(4245, 300)),  # a pod's and a host process's on one port
+        (_tcp(4245, 9999),),  # a PID not in the process table: the host's
+    ],
+)
+def test_a_host_listener_beside_the_pods_still_fails(
+    records: tuple[models.ConnectRecord, ...],
+) -> None:
+    with pytest.raises(ConformanceFailure, match="4245"):
+        _judge_tcp(records, (4245,))

@@ -83,6 +83,7 @@ class Fault(StrEnum):
     HIDDEN_LISTENER = "hidden-listener"
     UDP_LISTENER = "udp-listener"
     STRAY_WIREGUARD_SOCKET = "stray-wireguard-socket"
+    HOST_LISTENER_BESIDE_CNI = "host-listener-beside-cni"
     NETSTAT_GHOST = "netstat-ghost"
     HEALTH_FLAP_RUNNING = "health-flap-running"
     EMPTY_LOGS = "empty-logs"
