@@ -330,15 +330,20 @@ def judge_ports(
         port = record.local_port
         if not exposed(record.local_ip):
             continue
-        if record.pid is not None and record.pid in pods:
-            in_pods.append(pod_listener_text(record, pods[record.pid]))
-            continue
+        sandbox = pods.get(record.pid) if record.pid is not None else None
+        in_pod = sandbox is not None
+        if sandbox is not None:  # a pod's: not judged against the host's allowlists, listed
+            in_pods.append(pod_listener_text(record, sandbox))
         if record.l4proto.startswith("udp"):
+            if in_pod:
+                continue
             if port not in udp_allow and port not in links_udp:
                 udp.append(f"{port} on {record.local_ip or '*'}")
                 details.append(f"Netstat: {owner_text(record)}")
             continue
         covered = [a for a in scans if covers(record, a)]
+        if in_pod and port not in allow:
+            continue  # the two accounts still must agree on the ports allowed (below)
         if port not in allow:
             if port not in unexpected:
                 states = ", ".join(f"{a} {scan_state(scans[a], port)}" for a in covered)

@@ -115,3 +115,25 @@ def test_a_host_listener_beside_the_pods_still_fails(
 ) -> None:
     with pytest.raises(ConformanceFailure, match="4245"):
         _judge_tcp(records, (4245,))
+
+
+def test_a_pods_allowed_listener_the_node_refuses_still_fails() -> None:
+    """Netstat and the scan must agree on pods' listeners too (only the allowlist is theirs)."""
+    node = cast(TalosNode, SimpleNamespace(name="node-1", host="10.5.0.2"))
+    scan = ports.ScanResult(
+        "10.5.0.2", (ports.PortResult(10250, "closed"),), 0.0, address="10.5.0.2"
+    )
+    records = (_tcp(10250, 101),)
+    observation = PortObservation(
+        "10.5.0.2",
+        records,
+        records,
+        (("10.5.0.2", scan),),
+        (),
+        ("10.5.0.2",),
+        (),
+        None,
+        PROCESSES,
+    )
+    with pytest.raises(ConformanceFailure, match=r"refused by the node: 10250 on 10\.5\.0\.2"):
+        judge_ports(node, observation, frozenset({10250}), frozenset(), frozenset())
