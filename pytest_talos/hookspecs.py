@@ -10,6 +10,9 @@ plugin like any pytest hook (every argument is optional in an implementation)::
     def pytest_talos_expected_udp_ports(node, role, ports):
         ports.add(51871)                   # Cilium's WireGuard encryption
 
+    def pytest_talos_expected_pod_ports(node, role, ports):
+        ports.update({4240, 4244})         # judge host-network pods: Cilium's are allowed
+
     def pytest_talos_select_nodes(nodes, config):
         return [n for n in nodes if not n.hostname.startswith("spare-")]
 
@@ -69,6 +72,23 @@ def pytest_talos_expected_udp_ports(node: TalosNode, role: str, ports: set[int])
     turn: add (``ports.add(51871)``), remove or clear it, and return nothing. What it holds
     at the end is the UDP allowlist (``allowed_udp``) the conformance suite passes to
     :func:`pytest_talos.checks.assert_only_expected_ports`.
+    """
+
+
+@hookspec
+def pytest_talos_expected_pod_ports(node: TalosNode, role: str, ports: set[int]) -> None:
+    """Edit, in place, the ports host-network pods on ``node`` may listen on off loopback
+    (TCP and UDP alike), and turn on the opt-in check ``immutability.pod-listeners-expected``.
+
+    ``immutability.only-expected-ports`` judges only the host's own listeners; a listener
+    whose process descends from a ``containerd-shim`` of the ``k8s.io`` namespace is a pod's
+    (Cilium's agent and Hubble, kube-proxy, node-exporter, a CSI node plugin) and is only
+    listed there. Implementing this hook runs the pod check: ``ports`` starts as what Talos's
+    own pods open for the role and the machine config
+    (:func:`pytest_talos.node.expected_ports_for`: the API server, kube-proxy's 10256, the
+    metrics ports ``extraArgs`` expose); add your CNI's and agents' ports
+    (``ports.update({4240, 4244})``), and return nothing. Without an implementation the
+    check is skipped.
     """
 
 

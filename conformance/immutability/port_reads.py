@@ -29,14 +29,16 @@ from pytest_talos.checks import (
 )
 from pytest_talos.client import ChangeGate
 from pytest_talos.errors import TalosError
-from pytest_talos.node import TalosNode
+from pytest_talos.node import TalosNode, expected_ports_for
 
 __all__ = [
     "FANOUT_MAX_AGE",
     "READERS",
     "PortRead",
     "changes_made",
+    "expected_pod_ports",
     "expected_udp_ports",
+    "pod_ports_opted_in",
     "port_fanout",
     "read_ports",
 ]
@@ -119,4 +121,18 @@ def expected_udp_ports(config: pytest.Config, node: TalosNode) -> frozenset[int]
     ``pytest_talos_expected_udp_ports`` hook implementations edit it."""
     ports = set(expected_udp_ports_for(node))
     config.hook.pytest_talos_expected_udp_ports(node=node, role=node.role, ports=ports)
+    return frozenset(ports)
+
+
+def pod_ports_opted_in(config: pytest.Config) -> bool:
+    """Whether a plugin or conftest implements ``pytest_talos_expected_pod_ports`` (which
+    turns ``immutability.pod-listeners-expected`` on)."""
+    return bool(config.pluginmanager.hook.pytest_talos_expected_pod_ports.get_hookimpls())
+
+
+def expected_pod_ports(config: pytest.Config, node: TalosNode) -> frozenset[int]:
+    """The ports host-network pods on ``node`` may listen on: what Talos's own pods open
+    (:func:`~pytest_talos.node.expected_ports_for`), as the hook implementations edit it."""
+    ports = set(expected_ports_for(node))
+    config.hook.pytest_talos_expected_pod_ports(node=node, role=node.role, ports=ports)
     return frozenset(ports)

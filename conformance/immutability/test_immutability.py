@@ -19,7 +19,9 @@ from conformance._support.reach import PORT_22_NEEDS, DirectReach
 from conformance._support.settings import SuiteSettings
 from conformance.immutability.port_reads import (
     PortRead,
+    expected_pod_ports,
     expected_udp_ports,
+    pod_ports_opted_in,
     port_fanout,
     read_ports,
 )
@@ -30,7 +32,12 @@ from conformance.immutability.rules import (
     machined_doubts,
     writable_image_mounts,
 )
-from pytest_talos.checks import assert_no_shell, assert_only_expected_ports, find_programs
+from pytest_talos.checks import (
+    assert_no_shell,
+    assert_only_expected_ports,
+    assert_pod_listeners_expected,
+    find_programs,
+)
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import ConformanceFailure, TalosError
 from pytest_talos.node import TalosNode
@@ -187,6 +194,26 @@ def test_only_expected_ports_are_open(
         talos_evidence["port notes"] = result.notes
     if read.unreached is not None:  # Netstat alone found nothing: the scan is not judged
         pytest.skip(read.unreached)
+
+
+@pytest.mark.talos_check(
+    "immutability.pod-listeners-expected",
+    severity="medium",
+    claim="Opt-in (implement pytest_talos_expected_pod_ports): every listener a host-network "
+    "pod opens off loopback, by the node's Netstat and process table, is on an allowed port",
+)
+def test_host_network_pod_listeners_are_expected(
+    talos_node: TalosNode, talos_evidence: dict[str, Any], request: pytest.FixtureRequest
+) -> None:
+    if not pod_ports_opted_in(request.config):
+        pytest.skip(
+            "opt-in: implement the pytest_talos_expected_pod_ports hook to judge the "
+            "listeners of host-network pods (see docs/plugin.md)"
+        )
+    result = assert_pod_listeners_expected(
+        talos_node, expected_pod_ports(request.config, talos_node)
+    )
+    talos_evidence.update(result.evidence)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,9 @@ helper returns::
 
 The package is split by what the helpers check: :mod:`pytest_talos.checks.shell` (no way in
 besides the API: shells, login daemons, port 22), :mod:`pytest_talos.checks.open_ports`
-(open TCP ports and UDP sockets, scan against Netstat), :mod:`pytest_talos.checks.listeners`
+(open TCP ports and UDP sockets, scan against Netstat; the host's own listeners),
+:mod:`pytest_talos.checks.pod_ports` (host-network pods' listeners),
+:mod:`pytest_talos.checks.listeners`
 (the node's Netstat account and how it meets a scan), :mod:`pytest_talos.checks.config`
 (config changes: rejection, service health after a patch, try-mode revert),
 :mod:`pytest_talos.checks.kubernetes` (the Kubernetes Node) and
@@ -44,6 +46,12 @@ from pytest_talos.checks.open_ports import (
 from pytest_talos.checks.open_ports import judge_ports as judge_ports
 from pytest_talos.checks.open_ports import observe_listeners as observe_listeners
 from pytest_talos.checks.open_ports import observe_ports as observe_ports
+from pytest_talos.checks.open_ports import wireguard_link_ports as wireguard_link_ports
+from pytest_talos.checks.pod_ports import PodListener as PodListener
+from pytest_talos.checks.pod_ports import (
+    assert_pod_listeners_expected as assert_pod_listeners_expected,
+)
+from pytest_talos.checks.pod_ports import pod_listeners as pod_listeners
 from pytest_talos.checks.result import CheckResult
 from pytest_talos.checks.shell import REMOTE_ACCESS_PROCESSES as REMOTE_ACCESS_PROCESSES
 from pytest_talos.checks.shell import (
@@ -51,6 +59,7 @@ from pytest_talos.checks.shell import (
     SHELL_NAMES,
     SHELL_PROCESSES,
     assert_no_shell,
+    pod_sandboxes,
     pod_workload_pids,
 )
 from pytest_talos.checks.shell import SSH_PORT as SSH_PORT
@@ -71,14 +80,19 @@ __all__ = [
     "CheckResult",
     "ConfigGuard",
     "ConfigRestoreError",
+    "PodListener",
     "assert_config_unchanged_after_rejection",
     "assert_no_shell",
     "assert_node_ready",
     "assert_only_api_port",
     "assert_only_expected_ports",
+    "assert_pod_listeners_expected",
     "assert_service_healthy_after_patch",
     "assert_try_reverts",
     "default_expected_ports",
     "expected_udp_ports_for",
+    "pod_listeners",
+    "pod_sandboxes",
     "pod_workload_pids",
+    "wireguard_link_ports",
 ]

@@ -27,7 +27,8 @@ from pytest_talos.checks.listeners import (
     stable_listeners,
 )
 from pytest_talos.checks.result import CheckResult
-from pytest_talos.errors import ConformanceFailure, PermissionDenied
+from pytest_talos.checks.shell import pod_sandboxes
+from pytest_talos.errors import ConformanceFailure, PermissionDenied, TalosError
 from pytest_talos.node import TalosNode, dig, expected_ports_for, v1alpha1_document
 from pytest_talos.talos_api import APID_PORT
 
@@ -45,6 +46,7 @@ __all__ = [
     "kubespan_enabled",
     "observe_listeners",
     "observe_ports",
+    "wireguard_link_ports",
 ]
 
 
@@ -85,7 +87,9 @@ def assert_only_expected_ports(
     * a UDP socket Netstat shows in both reads bound to an address other than loopback or
       link-local (host DNS on 127.0.0.53 and 169.254.116.108 is neither reachable nor
       reported), on a port outside ``allowed_udp``, fails. ``allowed_udp`` defaults to
-      :func:`expected_udp_ports_for`.
+      :func:`expected_udp_ports_for`. The port each WireGuard link's device is bound to
+      (``LinkStatuses``, :func:`wireguard_link_ports`: SideroLink's random one, a user's
+      ``listenPort``) is allowed too; a UDP socket on a port no link owns is not.
 
     ``observation`` is one :func:`observe_ports` made earlier (a caller that observes many
     nodes at once hands each its own); the node is then not read or scanned again, and
@@ -119,6 +123,12 @@ class PortObservation:
     scans: tuple[tuple[str, ports.ScanResult], ...]  # (address scanned, names resolved)
     skipped: tuple[tuple[str, str], ...]  # (address, why it was not scanned)
     addresses: tuple[str, ...]
+    # (link name, UDP port its WireGuard device is bound to), from LinkStatuses
+    wireguard: tuple[tuple[str, int], ...] = ()
+    wireguard_note: str | None = None  # why LinkStatuses could not be read
+    # the process table after the scans: who owns each listener (pods or the host)
+    processes: tuple[models.ProcessInfo, ...] = ()
+    processes_note: str | None = None  # why Processes could not be read
 
 
 def observe_ports(
@@ -152,8 +162,28 @@ def observe_ports(
         )
         scans[scan.address or address] = scan
     after = tuple(node.listeners)
+    note = None
+    try:
+        wireguard = wireguard_link_ports(node.resources(*LINK_STATUSES))
+    except TalosError as exc:  # readable with os:reader; say so rather than guess
+        wireguard, note = (), f"LinkStatuses unreadable ({exc}): no WireGuard link port allowed"
+    processes_note = None
+    try:
+        processes = tuple(node.processes)
+    except TalosError as exc:  # then every listener is judged as the host's
+        processes = ()
+        processes_note = f"Processes unreadable ({exc}): every listener judged as the host's"
     return PortObservation(
-        node.host, before, after, tuple(scans.items()), tuple(skipped.items()), own
+        node.host,
+        before,
+        after,
+        tuple(scans.items()),
+        tuple(skipped.items()),
+        own,
+        wireguard,
+        note,
+        processes,
+        processes_note,
     )
 
 
@@ -167,6 +197,32 @@ def observe_listeners(
     before = tuple(node.listeners)
     after = tuple(node.listeners)
     return PortObservation(node.host, before, after, (), ((node.host, why),), tuple(addresses))
+
+
+LINK_STATUSES = ("LinkStatuses.net.talos.dev", "network")
+
+
+def wireguard_link_ports(links: Iterable[models.Resource]) -> tuple[tuple[str, int], ...]:
+    """Each WireGuard link's name and the UDP port its device is bound to.
+
+    ``LinkStatuses.net.talos.dev``: for a link of kind ``wireguard``,
+    ``controllers/network/link_status.go`` reads the live device (wgctrl) and
+    ``adapters/network/wireguard_spec.go`` Decode puts its ``ListenPort`` in
+    ``spec.wireguard.listenPort`` — the port actually bound, also when the link was created
+    without one and the kernel picked it (SideroLink: ``controllers/siderolink/manager.go``
+    sets no listen port), whatever made the link (SideroLink, a ``WireguardConfig``
+    document, ``machine.network.interfaces[].wireguard``, KubeSpan's ``kubespan``).
+    """
+    found: list[tuple[str, int]] = []
+    for link in links:
+        spec = link.spec if isinstance(link.spec, dict) else {}
+        wireguard = spec.get("wireguard")
+        if spec.get("kind") != "wireguard" or not isinstance(wireguard, dict):
+            continue
+        port = wireguard.get("listenPort")
+        if isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536:
+            found.append((link.id, port))
+    return tuple(found)
 
 
 def expected_udp_ports_for(node: TalosNode) -> frozenset[int]:
@@ -260,9 +316,13 @@ def judge_ports(
     stable = stable_listeners(before, after)
     tcp_either = [r for r in [*before, *after] if r.l4proto.startswith("tcp") and not r.netns]
     own = {normal_address(address_of(text)) for text in addresses}
+    links_udp = {port for _, port in observation.wireguard}  # each WireGuard link's own
+    pods = pod_sandboxes(observation.processes)
+    pod_ports = _pod_only_ports(tcp_either, pods)
 
     found = {port for scan in scans.values() for port in scan.open_ports}
-    unexpected = sorted(found - allow)
+    # a port only pods listen on is theirs to judge (pod-listeners-expected), not the host's
+    unexpected = sorted(found - allow - pod_ports)
     hidden: list[str] = []  # "port on address"
     ghosts: list[str] = []
     refused: list[str] = []
@@ -278,16 +338,25 @@ def judge_ports(
             ):
                 hidden.append(f"{port} on {address}")
                 details.append(f"{address}:{port} open, but Netstat lists no TCP listener for it")
+    in_pods: list[str] = []  # evidence: listeners of host-network pods
     for record in stable:
         port = record.local_port
         if not exposed(record.local_ip):
             continue
+        sandbox = pods.get(record.pid) if record.pid is not None else None
+        in_pod = sandbox is not None
+        if sandbox is not None:  # a pod's: not judged against the host's allowlists, listed
+            in_pods.append(pod_listener_text(record, sandbox))
         if record.l4proto.startswith("udp"):
-            if port not in udp_allow:
+            if in_pod:
+                continue
+            if port not in udp_allow and port not in links_udp:
                 udp.append(f"{port} on {record.local_ip or '*'}")
                 details.append(f"Netstat: {owner_text(record)}")
             continue
         covered = [a for a in scans if covers(record, a)]
+        if in_pod and port not in allow:
+            continue  # the two accounts still must agree on the ports allowed (below)
         if port not in allow:
             if port not in unexpected:
                 states = ", ".join(f"{a} {scan_state(scans[a], port)}" for a in covered)
@@ -307,6 +376,16 @@ def judge_ports(
     if skipped:
         evidence["addresses not scanned"] = "\n".join(f"{a}: {why}" for a, why in skipped.items())
     evidence["UDP allowed off loopback"] = _ports_text(udp_allow)
+    if observation.wireguard:
+        evidence["WireGuard links (LinkStatuses)"] = ", ".join(
+            f"{name} UDP {port}" for name, port in observation.wireguard
+        )
+    if observation.wireguard_note:
+        evidence["WireGuard links (LinkStatuses)"] = observation.wireguard_note
+    if in_pods:
+        evidence["host-network pod listeners (not judged here)"] = "\n".join(dict.fromkeys(in_pods))
+    if observation.processes_note:
+        evidence["listener owners"] = observation.processes_note
     problems = []
     if unexpected:
         plural = "s" if len(unexpected) > 1 else ""
@@ -334,7 +413,7 @@ def judge_ports(
             evidence={
                 "addresses scanned": ", ".join(scans),
                 "also required": "Netstat and the scans agree; UDP at most "
-                f"{_ports_text(udp_allow)} off loopback and link-local",
+                f"{_ports_text(udp_allow | links_udp)} off loopback and link-local",
                 **evidence,
             },
         )
@@ -343,6 +422,25 @@ def judge_ports(
         node.name,
         {**evidence, "open": sorted(found), "addresses": list(scans)},
         notes=[f"{a}: {why}" for a, why in skipped.items()],
+    )
+
+
+def _pod_only_ports(records: Iterable[models.ConnectRecord], pods: dict[int, str]) -> set[int]:
+    """TCP ports whose every listener (in either Netstat read) is a pod workload's; a port
+    with a host or kernel listener, or none, is not one."""
+    owners: dict[int, set[bool]] = {}
+    for record in records:
+        owners.setdefault(record.local_port, set()).add(
+            record.pid is not None and record.pid in pods
+        )
+    return {port for port, kinds in owners.items() if kinds == {True}}
+
+
+def pod_listener_text(record: models.ConnectRecord, sandbox: str) -> str:
+    """A host-network pod's listener as evidence: pod sandbox, process, port."""
+    return (
+        f"{record.l4proto} {record.local_ip or '*'}:{record.local_port} pod sandbox "
+        f"{sandbox[:13] or '?'} process {record.process_name or '?'} (pid {record.pid})"
     )
 
 

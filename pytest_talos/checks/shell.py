@@ -30,6 +30,7 @@ __all__ = [
     "find_programs",
     "is_program_named",
     "is_shell_process",
+    "pod_sandboxes",
     "pod_workload_pids",
 ]
 
@@ -298,19 +299,34 @@ def pod_workload_pids(processes: Iterable[models.ProcessInfo]) -> frozenset[int]
     -namespace k8s.io -id <sandbox> ...``; Talos's own services run under shims of the
     ``system`` namespace and stay host processes.
     """
+    return frozenset(pod_sandboxes(processes))
+
+
+def pod_sandboxes(processes: Iterable[models.ProcessInfo]) -> dict[int, str]:
+    """The PID of each pod workload (see :func:`pod_workload_pids`) and the sandbox id its
+    shim names (``-id <sandbox>``: the CRI's pod sandbox, not the pod's name)."""
     table = {process.pid: process for process in processes}
-    shims = {pid for pid, process in table.items() if _is_pod_shim(process)}
-    found: set[int] = set()
+    shims = {pid: _shim_id(process) for pid, process in table.items() if _is_pod_shim(process)}
+    found: dict[int, str] = {}
     for pid in table:
         seen: set[int] = set()
         current = table[pid].ppid
         while current and current not in seen and current in table:
             if current in shims:
-                found.add(pid)
+                found[pid] = shims[current]
                 break
             seen.add(current)
             current = table[current].ppid
-    return frozenset(found)
+    return found
+
+
+def _shim_id(process: models.ProcessInfo) -> str:
+    words = process.args.split()
+    for index, word in enumerate(words):
+        flag, _, value = word.partition("=")
+        if flag in ("-id", "--id"):
+            return value or (words[index + 1] if index + 1 < len(words) else "")
+    return ""
 
 
 def _is_pod_shim(process: models.ProcessInfo) -> bool:

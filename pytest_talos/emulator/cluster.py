@@ -48,6 +48,7 @@ from pytest_talos.emulator.listeners import ListenerError, check_served_ports
 from pytest_talos.emulator.nodeapply import ApplyRequest
 from pytest_talos.emulator.nodeconfigs import (
     HOSTNAME_PLACEHOLDER,
+    VARIANT_PATCH_ROLES,
     NodeConfigs,
     check_arguments,
     node_identities,
@@ -61,6 +62,7 @@ from pytest_talos.emulator.variants import (
     Variant,
     VariantSet,
 )
+from pytest_talos.emulator.wireguard import link_ips
 from pytest_talos.errors import ConfigError
 from pytest_talos.patches import apply_patches
 from pytest_talos.releases import Release, release_named
@@ -242,6 +244,7 @@ class EmulatedCluster:
             variant_patches=variant_patches(self.variant_set),
             nodes=[desired.DesiredNode(n.hostname, n.role) for n in self._nodes],
             placeholder=HOSTNAME_PLACEHOLDER,
+            patch_roles=VARIANT_PATCH_ROLES,
         )
         return desired.write_desired_files(Path(directory), files)
 
@@ -442,7 +445,8 @@ class EmulatedCluster:
         expired = self.fault_set.quirk(
             Quirk.KUBE_APISERVER_CERT_EXPIRED, ident.hostname, controlplane=True
         )
-        cert = self.pki.kube_apiserver_cert(ident, expired=expired)
+        extra = link_ips(node.state.active_config, node_id=ident.node_id)
+        cert = self.pki.kube_apiserver_cert(ident, expired=expired, extra_ips=extra)
         ssl_context = kubeapi.server_ssl_context(
             cert_pem=cert.cert_pem, key_pem=cert.key_pem, client_ca_pem=self.kube_ca.cert_pem
         )

@@ -35,12 +35,14 @@ class ClusterPKI:
         )
         self.kube_admin = pki.issue_kubeconfig_client_cert(self.kube_ca)
 
-    def kube_apiserver_cert(self, ident: NodeIdentity, *, expired: bool) -> pki.CertAndKey:
+    def kube_apiserver_cert(
+        self, ident: NodeIdentity, *, expired: bool, extra_ips: Sequence[str] = ()
+    ) -> pki.CertAndKey:
         return pki.issue_kube_apiserver_cert(
             self.kube_ca,
             hostname=ident.hostname,
             fqdn=ident.fqdn,
-            ips=[ident.address],
+            ips=[ident.address, *extra_ips],  # accumulative-no-k8s: WireGuard links' too
             endpoint_host=ident.address,  # the server of kubeconfig()
             expired=expired,
         )

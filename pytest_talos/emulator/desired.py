@@ -91,11 +91,13 @@ def desired_files(
     variant_patches: Sequence[tuple[str, str]],
     nodes: Sequence[DesiredNode],
     placeholder: str,
+    patch_roles: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, bytes]:
     """``{relative path: content}`` of a desired-state directory for these nodes.
 
     ``bases`` maps each role to its generated template (naming no node, or naming it as
-    ``placeholder``); ``variant_patches`` are ``(name, patch)`` applied to every node.
+    ``placeholder``); ``variant_patches`` are ``(name, patch)`` applied to every node, or
+    only to the roles ``patch_roles`` names for it.
     """
     files: dict[str, bytes] = {}
     node_docs: dict[str, list[dict[str, Any]]] = {}
@@ -106,7 +108,10 @@ def desired_files(
     rules: list[dict[str, Any]] = []
     for name, text in variant_patches:
         files[f"patches/{name}.yaml"] = text.encode("utf-8")
-        rules.append({"file": f"patches/{name}.yaml"})
+        rule: dict[str, Any] = {"file": f"patches/{name}.yaml"}
+        if patch_roles and name in patch_roles:
+            rule["roles"] = list(patch_roles[name])
+        rules.append(rule)
     for node in nodes:
         documents = node_docs.get(node.role)
         if documents:

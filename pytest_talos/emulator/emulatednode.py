@@ -19,6 +19,7 @@ from pytest_talos.emulator.servicers import ClientConfiguration
 from pytest_talos.emulator.state import NodeState
 from pytest_talos.emulator.tls import client_tls_context, server_tls_context
 from pytest_talos.emulator.variants import VariantSet
+from pytest_talos.emulator.wireguard import link_ips
 
 __all__ = ["EmulatedNode", "NodeCluster"]
 
@@ -149,7 +150,7 @@ class EmulatedNode(NodeHooks):
             cluster.ca,
             hostname=ident.hostname,
             fqdn=ident.fqdn,
-            ips=[ident.address],
+            ips=[ident.address, *link_ips(self.state.active_config, node_id=ident.node_id)],
             hostname_san=not cluster.fault_set.quirk(
                 Quirk.APID_CERT_LACKS_HOSTNAME_SAN, ident.hostname
             ),

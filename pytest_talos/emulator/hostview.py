@@ -10,7 +10,14 @@ from pytest_talos.emulator import system
 from pytest_talos.emulator.faults import Fault, effects_of
 from pytest_talos.emulator.identity import NodeIdentity
 from pytest_talos.emulator.kubespan import kubespan_enabled
-from pytest_talos.emulator.machineconfig.accessors import cni_name, proxy_disabled
+from pytest_talos.emulator.machineconfig.accessors import (
+    cni_name,
+    component_extra_args,
+    kubelet_extra_args,
+    kubelet_extra_config,
+    proxy_disabled,
+)
+from pytest_talos.emulator.wireguard import wireguard_links
 
 __all__ = ["NodeHost"]
 
@@ -26,10 +33,12 @@ class NodeHost:
         talos_version: str,
         node_faults: Callable[[], frozenset[Fault]],
         pod_shell: bool,
+        cilium: bool = False,
     ) -> None:
         self._identity = identity
         self._node_faults = node_faults
         self._pod_shell = pod_shell
+        self._cilium = cilium
         self.rootfs = system.build_rootfs(
             hostname=identity.hostname,
             version=talos_version,
@@ -60,6 +69,7 @@ class NodeHost:
             flannel=cni_name(config) == "flannel",
             coredns=pod_network_pods > 0,
             pod_shell=self._pod_shell,
+            cilium=self._cilium,
             pid1=pid1,
             host_processes=[process for p in profiles for process in p.host_processes],
         )
@@ -90,10 +100,24 @@ class NodeHost:
                 flannel=cni_name(config) == "flannel",
                 kubespan=kubespan_enabled(config),
                 etcd_extra_ports=etcd_extra_ports,
+                binds=system.component_binds(
+                    etcd_args=component_extra_args(config, "etcd"),
+                    manager_args=component_extra_args(config, "controllerManager"),
+                    scheduler_args=component_extra_args(config, "scheduler"),
+                    kubelet_args=kubelet_extra_args(config),
+                    kubelet_extra_config=kubelet_extra_config(config),
+                ),
+                wireguard_ports=[
+                    link.listen_port
+                    for link in wireguard_links(config, node_id=self._identity.node_id)
+                ],
                 added=[
-                    system.Listener(a.port, a.process, a.bind, udp=a.udp, rejected=a.rejected)
-                    for profile in profiles
-                    for a in profile.listeners
+                    *(system.cilium_listeners() if self._cilium else ()),
+                    *(
+                        system.Listener(a.port, a.process, a.bind, udp=a.udp, rejected=a.rejected)
+                        for profile in profiles
+                        for a in profile.listeners
+                    ),
                 ],
                 hidden_ports={port for profile in profiles for port in profile.hidden_ports},
             ),

@@ -73,6 +73,14 @@ INFERRED: tuple[str, ...] = (
     "`tcp6 ::`, kube-proxy's healthz included; the VXLAN socket's bind address; the CRI "
     "streaming port number; pod network namespace names (`cni-<uuid>`) and that a host "
     "socket's netns is empty.",
+    "WireGuard links: a link without a listen port (SideroLink) is bound to a port from the "
+    "kernel's ephemeral range picked from the node id and link name; the SideroLink node "
+    "address comes from the node id (Omni's provision API is not modelled); the links' MTUs "
+    "and public keys are stand-ins; their kernel UDP sockets are shown on `0.0.0.0`.",
+    "Variant `cilium`: its agent pod's processes and host-network ports (4240, 4244, 9879, "
+    "9890, UDP 8472) follow Cilium's own docs and chart, not the Talos source; Netstat gives a "
+    "listener the PID of the process of its name in its pod (else the first of that name, "
+    "else PID 1).",
     "Every file and directory of the root filesystem has the image's build time as its "
     "modification time (reproducible builds stamp one time; we picked 2026-08-20 09:30 UTC "
     "for every version), also in Copy archives; `/proc/mounts` has the boot time.",

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from pytest_talos.emulator.wireguard import WireguardLink
 
 __all__ = [
     "COREDNS_REPLICAS",
@@ -20,6 +23,7 @@ __all__ = [
     "Link",
     "cni_links",
     "host_links",
+    "wireguard_link_items",
 ]
 
 _ETHER_FLAGS = "UP,BROADCAST,RUNNING,MULTICAST,LOWER_UP"
@@ -53,6 +57,8 @@ class Link:
     speed_mbit: int = 0
     port: str = "Other"  # link_status.go: Other when ethtool has no link info
     duplex: str = "Unknown"
+    # kind wireguard: the device as link_status.go decodes it (publicKey, listenPort, ...)
+    wireguard: tuple[tuple[str, Any], ...] = ()
 
     @property
     def physical(self) -> bool:
@@ -92,6 +98,8 @@ class Link:
         if self.speed_mbit:
             spec["speedMbit"] = self.speed_mbit
         spec.update(port=self.port, duplex=self.duplex)
+        if self.wireguard:  # yaml:"wireguard,omitempty"
+            spec["wireguard"] = dict(self.wireguard)
         return spec
 
 
@@ -288,4 +296,34 @@ def cni_links(
             duplex="Full",
         )
         found += [veth, Address(veth, _link_local(mac), "link")]
+    return found
+
+
+def wireguard_link_items(links: Iterable[WireguardLink], first_index: int) -> list[Address | Link]:
+    """Kernel WireGuard links (kind ``wireguard``, type ``none``: ARPHRD_NONE, no hardware
+    address) and their addresses, as LinkStatus and AddressStatus show them; the
+    ``wireguard`` spec carries what link_status.go decodes from the device (the bound
+    ``listenPort``, the public key; the peers are not modelled)."""
+    found: list[Address | Link] = []
+    for offset, item in enumerate(links):
+        link = Link(
+            item.name,
+            first_index + offset,
+            "none",
+            "wireguard",
+            item.mtu,
+            "UP,POINTOPOINT,NOARP,RUNNING,LOWER_UP",
+            "",
+            "",
+            "unknown",
+            False,
+            wireguard=(
+                ("publicKey", item.public_key),
+                ("listenPort", item.listen_port),
+                ("firewallMark", 0),
+                ("peers", []),
+            ),
+        )
+        found.append(link)
+        found += [Address(link, prefix, "global") for prefix in item.addresses]
     return found

@@ -35,9 +35,11 @@ from pytest_talos.emulator.links import (
     Link,
     cni_links,
     host_links,
+    wireguard_link_items,
 )
 from pytest_talos.emulator.resources import T
 from pytest_talos.emulator.store import ResourceStore
+from pytest_talos.emulator.wireguard import WireguardLink
 
 __all__ = [
     "COREDNS_REPLICAS",
@@ -57,6 +59,11 @@ def _sort_key(prefix: str) -> tuple[int, int, int]:
     """ComparePrefixesLegacy (sort algorithm v1): by address (IPv4 first), then length."""
     iface = ipaddress.ip_interface(prefix)
     return (iface.version, int(iface.ip), iface.network.prefixlen)
+
+
+def _is_siderolink(prefix: str) -> bool:
+    packed = ipaddress.ip_interface(prefix).ip.packed
+    return len(packed) == 16 and packed[0] == 0xFD and packed[7] == 0x03
 
 
 def _usable(address: Address) -> bool:
@@ -123,7 +130,9 @@ def node_addresses(
     current = tuple(
         sorted(dict.fromkeys(str(a.interface) for a in addresses if a.link.up), key=_sort_key)
     )
-    routed = current  # no external (cloud) or SideroLink addresses on an emulated node
+    # routed: current without SideroLink's addresses (network.NotSideroLinkIP, ula.go:
+    # fd.. with byte 7 = ULASideroLink); no external (cloud) addresses on an emulated node
+    routed = tuple(p for p in current if not _is_siderolink(p))
     old = previous.by_id if previous else {}
     accumulative = tuple(
         sorted(
@@ -160,11 +169,19 @@ class NodeNetwork:
     """
 
     def __init__(
-        self, store: ResourceStore, *, address: str, prefix_length: int, platform: str
+        self,
+        store: ResourceStore,
+        *,
+        address: str,
+        prefix_length: int,
+        platform: str,
+        wireguard: Sequence[WireguardLink] = (),
     ) -> None:
         self._store = store
         self._seed = address
         self._items = host_links(address=address, prefix_length=prefix_length, platform=platform)
+        # controllers/network/link_config.go, siderolink/manager.go: the WireGuard links
+        self._items += wireguard_link_items(wireguard, 1 + len(self._links()))
         self._addresses: NodeAddressSet | None = None
         self.cni_up = False
 
@@ -175,6 +192,9 @@ class NodeNetwork:
     def addresses(self, id_: str) -> tuple[str, ...]:
         """The prefixes of NodeAddresses ``id_`` (e.g. ``routed-no-k8s``)."""
         return self._addresses.get(id_) if self._addresses else ()
+
+    def _links(self) -> list[Link]:
+        return [item for item in self._items if isinstance(item, Link)]
 
     def start_cni(self, *, pod_block: str, pods: int, k8s_subnets: Sequence[str]) -> None:
         if self.cni_up:

@@ -21,6 +21,7 @@ from pytest_talos.releases import release_of
 
 __all__ = [
     "HOSTNAME_PLACEHOLDER",
+    "VARIANT_PATCH_ROLES",
     "NodeConfigs",
     "check_arguments",
     "node_identities",
@@ -44,12 +45,66 @@ def variant_patches(variants: VariantSet) -> list[tuple[str, str]]:
     if variants.on(Variant.KUBESPAN):  # a document of its own (pkg/.../network/kubespan.go)
         kubespan = "apiVersion: v1alpha1\nkind: KubeSpanConfig\nenabled: true\n"
         patches.append((Variant.KUBESPAN, kubespan))
+    if variants.on(Variant.METRICS_EXPOSED):  # the usual kube-prometheus-stack recipe
+        patches.append((Variant.METRICS_EXPOSED, METRICS_EXPOSED_PATCH))
+    if variants.on(Variant.SIDEROLINK):  # pkg/machinery/config/types/siderolink/siderolink.go
+        patches.append((Variant.SIDEROLINK, SIDEROLINK_PATCH))
+    if variants.on(Variant.CILIUM):  # Talos's Cilium guide: no built-in CNI, no kube-proxy
+        patches.append((Variant.CILIUM, CILIUM_PATCH))
+    if variants.on(Variant.WIREGUARD):  # pkg/machinery/config/types/network/wireguard.go
+        patches.append((Variant.WIREGUARD, WIREGUARD_PATCH))
     return patches
 
 
-def _with_variant_patches(config: bytes, variants: VariantSet) -> bytes:
+METRICS_EXPOSED_PATCH = """cluster:
+  etcd:
+    extraArgs:
+      listen-metrics-urls: http://0.0.0.0:2381
+  controllerManager:
+    extraArgs:
+      bind-address: 0.0.0.0
+  scheduler:
+    extraArgs:
+      bind-address: 0.0.0.0
+"""
+CILIUM_PATCH = """cluster:
+  network:
+    cni:
+      name: none
+  proxy:
+    disabled: true
+"""
+SIDEROLINK_PATCH = """apiVersion: v1alpha1
+kind: SideroLinkConfig
+apiUrl: https://omni.cluster.example:8090/?jointoken=emulated-join-token
+"""
+# A peer's public key and the node's private key are stand-ins (32 bytes, base64), not keys
+# anyone uses; the link has no addresses of its own (the config does not need any).
+WIREGUARD_PATCH = """apiVersion: v1alpha1
+kind: WireguardConfig
+name: wg0
+privateKey: ZW11bGF0ZWQtd2lyZWd1YXJkLXByaXZhdGUta2V5ISE=
+listenPort: 51111
+peers:
+  - publicKey: ZW11bGF0ZWQtd2lyZWd1YXJkLXBlZXItcHVibGljISE=
+    endpoint: 192.0.2.10:51111
+    allowedIPs:
+      - 192.168.250.0/24
+"""
+
+
+# Variants whose patch only control planes get (the rest patch every node): Talos refuses
+# cluster.etcd on a worker ("etcd config is only allowed on control plane machines").
+VARIANT_PATCH_ROLES: dict[str, tuple[str, ...]] = {Variant.METRICS_EXPOSED: ("controlplane",)}
+
+
+def _with_variant_patches(config: bytes, variants: VariantSet, role: str) -> bytes:
     """The config as an operator patches it for the variants that live in the machine config."""
-    patches = [patch for _, patch in variant_patches(variants)]
+    patches = [
+        patch
+        for name, patch in variant_patches(variants)
+        if role in VARIANT_PATCH_ROLES.get(name, (role,))
+    ]
     return apply_patches(config, patches) if patches else config
 
 
@@ -109,7 +164,7 @@ class NodeConfigs:
                 security_profile=release_of(self._talos_version).release.has_sandboxd,
             )
             self.bases.setdefault(ident.role, template)
-            template = _with_variant_patches(template, self._variants)
+            template = _with_variant_patches(template, self._variants, ident.role)
             self._templates[key] = template
         config = template.replace(HOSTNAME_PLACEHOLDER.encode(), ident.hostname.encode())
         if drift:  # fault config-drift

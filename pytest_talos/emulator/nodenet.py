@@ -22,6 +22,7 @@ from pytest_talos.emulator.machineconfig.accessors import (
 from pytest_talos.emulator.network import COREDNS_REPLICAS, NodeNetwork
 from pytest_talos.emulator.resources import T
 from pytest_talos.emulator.store import ResourceStore, StoreEvent
+from pytest_talos.emulator.wireguard import wireguard_links
 
 __all__ = ["NodeNetworking", "pod_cidr_of"]
 
@@ -81,6 +82,7 @@ class NodeNetworking:
             address=ident.address,
             prefix_length=ident.prefix_length,
             platform=ident.platform,
+            wireguard=wireguard_links(self._config(), node_id=ident.node_id),
         )
         self.network.publish(self.k8s_subnets())
         if self._cni_watch is not None:

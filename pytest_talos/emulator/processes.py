@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from pytest_talos.emulator.faults import HostProcess
 
-__all__ = ["ProcessEntry", "processes_for"]
+__all__ = ["CILIUM_POD", "ProcessEntry", "processes_for"]
 
 _SYSTEM_CONTAINERD = "/system/run/containerd/containerd.sock"  # constants.SystemContainerdAddress
 _CRI_CONTAINERD = "/run/containerd/containerd.sock"  # constants.CRIContainerdAddress
@@ -41,6 +41,7 @@ class ProcessEntry:
     state: str = "S"
     rss: int = 50 << 20
     vms: int = 1 << 30
+    pod: str = ""  # (emulator-only, not on the wire) the pod whose container it runs in
 
 
 @dataclass(frozen=True)
@@ -196,10 +197,38 @@ def _k8s(component: str, args: Sequence[str], threads: int) -> _Spec:
     return _Spec(path, path, tuple(args), threads)
 
 
+# Cilium's agent DaemonSet pod (hostNetwork), as its Helm chart runs it: cilium-agent, which
+# starts cilium-health-responder (INFERRED from cilium/cilium's chart and docs; variant cilium).
+CILIUM_POD = "cilium"
+
+
+def _cilium_pod() -> _Pod:
+    responder = _Spec(
+        "cilium-health-responder",
+        "/usr/bin/cilium-health-responder",
+        ("--listen", "4240", "--pidfile", "/var/run/cilium/state/health-endpoint.pid"),
+        4,
+    )
+    agent = _Spec(
+        "cilium-agent",
+        "/usr/bin/cilium-agent",
+        ("--config-dir=/tmp/cilium/config-map",),
+        30,
+        child=responder,
+    )
+    return _Pod(CILIUM_POD, (agent,))
+
+
 def _node_pods(
-    *, hostname: str, proxy: bool, flannel: bool, coredns: bool, pod_shell: bool
+    *,
+    hostname: str,
+    proxy: bool,
+    flannel: bool,
+    coredns: bool,
+    pod_shell: bool,
+    cilium: bool = False,
 ) -> list[_Pod]:
-    pods: list[_Pod] = []
+    pods: list[_Pod] = [_cilium_pod()] if cilium else []
     if proxy:  # k8stemplates/kube-proxy.go; controllers/k8s/control_plane.go getProxyArgs
         args = _flags(
             cluster_cidr="10.244.0.0/16",
@@ -230,11 +259,11 @@ class _Table:
         self.entries = [first]
         self._next = 100
 
-    def add(self, spec: _Spec, ppid: int, *, rss: int = 50 << 20) -> int:
+    def add(self, spec: _Spec, ppid: int, *, rss: int = 50 << 20, pod: str = "") -> int:
         pid = self._next
         self._next += 1 + len(self.entries) % 7
         entry = ProcessEntry(
-            pid, ppid, spec.command, spec.executable, spec.cmdline, spec.threads, rss=rss
+            pid, ppid, spec.command, spec.executable, spec.cmdline, spec.threads, rss=rss, pod=pod
         )
         self.entries.append(entry)
         return pid
@@ -258,6 +287,7 @@ def processes_for(
     flannel: bool = True,
     coredns: bool = False,
     pod_shell: bool = False,
+    cilium: bool = False,
     api_server_port: int = 6443,
     pid1: HostProcess | None = None,
     host_processes: Iterable[HostProcess] = (),
@@ -282,15 +312,20 @@ def processes_for(
     if "kubelet" in running and "cri" in running:
         pods = _control_plane_pods(address, api_server_port) if controlplane else []
         pods += _node_pods(
-            hostname=hostname, proxy=proxy, flannel=flannel, coredns=coredns, pod_shell=pod_shell
+            hostname=hostname,
+            proxy=proxy,
+            flannel=flannel,
+            coredns=coredns,
+            pod_shell=pod_shell,
+            cilium=cilium,
         )
         for pod in pods:
             shim = table.shim("k8s.io", _sandbox_id(hostname, pod.name), _CRI_CONTAINERD)
             table.add(_Spec("/pause", "/pause", threads=1), shim, rss=1 << 20)
             for container in pod.containers:
-                pid = table.add(container, shim)
+                pid = table.add(container, shim, pod=pod.name)
                 if container.child is not None:
-                    table.add(container.child, pid)
+                    table.add(container.child, pid, pod=pod.name)
     for process in host_processes:
         table.add(_host_spec(process), 1)
     return table.entries

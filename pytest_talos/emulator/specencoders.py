@@ -237,6 +237,7 @@ _LINK_FLAGS = {
     "BROADCAST": 1 << 1,
     "LOOPBACK": 1 << 3,
     "RUNNING": 1 << 6,
+    "POINTOPOINT": 1 << 4,
     "NOARP": 1 << 7,
     "MASTER": 1 << 10,
     "SLAVE": 1 << 11,
@@ -274,8 +275,9 @@ def encode_address_status(spec: Mapping[str, Any]) -> bytes:
 
 
 def encode_link_status(spec: Mapping[str, Any]) -> bytes:
-    # network/link_status.go (protobuf tags; the kind-specific masters are not modelled)
-    return network_pb2.LinkStatusSpec(
+    # network/link_status.go (protobuf tags; the kind-specific masters are not modelled,
+    # wireguard (29) is: public key, bound listen port, firewall mark; no peers)
+    message = network_pb2.LinkStatusSpec(
         index=spec["index"],
         type=_LINK_TYPES.get(spec["type"], E.LINK_NETROM),
         link_index=spec["linkIndex"],
@@ -295,7 +297,17 @@ def encode_link_status(spec: Mapping[str, Any]) -> bytes:
         speed_megabits=spec.get("speedMbit", 0),
         port=_PORTS.get(spec["port"], E.OTHER),
         duplex=_DUPLEXES.get(spec["duplex"], E.UNKNOWN),
-    ).SerializeToString()
+    )
+    wireguard = spec.get("wireguard")
+    if isinstance(wireguard, Mapping):
+        message.wireguard.CopyFrom(
+            network_pb2.WireguardSpec(
+                public_key=wireguard.get("publicKey", ""),
+                listen_port=wireguard.get("listenPort", 0),
+                firewall_mark=wireguard.get("firewallMark", 0),
+            )
+        )
+    return message.SerializeToString()
 
 
 def encode_nothing(spec: Any) -> bytes:

@@ -136,6 +136,7 @@ class NodeState:
             talos_version=talos_version,
             node_faults=lambda: faults.on_node(identity.hostname, controlplane=self.controlplane),
             pod_shell=self.variant(Variant.POD_SHELL),
+            cilium=self.variant(Variant.CILIUM),
         )
         self.networking = NodeNetworking(
             identity,

@@ -9,10 +9,11 @@ check that would fail a healthy real node is caught before a user sees it.
 
 A variant changes the emulated node the way the real cluster differs, at one of five seams:
 the generated machine config (``kube-proxy-disabled``, ``discovery-disabled``,
-``register-with-fqdn``, ``kubespan``), the node's identity (``domain``, ``metal``,
-``extensions``), its runtime state (``discovery-unreachable``, ``pod-shell``,
-``clock-stepped``), the cluster's shape (``three-control-planes``) or the network between this
-machine and the nodes (``endpoint-only``).
+``register-with-fqdn``, ``kubespan``, ``metrics-exposed``, ``siderolink``,
+``wireguard``, ``cilium``), the node's identity (``domain``, ``metal``, ``extensions``), its
+runtime state (``discovery-unreachable``, ``pod-shell``, ``clock-stepped``), the cluster's
+shape (``three-control-planes``) or the network between this machine and the nodes
+(``endpoint-only``).
 Behaviour that follows from a variant is modelled where the healthy behaviour is, guarded
 by ``variants.on(Variant.X)``; where it follows from the machine config (proxy, discovery,
 the Kubernetes node name, KubeSpan), the node reads its config, so a user's own config gets
@@ -54,6 +55,10 @@ class Variant(enum.StrEnum):
     CLOCK_STEPPED = "clock-stepped"
     THREE_CONTROL_PLANES = "three-control-planes"
     ENDPOINT_ONLY = "endpoint-only"
+    METRICS_EXPOSED = "metrics-exposed"
+    SIDEROLINK = "siderolink"
+    WIREGUARD = "wireguard"
+    CILIUM = "cilium"
 
 
 # The domain a node gets from DHCP or a cloud's metadata when the variant asks for one.
@@ -114,6 +119,25 @@ VARIANTS: Mapping[Variant, str] = {
         "the workers are on a private network: this machine reaches only the control "
         "plane's apid (the endpoint), which forwards to them; their own addresses refuse "
         "every direct connection (apid 50000, kubelet, any port)"
+    ),
+    Variant.METRICS_EXPOSED: (
+        "etcd's metrics (listen-metrics-urls http://0.0.0.0:2381) and kube-controller-manager's "
+        "and kube-scheduler's secure ports (bind-address 0.0.0.0: 10257, 10259) on the node's "
+        "addresses, through extraArgs in the generated config"
+    ),
+    Variant.SIDEROLINK: (
+        "a SideroLinkConfig document (an Omni-managed node): every node has the siderolink "
+        "WireGuard link, created without a listen port (the kernel binds a random UDP port), "
+        "with its fdae:41e4:649b:9303::/64 address"
+    ),
+    Variant.CILIUM: (
+        "Cilium as the CNI (cluster.network.cni.name none, cluster.proxy.disabled true): its "
+        "agent pod runs on the host network of every node, under a k8s.io containerd shim, "
+        "with TCP 4240 (health) and 4244 (Hubble) on every address and VXLAN on UDP 8472"
+    ),
+    Variant.WIREGUARD: (
+        "a WireguardConfig document: every node has the wg0 WireGuard link, its device bound "
+        "to the configured listenPort, UDP 51111"
     ),
 }
 

@@ -24,6 +24,9 @@ KUBELET_PORT = 10250
 KUBE_APISERVER_PORT = 6443
 ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
 KUBE_PROXY_HEALTHZ_PORT = 10256
+# The secure ports of kube-controller-manager and kube-scheduler (Kubernetes' defaults; Talos
+# probes them there: controllers/k8s/control_plane_static_pod.go, intstr.FromInt(10257/10259)).
+CONTROLLER_MANAGER_PORT, SCHEDULER_PORT = 10257, 10259
 
 
 def default_expected_ports(
@@ -47,7 +50,8 @@ def default_expected_ports(
     and not listed. A
     ``healthz-bind-address`` or ``metrics-bind-address`` in ``cluster.proxy.extraArgs`` moves
     or exposes those ports; other CNIs (Cilium) add theirs through the
-    ``pytest_talos_expected_ports`` hook.
+    ``pytest_talos_expected_ports`` hook. Metrics exposed through ``extraArgs`` are read from
+    the config as well (:func:`_metrics_ports`).
     """
     main = v1alpha1_document(config)
     ports = {APID_PORT, KUBELET_PORT}
@@ -62,7 +66,92 @@ def default_expected_ports(
         api_port = api if isinstance(api, int) and not isinstance(api, bool) and api > 0 else None
         ports |= {TRUSTD_PORT, api_port or KUBE_APISERVER_PORT, ETCD_CLIENT_PORT, ETCD_PEER_PORT}
         ports |= release.etcd_extra_ports if release is not None else frozenset()
+        ports |= _control_plane_metrics_ports(main)
+    ports |= _kubelet_ports(main)
     return frozenset(ports)
+
+
+def _extra_args(main: dict[str, Any], *path: str) -> dict[str, Any]:
+    args = dig(main, *path, "extraArgs")
+    return args if isinstance(args, dict) else {}
+
+
+def _control_plane_metrics_ports(main: dict[str, Any]) -> set[int]:
+    """Ports a control plane's ``extraArgs`` expose on the node's addresses.
+
+    * etcd's ``listen-metrics-urls`` (``cluster.etcd.extraArgs``): not on Talos's deny list,
+      so it reaches etcd's command line (``system/services/etcd.go`` argsForControlPlane);
+      each URL listens on its host and port.
+    * kube-controller-manager and kube-scheduler: Talos binds them to ``127.0.0.1``, and a
+      ``bind-address`` in ``cluster.controllerManager.extraArgs`` /
+      ``cluster.scheduler.extraArgs`` overrides it
+      (``controllers/k8s/control_plane_static_pod.go``: not MergeDenied); the secure port is
+      ``secure-port`` when given, else 10257 / 10259.
+    """
+    ports: set[int] = set()
+    for url in _values(_extra_args(main, "cluster", "etcd").get("listen-metrics-urls")):
+        ports |= _url_port(url)
+    for section, default in (
+        ("controllerManager", CONTROLLER_MANAGER_PORT),
+        ("scheduler", SCHEDULER_PORT),
+    ):
+        args = _extra_args(main, "cluster", section)
+        bind = _last(args.get("bind-address"))
+        if bind is None or _is_loopback_host(bind):
+            continue
+        port = _port_number(_last(args.get("secure-port")), default)
+        if port:
+            ports.add(port)
+    return ports
+
+
+def _kubelet_ports(main: dict[str, Any]) -> set[int]:
+    """kubelet's read-only port, when the config turns it on: ``read-only-port`` in
+    ``machine.kubelet.extraArgs`` (a flag wins over the config file), else ``readOnlyPort``
+    in ``machine.kubelet.extraConfig`` (``controllers/k8s/kubelet_spec.go`` merges it into
+    KubeletConfiguration; its ``port`` is always 10250 there). It listens on ``address``,
+    which Talos sets to 0.0.0.0."""
+    args = _extra_args(main, "machine", "kubelet")
+    flag = _last(args.get("read-only-port"))
+    if flag is not None:
+        port = _port_number(flag, 0)
+    else:
+        extra = dig(main, "machine", "kubelet", "extraConfig")
+        value = extra.get("readOnlyPort") if isinstance(extra, dict) else None
+        port = value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return {port} if 0 < port < 65536 else set()
+
+
+def _values(value: Any) -> list[str]:
+    """An extraArgs value as its comma-separated items (a list: every item)."""
+    items = value if isinstance(value, list) else [value] if value is not None else []
+    return [part.strip() for item in items for part in str(item).split(",") if part.strip()]
+
+
+def _last(value: Any) -> str | None:
+    if isinstance(value, list):  # extraArgs values may be lists; the last one wins
+        value = value[-1] if value else None
+    return None if value is None else str(value).strip()
+
+
+def _port_number(text: str | None, default: int) -> int:
+    return int(text) if text is not None and text.isdigit() else default
+
+
+def _is_loopback_host(host: str) -> bool:
+    host = host.strip("[]")
+    return host.startswith("127.") or host in ("::1", "localhost")
+
+
+def _url_port(url: str) -> set[int]:
+    """The port of a listen URL (``http://0.0.0.0:2381``) when it is off loopback."""
+    rest = url.partition("://")[2] or url
+    hostport = rest.split("/", 1)[0]
+    host, _, port_text = hostport.rpartition(":")
+    if not port_text.isdigit() or _is_loopback_host(host):
+        return set()
+    port = int(port_text)
+    return {port} if 0 < port < 65536 else set()
 
 
 def expected_ports_for(node: TalosNode) -> frozenset[int]:

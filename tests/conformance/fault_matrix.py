@@ -490,6 +490,20 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
         _failed("immutability.only-expected-ports"),
         why="a TCP scan cannot see UDP 69; Netstat shows it off loopback",
     ),
+    "host-listener-beside-cni": FaultCase(
+        ("host-listener-beside-cni",),
+        _failed("immutability.only-expected-ports"),
+        why="the Cilium pod's own listeners are not the host's to judge, but a host process "
+        "(named like the agent, a child of PID 1) on 4245 is",
+        extra_args=("--talos-emulator-variant", "cilium"),
+    ),
+    "stray-wireguard-socket": FaultCase(
+        ("stray-wireguard-socket",),
+        _failed("immutability.only-expected-ports"),
+        why="each WireGuard link's bound port is allowed (siderolink's random one here), "
+        "but a kernel UDP socket no link owns is not",
+        extra_args=("--talos-emulator-variant", "siderolink"),
+    ),
     "version-bump-on-reject": FaultCase(
         ("version-bump-on-reject",), _failed("config.invalid-patch-rejected")
     ),
@@ -500,6 +514,8 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
 
 # Checks no emulator fault breaks, and the test in tests/conformance that shows them failing.
 PROVED_ELSEWHERE: Mapping[str, str] = {
+    "immutability.pod-listeners-expected": "test_conformance_pod_listeners.py (opt-in hook, "
+    "cilium variant, Hubble's 4244 not allowed)",
     "upgrade.talos-version": "test_conformance_upgrade.py (wrong --talos-expect-version)",
     "upgrade.kubernetes-version": "test_conformance_upgrade.py (wrong expected version)",
     "upgrade.config-unchanged": "test_conformance_upgrade.py (config changed after save)",
@@ -538,5 +554,12 @@ HEALTHY_VARIANTS: Mapping[str, tuple[str, ...]] = {
     "clock-stepped": ("clock-stepped",),  # on metal: container nodes never sync time
     "three-control-planes": ("three-control-planes",),  # 3 control planes, 1 worker
     "endpoint-only": ("endpoint-only",),  # workers reached only through the endpoint's apid
+    "metrics-exposed": ("metrics-exposed",),
+    "siderolink": ("siderolink",),
+    "wireguard": ("wireguard",),
+    "cilium": ("cilium",),
+    "cilium+metal": ("cilium", "metal"),
+    "siderolink+wireguard+metal": ("siderolink", "wireguard", "metal"),
+    "metrics-exposed+metal": ("metrics-exposed", "metal"),
     "metal+domain+discovery-disabled": ("metal", "domain", "discovery-disabled"),
 }

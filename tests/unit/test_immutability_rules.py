@@ -67,6 +67,86 @@ def test_expected_ports_follow_role_and_machine_config(
     assert default_expected_ports(role, _config(cluster)) == expected
 
 
+def _main(cluster: dict[str, Any], machine: dict[str, Any]) -> models.MachineConfig:
+    documents: list[dict[str, Any]] = [
+        {"version": "v1alpha1", "machine": {"type": "controlplane", **machine}, "cluster": cluster}
+    ]
+    return models.MachineConfig(raw=b"", documents=documents, version=1)
+
+
+@pytest.mark.parametrize(
+    ("role", "cluster", "machine", "added"),
+    [
+        # etcd's metrics on the node address (system/services/etcd.go passes extraArgs on)
+        (
+            "controlplane",
+            {"etcd": {"extraArgs": {"listen-metrics-urls": "http://0.0.0.0:2381"}}},
+            {},
+            {2381},
+        ),
+        (
+            "controlplane",
+            {
+                "etcd": {
+                    "extraArgs": {"listen-metrics-urls": "http://127.0.0.1:2381,http://[::]:2382"}
+                }
+            },
+            {},
+            {2382},
+        ),
+        (
+            "controlplane",
+            {"etcd": {"extraArgs": {"listen-metrics-urls": "http://localhost:2381"}}},
+            {},
+            set(),
+        ),
+        # controller-manager and scheduler bound off loopback (control_plane_static_pod.go)
+        (
+            "controlplane",
+            {
+                "controllerManager": {"extraArgs": {"bind-address": "0.0.0.0"}},
+                "scheduler": {"extraArgs": {"bind-address": "0.0.0.0"}},
+            },
+            {},
+            {10257, 10259},
+        ),
+        (
+            "controlplane",
+            {"scheduler": {"extraArgs": {"bind-address": "0.0.0.0", "secure-port": "11259"}}},
+            {},
+            {11259},
+        ),
+        ("controlplane", {"scheduler": {"extraArgs": {"bind-address": "127.0.0.1"}}}, {}, set()),
+        # a worker has no control-plane components, whatever its config says
+        (
+            "worker",
+            {"etcd": {"extraArgs": {"listen-metrics-urls": "http://0.0.0.0:2381"}}},
+            {},
+            set(),
+        ),
+        # kubelet's read-only port (kubelet_spec.go merges extraConfig; a flag wins)
+        ("worker", {}, {"kubelet": {"extraConfig": {"readOnlyPort": 10255}}}, {10255}),
+        (
+            "worker",
+            {},
+            {
+                "kubelet": {
+                    "extraArgs": {"read-only-port": "10266"},
+                    "extraConfig": {"readOnlyPort": 10255},
+                }
+            },
+            {10266},
+        ),
+        ("worker", {}, {"kubelet": {"extraConfig": {"readOnlyPort": 0}}}, set()),
+    ],
+)
+def test_metrics_ports_from_extra_args_are_expected(
+    role: str, cluster: dict[str, Any], machine: dict[str, Any], added: set[int]
+) -> None:
+    base = CONTROL_PLANE if role == "controlplane" else WORKER
+    assert default_expected_ports(role, _main(cluster, machine)) == base | {10256} | added
+
+
 def test_expected_ports_ignore_documents_other_than_v1alpha1() -> None:
     config = models.MachineConfig(
         raw=b"",

@@ -31,6 +31,8 @@ __all__ = [
 # listeners answer on them with an SSH banner and an HTTP reply.
 SSH_PORT = 22
 EXTRA_PORT = 8080
+HOST_BESIDE_CNI_PORT = 4245  # fault host-listener-beside-cni: a host process's TCP port
+STRAY_WIREGUARD_PORT = 47305  # fault stray-wireguard-socket: a port no link is bound to
 
 
 @dataclass(frozen=True)
@@ -503,6 +505,31 @@ PROFILES: tuple[FaultProfile, ...] = (
         changes=(Seam.LISTENERS,),
         # a TFTP server on every address: Talos runs none
         listeners=(AddedListener(69, "in.tftpd", "0.0.0.0", udp=True),),
+    ),
+    FaultProfile(
+        Fault.STRAY_WIREGUARD_SOCKET,
+        "every node has a kernel UDP socket on 0.0.0.0:47305, shaped like a WireGuard "
+        "device's (no process, a random high port), that no link in LinkStatuses owns",
+        changes=(Seam.LISTENERS,),
+        # a WireGuard device Talos does not know (made outside its controllers): the kernel
+        # socket looks like SideroLink's, but no LinkStatus of kind wireguard has its port
+        listeners=(AddedListener(STRAY_WIREGUARD_PORT, "", "0.0.0.0", udp=True),),
+    ),
+    FaultProfile(
+        Fault.HOST_LISTENER_BESIDE_CNI,
+        "every node runs a cilium-agent binary on the host (a child of PID 1, under no pod's "
+        "shim) listening on TCP 4245, next to the CNI pod's 4240 and 4244",
+        changes=(Seam.PROCESSES, Seam.LISTENERS),
+        # named like the CNI's agent: only its parent chain says it is not a pod's
+        host_processes=(
+            HostProcess(
+                "/usr/local/bin/cilium-agent",
+                "/usr/local/bin/cilium-agent",
+                ("--hubble-listen-address=:4245",),
+                threads=12,
+            ),
+        ),
+        listeners=(AddedListener(HOST_BESIDE_CNI_PORT, "cilium-agent", "::"),),
     ),
     FaultProfile(
         Fault.NETSTAT_GHOST,

@@ -84,6 +84,8 @@ class Fault(StrEnum):
     NO_REBOOT_ACCEPTS_REBOOT_FIELDS = "no-reboot-accepts-reboot-fields"
     HIDDEN_LISTENER = "hidden-listener"
     UDP_LISTENER = "udp-listener"
+    STRAY_WIREGUARD_SOCKET = "stray-wireguard-socket"
+    HOST_LISTENER_BESIDE_CNI = "host-listener-beside-cni"
     NETSTAT_GHOST = "netstat-ghost"
     HEALTH_FLAP_RUNNING = "health-flap-running"
     EMPTY_LOGS = "empty-logs"

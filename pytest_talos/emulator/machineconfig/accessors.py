@@ -194,3 +194,14 @@ def proxy_disabled(data: bytes) -> bool:
     """``cluster.proxy.disabled: true`` (v1alpha1_clusterconfig.go Proxy: kube-proxy runs
     unless disabled)."""
     return _dig(main_document(data), "cluster", "proxy", "disabled") is True
+
+
+def component_extra_args(data: bytes, section: str) -> dict[str, str]:
+    """``cluster.<section>.extraArgs`` (``etcd``, ``controllerManager``, ``scheduler``)."""
+    return string_map(_dig(main_document(data), "cluster", section, "extraArgs"))
+
+
+def kubelet_extra_config(data: bytes) -> dict[str, Any]:
+    """``machine.kubelet.extraConfig`` (merged into KubeletConfiguration by kubelet_spec.go)."""
+    found = _dig(main_document(data), "machine", "kubelet", "extraConfig")
+    return dict(found) if isinstance(found, Mapping) else {}

@@ -136,9 +136,10 @@ class MachineInfoMixin:
         netns = request.netns
         records: list[m.ConnectRecord] = []
         if request.filter in listening:  # the node has only listeners, no connections
-            pids = {}
-            for process in reversed(call.state.processes()):
-                pids[process.command] = process.pid  # the first process of each name wins
+            pids: dict[tuple[str, str], int] = {}
+            for process in reversed(call.state.processes()):  # the first of each name wins
+                pids[(process.pod, process.command)] = process.pid
+                pids[("*", process.command)] = process.pid
             records = [
                 listen_record(
                     listener, call.state.identity.address, pids if request.feature.pid else None

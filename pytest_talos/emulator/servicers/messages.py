@@ -59,9 +59,11 @@ def at_max_depth(depth: int, root: str, path: str) -> bool:
 
 
 def listen_record(
-    listener: system.Listener, node_address: str, pids: dict[str, int] | None
+    listener: system.Listener, node_address: str, pids: dict[tuple[str, str], int] | None
 ) -> m.ConnectRecord:
-    """A listening socket as Netstat reports it."""
+    """A listening socket as Netstat reports it. ``pids`` maps (pod, command) and
+    ("*", command) to a PID: a listener of a pod is its process's there, else the first
+    process of that name; unknown names are PID 1's (INFERRED)."""
     local = node_address if listener.bind == "node" else listener.bind
     record = m.ConnectRecord(
         l4proto=listener.l4proto,
@@ -76,7 +78,7 @@ def listen_record(
         process=m.ConnectRecord.Process(),
     )
     if pids is not None and listener.process:
-        pid = pids.get(listener.process, 1)
+        pid = pids.get((listener.pod, listener.process)) or pids.get(("*", listener.process), 1)
         record.process.CopyFrom(m.ConnectRecord.Process(pid=pid, name=listener.process))
     return record
 
