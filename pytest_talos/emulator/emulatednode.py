@@ -13,6 +13,7 @@ from pytest_talos.emulator.calllog import CallLog
 from pytest_talos.emulator.clock import Clock
 from pytest_talos.emulator.faults import FaultSet, Quirk
 from pytest_talos.emulator.identity import NodeHooks, NodeIdentity
+from pytest_talos.emulator.latency import Latency
 from pytest_talos.emulator.listeners import ExtraListeners
 from pytest_talos.emulator.server import NodeServer
 from pytest_talos.emulator.servicers import ClientConfiguration
@@ -35,6 +36,7 @@ class NodeCluster(Protocol):
     talos_version: str
     ca: pki.CertificateAuthority
     call_log_store: CallLog
+    latency: Latency
 
     @property
     def emulated_nodes(self) -> list[EmulatedNode]: ...
@@ -175,8 +177,9 @@ class EmulatedNode(NodeHooks):
             call_log=cluster.call_log_store,
             directory=cluster.resolve,
             forward_tls=forward_tls,
+            latency=cluster.latency,
         )
-        self.listeners = ExtraListeners(ident.address, self.state.listeners())
+        self.listeners = ExtraListeners(ident.address, self.state.listeners(), cluster.latency)
         if ident.controlplane:
             self.kube = cluster.kube_server(self)
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from pytest_talos.emulator.errors import ListenerError
+from pytest_talos.emulator.latency import Latency
 from pytest_talos.emulator.sockets import EXTRA_PORT, SSH_PORT, Listener
 
 __all__ = ["ExtraListeners", "ListenerError"]
@@ -40,8 +41,11 @@ ConnectionHandler = Callable[
 class ExtraListeners:
     """Accept-and-close TCP listeners of one node."""
 
-    def __init__(self, address: str, listeners: Iterable[Listener]) -> None:
+    def __init__(
+        self, address: str, listeners: Iterable[Listener], latency: Latency | None = None
+    ) -> None:
         self.address = address
+        self._latency = latency or Latency()
         self.ports = sorted(
             {
                 item.port
@@ -56,7 +60,7 @@ class ExtraListeners:
             greeting = _GREETINGS.get(port, b"")
             try:
                 server = await asyncio.start_server(
-                    _closer(greeting), self.address, port, reuse_address=True
+                    _closer(greeting, self._latency), self.address, port, reuse_address=True
                 )
             except OSError as exc:
                 await self.stop()
@@ -76,10 +80,11 @@ class ExtraListeners:
                 await asyncio.wait_for(server.wait_closed(), 2.0)
 
 
-def _closer(greeting: bytes) -> ConnectionHandler:
+def _closer(greeting: bytes, latency: Latency) -> ConnectionHandler:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(Exception):
             if greeting:
+                await latency.hop()  # the banner reaches the caller one round trip later
                 writer.write(greeting)
                 await writer.drain()
             writer.close()

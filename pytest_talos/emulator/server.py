@@ -46,6 +46,7 @@ from pytest_talos.emulator.calllog import CallLog, CallRecord
 from pytest_talos.emulator.dispatch import LocalDispatcher, MethodTable
 from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.grpcerrors import as_grpc_error
+from pytest_talos.emulator.latency import Latency
 from pytest_talos.emulator.routing import FORWARD_TIMEOUT, Directory, Router
 from pytest_talos.emulator.servicers import MUTATING_METHODS, NodeContext
 from pytest_talos.emulator.servicers.cluster import ClusterServicer
@@ -94,14 +95,18 @@ class NodeServer:
         forward_tls: ssl.SSLContext | None = None,
         port: int = APID_PORT,
         forward_timeout: float = FORWARD_TIMEOUT,
+        latency: Latency | None = None,
     ) -> None:
         self.context = context
+        self.latency = latency or Latency()
         self.address = address
         self.port = port
         self._tls = tls
         self._call_log = call_log
         self._server: CheckedServer | None = None
-        self._peers = PeerBook(lax_eku=lambda: context.state.quirk(Quirk.APID_SKIPS_EKU_RULE))
+        self._peers = PeerBook(
+            lax_eku=lambda: context.state.quirk(Quirk.APID_SKIPS_EKU_RULE), latency=self.latency
+        )
         self._table = method_table()
         self._local = LocalDispatcher(context, self._table)
         self._router = Router(
@@ -185,6 +190,7 @@ class NodeServer:
         md = _metadata(stream)
         identity = self._identify(stream, md)
         request = await stream.recv_message()
+        await self.latency.hop()  # this hop's round trip (the caller's, or the forwarder's)
         targets = self._router.targets(path, md, identity)
         self._record(path, identity, request, md)
         if targets is None:

@@ -126,6 +126,7 @@ class TalosSession:
             faults=self.settings.faults.value,
             variants=self.settings.variants.value,
             time_scale=self.settings.time_scale.value,
+            latency=self.settings.latency.value,
         )
         try:
             self.emulator = emulator.__enter__()
@@ -308,6 +309,9 @@ def _settings_text(settings: TalosSettings) -> str:
             parts.append(
                 shown("time scale", settings.time_scale, f"{settings.time_scale.value:g}x")
             )
+        if settings.latency.given:
+            rtt = f"{settings.latency.value * 1000:g}ms"
+            parts.append(shown("latency", settings.latency, rtt))
     else:
         parts = [
             shown(
