@@ -12,12 +12,14 @@ the node's current config bytes unchanged under the config guard."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
 
 from conformance._support import probes
 from conformance._support.context import ReaderAccess
+from conformance._support.early import Expired
 from conformance._support.fanout import FanOut
 from conformance._support.fixtures import nodes_checked_by
 from conformance.cluster.discovery import discovery_enabled
@@ -110,11 +112,9 @@ def talos_ca_signer(
 
 
 @pytest.fixture(scope="module")
-def expired_credentials(talos_cluster: TalosCluster) -> tuple[bytes, bytes, str] | str:
-    try:
-        return probes.expired_credentials(talos_cluster.controlplane().client)
-    except TalosError as exc:
-        return f"no expired certificate: GenerateClientConfiguration failed ({exc})"
+def expired_credentials(talos_expired_credentials: Future[Expired]) -> Expired:
+    """Minted and waited out in the background since the run's first check (early.py)."""
+    return talos_expired_credentials.result()
 
 
 @pytest.fixture(scope="module")
