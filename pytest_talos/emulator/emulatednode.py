@@ -11,6 +11,7 @@ from typing import Protocol, TypeVar
 from pytest_talos.emulator import kubeapi, pki
 from pytest_talos.emulator.calllog import CallLog
 from pytest_talos.emulator.clock import Clock
+from pytest_talos.emulator.clusterpki import serial_of
 from pytest_talos.emulator.faults import FaultSet, Quirk
 from pytest_talos.emulator.identity import NodeHooks, NodeIdentity
 from pytest_talos.emulator.latency import Latency
@@ -162,7 +163,7 @@ class EmulatedNode(NodeHooks):
                 Quirk.APID_SKIPS_CLIENT_CERT_VERIFY, ident.hostname
             ),
         )
-        forward_tls = None
+        forward_tls, forward_serial = None, ""
         if ident.controlplane:  # secrets/api.go: control-plane apid gets an os:impersonator cert
             impersonator = pki.issue_client_cert(cluster.ca, roles=["os:impersonator"])
             forward_tls = client_tls_context(
@@ -170,6 +171,7 @@ class EmulatedNode(NodeHooks):
                 cert_pem=impersonator.cert_pem,
                 key_pem=impersonator.key_pem,
             )
+            forward_serial = serial_of(impersonator)
         self.server = NodeServer(
             self,
             address=ident.address,
@@ -178,10 +180,20 @@ class EmulatedNode(NodeHooks):
             directory=cluster.resolve,
             forward_tls=forward_tls,
             latency=cluster.latency,
+            forward_serial=forward_serial,
+            targets=self._apid_of,
         )
         self.listeners = ExtraListeners(ident.address, self.state.listeners(), cluster.latency)
         if ident.controlplane:
             self.kube = cluster.kube_server(self)
+
+    def _apid_of(self, address: str, port: int) -> NodeServer | None:
+        """The apid of the emulated node at ``address:port``, for in-process forwarding."""
+        for node in self.cluster.emulated_nodes:
+            server = node.server
+            if node.address == address and server is not None and server.port == port:
+                return server
+        return None
 
     async def start_serving(self) -> None:
         async with self._serving_lock:  # a quick reboot must not overlap its own shutdown

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from grpclib.const import Handler
@@ -46,6 +46,7 @@ from pytest_talos.emulator.calllog import CallLog, CallRecord
 from pytest_talos.emulator.dispatch import LocalDispatcher, MethodTable
 from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.grpcerrors import as_grpc_error
+from pytest_talos.emulator.inprocess import TargetLookup, relay_until
 from pytest_talos.emulator.latency import Latency
 from pytest_talos.emulator.routing import FORWARD_TIMEOUT, Directory, Router
 from pytest_talos.emulator.servicers import MUTATING_METHODS, NodeContext
@@ -96,6 +97,8 @@ class NodeServer:
         port: int = APID_PORT,
         forward_timeout: float = FORWARD_TIMEOUT,
         latency: Latency | None = None,
+        forward_serial: str = "",
+        targets: TargetLookup | None = None,
     ) -> None:
         self.context = context
         self.latency = latency or Latency()
@@ -104,6 +107,7 @@ class NodeServer:
         self._tls = tls
         self._call_log = call_log
         self._server: CheckedServer | None = None
+        self._down = asyncio.Event()  # set when the listener stops: in-process calls end
         self._peers = PeerBook(
             lax_eku=lambda: context.state.quirk(Quirk.APID_SKIPS_EKU_RULE), latency=self.latency
         )
@@ -117,6 +121,9 @@ class NodeServer:
             directory=directory,
             forward_tls=forward_tls,
             forward_timeout=forward_timeout,
+            forward_serial=forward_serial,
+            targets=targets,
+            latency=self.latency,
         )
 
     @property
@@ -147,6 +154,7 @@ class NodeServer:
         apply_tls_faults(self._tls, state.quirk, state.active_config)
         server = CheckedServer(self._peers, mapping)
         await server.start(self.address, self.port, ssl=self._tls, reuse_address=True)
+        self._down = asyncio.Event()
         self._server = server
 
     async def stop(self) -> None:
@@ -154,6 +162,7 @@ class NodeServer:
         server, self._server = self._server, None
         if server is None:
             return
+        self._down.set()  # in-process forwarded calls break as their connections would
         server.close()
         self._peers.clear()
         self._router.close()
@@ -181,6 +190,10 @@ class NodeServer:
         identity = self._peers.peers.get(stream.peer.addr())
         if identity is None:  # not filed (cannot happen with our protocol): read it now
             identity = certificate_identity(stream.peer.cert())
+        return self._with_forwarded_roles(identity, md)
+
+    @staticmethod
+    def _with_forwarded_roles(identity: Identity, md: Mapping[str, list[str]]) -> Identity:
         if IMPERSONATOR in identity.roles and md.get("talos-role"):
             # pkg/grpc/middleware/authz/injector.go: roles re-sent by a forwarding control plane.
             return Identity(frozenset(md["talos-role"]), identity.serial, "proxyfrom" in md)
@@ -204,6 +217,38 @@ class NodeServer:
                 await stream.send_message(reply)
             return
         await self._router.one_to_many(path, names, request, identity, md, stream)
+
+    async def serve_forwarded(
+        self,
+        path: str,
+        request: Any,
+        forwarder_serial: str,
+        pairs: Sequence[tuple[str, str]],
+        timeout: float | None,
+    ) -> AsyncIterator[Any]:
+        """A call another node's apid forwards, handed over in process (:mod:`.inprocess`):
+        served as :meth:`_serve` serves it from the forwarder's impersonator connection."""
+        if self._server is None:
+            raise ConnectionRefusedError("the target's apid does not serve")
+        down = self._down
+        md: dict[str, list[str]] = {}
+        for key, value in pairs:  # as grpclib delivers them: keys in lower case
+            md.setdefault(key.lower(), []).append(value)
+        peer = Identity(frozenset({IMPERSONATOR}), forwarder_serial, False)
+        identity = self._with_forwarded_roles(peer, md)
+        await asyncio.wait_for(self.latency.hop(), timeout)  # the endpoint -> node hop
+        if down.is_set():
+            raise ConnectionResetError("the target's apid went down")
+        self._record(path, identity, request, md)
+        try:
+            async for reply in relay_until(
+                self._local.serve(path, request, identity.roles, md), down, timeout
+            ):
+                yield reply
+        except (asyncio.CancelledError, ConnectionResetError, TimeoutError):
+            raise  # the client gave up; the target went down; the deadline passed
+        except Exception as exc:  # what the target's entry() turns into its status
+            raise as_grpc_error(exc) from None
 
     def _record(
         self, path: str, identity: Identity, request: Any, md: Mapping[str, list[str]]
