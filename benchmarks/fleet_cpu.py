@@ -76,13 +76,17 @@ def _start_emulator(
         str(workers),
         "--time-scale",
         f"{time_scale:g}",
-        "--latency",
-        latency,
+        *(["--latency", latency] if latency not in ("0", "0ms") else []),
         "--talosconfig",
         str(talosconfig),
     ]
-    child = subprocess.Popen(
-        argv, env=_environment(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    child = subprocess.Popen(  # cwd: -m would import from the current directory first
+        argv,
+        cwd=scratch,
+        env=_environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     assert child.stdout is not None
     deadline = time.monotonic() + START_TIMEOUT
