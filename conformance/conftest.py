@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-pytest_plugins = ("pytest_talos.plugin.conformance", "conformance._support.fixtures")
+pytest_plugins = (
+    "pytest_talos.plugin.conformance",
+    "conformance._support.fixtures",
+    "conformance._support.early",
+)
 
 
 def pytest_talos_conformance_root() -> Path:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
@@ -327,26 +328,59 @@ class KubernetesAccess:
     ``api_client`` is a ``kubernetes.client.ApiClient``; :attr:`core_v1` a ``CoreV1Api``.
     Supports kubeconfigs with inline certificate data or a bearer token (what Talos hands
     out). Close it to release the in-memory credential files.
+
+    The kubernetes client (its ``CoreV1Api`` alone loads some 250 model modules and pydantic,
+    about 0.6 s of CPU) is imported on first use of :attr:`api_client` or :attr:`core_v1`, on
+    whichever thread uses it first: a Ready watch started in the background pays it there,
+    not the check that created the access.
     """
 
     def __init__(self, kubeconfig: bytes, *, request_timeout: float = 10.0) -> None:
-        from kubernetes import client as kube  # imported late: kubernetes is slow to import
-
         self.request_timeout = request_timeout
         self._fds: list[int] = []
+        self._lock = threading.Lock()
+        self._clients: tuple[Any, Any] | None = None
         settings = _kube_settings(kubeconfig)
-        configuration = kube.Configuration()
-        configuration.host = settings["server"]
+        self.host: str = settings["server"]
+        self._files = {
+            name: self._memory_file(f"kube-{name}", settings[name])
+            for name in ("ca", "crt", "key")
+            if name in settings
+        }
+        self._token: bytes | None = settings.get("token")
+
+    def _build(self) -> tuple[Any, Any]:
+        # imported late, and only the parts used: kubernetes is slow to import
+        from kubernetes.client.api.core_v1_api import CoreV1Api
+        from kubernetes.client.api_client import ApiClient
+        from kubernetes.client.configuration import Configuration
+
+        configuration = Configuration()
+        configuration.host = self.host
         configuration.verify_ssl = True
-        if "ca" in settings:
-            configuration.ssl_ca_cert = self._memory_file("kube-ca", settings["ca"])
-        if "crt" in settings:
-            configuration.cert_file = self._memory_file("kube-crt", settings["crt"])
-            configuration.key_file = self._memory_file("kube-key", settings["key"])
-        if "token" in settings:
-            configuration.api_key = {"authorization": "Bearer " + settings["token"].decode()}
-        self.api_client: Any = kube.ApiClient(configuration)
-        self.core_v1: Any = kube.CoreV1Api(self.api_client)
+        if "ca" in self._files:
+            configuration.ssl_ca_cert = self._files["ca"]
+        if "crt" in self._files:
+            configuration.cert_file = self._files["crt"]
+            configuration.key_file = self._files["key"]
+        if self._token is not None:
+            configuration.api_key = {"authorization": "Bearer " + self._token.decode()}
+        api_client = ApiClient(configuration)
+        return api_client, CoreV1Api(api_client)
+
+    def _built(self) -> tuple[Any, Any]:
+        with self._lock:
+            if self._clients is None:
+                self._clients = self._build()
+            return self._clients
+
+    @property
+    def api_client(self) -> Any:
+        return self._built()[0]
+
+    @property
+    def core_v1(self) -> Any:
+        return self._built()[1]
 
     def _memory_file(self, name: str, data: bytes) -> str:
         memfd_create = getattr(os, "memfd_create", None)
@@ -365,13 +399,16 @@ class KubernetesAccess:
         return self.core_v1.read_node(name, _request_timeout=self.request_timeout)
 
     def close(self) -> None:
-        self.api_client.close()
+        with self._lock:
+            clients, self._clients = self._clients, None
+        if clients is not None:
+            clients[0].close()
         fds, self._fds = self._fds, []
         for fd in fds:
             os.close(fd)
 
     def __repr__(self) -> str:
-        return f"KubernetesAccess(host={self.api_client.configuration.host!r})"
+        return f"KubernetesAccess(host={self.host!r})"
 
 
 def _kube_settings(kubeconfig: bytes) -> dict[str, Any]:

@@ -12,12 +12,16 @@ the node's current config bytes unchanged under the config guard."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
 
 from conformance._support import probes
 from conformance._support.context import ReaderAccess
+from conformance._support.early import Expired
+from conformance._support.fanout import FanOut
+from conformance._support.fixtures import nodes_checked_by
 from conformance.cluster.discovery import discovery_enabled
 from pytest_talos import models
 from pytest_talos.cluster import TalosCluster
@@ -31,7 +35,7 @@ from pytest_talos.errors import (
 )
 from pytest_talos.guard import ConfigGuard
 from pytest_talos.node import TalosNode, node_release
-from pytest_talos.plugin.conformance import ADMIN
+from pytest_talos.plugin.conformance import ADMIN, is_worker
 from pytest_talos.reporting import natural_key
 from pytest_talos.talos_api import OPERATOR, READER
 
@@ -109,11 +113,9 @@ def talos_ca_signer(
 
 
 @pytest.fixture(scope="module")
-def expired_credentials(talos_cluster: TalosCluster) -> tuple[bytes, bytes, str] | str:
-    try:
-        return probes.expired_credentials(talos_cluster.controlplane().client)
-    except TalosError as exc:
-        return f"no expired certificate: GenerateClientConfiguration failed ({exc})"
+def expired_credentials(talos_expired_credentials: Future[Expired]) -> Expired:
+    """Minted and waited out in the background since the run's first check (early.py)."""
+    return talos_expired_credentials.result()
 
 
 @pytest.fixture(scope="module")
@@ -502,6 +504,71 @@ def test_reader_cannot_really_apply_configuration(
     )
 
 
+SensitiveRead = tuple[list[probes.Attempt], list[str]]  # attempts, known types not listed
+# A node's sensitive reads are used by its test within this many real seconds of the read.
+SENSITIVE_MAX_AGE = 60.0
+SENSITIVE_NODES = 8  # nodes probed at once (each probe keeps PROBE_STREAMS calls in flight)
+
+
+def _sensitive_roles(
+    role_credentials: dict[str, models.ClientConfiguration | str],
+) -> list[tuple[models.ClientConfiguration, tuple[probes.MethodCall, ...]]]:
+    """What each role may not read (machined.go rules): os:operator may take an etcd snapshot
+    and capture packets, so it is asked only for the admin-only reads. Empty without an
+    os:reader certificate (the check is then skipped)."""
+    reader, operator = role_credentials[READER], role_credentials[OPERATOR]
+    if isinstance(reader, str):
+        return []
+    per_role = [(reader, probes.PRIVILEGED_READS)]
+    if not isinstance(operator, str):
+        per_role.append((operator, probes.ADMIN_ONLY_READS))
+    return per_role
+
+
+def _sensitive_read(
+    node: TalosNode,
+    cluster: TalosCluster,
+    per_role: list[tuple[models.ClientConfiguration, tuple[probes.MethodCall, ...]]],
+) -> SensitiveRead:
+    client = cluster.client
+    attempts: list[probes.Attempt] = []
+    not_served: list[str] = []
+    for credentials, reads in per_role:
+        found, not_served = probes.sensitive_read_attempts(
+            node.client,
+            client.endpoint,
+            credentials,
+            node.address,
+            client.timeout,
+            node_release(node),  # the sensitive types differ by release
+        )
+        attempts += found + _role_attempts(cluster, node, credentials, reads)
+    return attempts, not_served
+
+
+@pytest.fixture(scope="module")
+def sensitive_reads(
+    request: pytest.FixtureRequest,
+    talos_cluster: TalosCluster,
+    role_credentials: dict[str, models.ClientConfiguration | str],
+) -> FanOut[SensitiveRead]:
+    """Every checked node's sensitive reads probed at once by the first node's test (the
+    same calls, one node's result per test); not under pytest-xdist, whose workers already
+    check nodes side by side."""
+    per_role = _sensitive_roles(role_credentials)
+    nodes = (
+        []
+        if not per_role or is_worker(request.config)
+        else nodes_checked_by(request, test_reader_cannot_read_sensitive_resources, talos_cluster)
+    )
+    return FanOut(
+        nodes,
+        lambda node: _sensitive_read(node, talos_cluster, per_role),
+        max_age=SENSITIVE_MAX_AGE,
+        readers=SENSITIVE_NODES,
+    )
+
+
 @pytest.mark.talos_check(
     "api.reader-cannot-read-secrets",
     severity="high",
@@ -512,36 +579,17 @@ def test_reader_cannot_really_apply_configuration(
 )
 def test_reader_cannot_read_sensitive_resources(
     talos_node: TalosNode,
-    talos_cluster: TalosCluster,
     role_credentials: dict[str, models.ClientConfiguration | str],
+    sensitive_reads: FanOut[SensitiveRead],
     talos_evidence: dict[str, Any],
 ) -> None:
-    reader = _credentials(role_credentials, READER)
-    client = talos_cluster.client
-    # What each role may not read (machined.go rules): os:operator may take an etcd snapshot
-    # and capture packets, so it is asked only for the admin-only reads.
-    per_role: list[tuple[str, models.ClientConfiguration, tuple[probes.MethodCall, ...]]] = [
-        (READER, reader, probes.PRIVILEGED_READS)
-    ]
+    _credentials(role_credentials, READER)  # skipped without an os:reader certificate
     operator = role_credentials[OPERATOR]
     if isinstance(operator, str):
         talos_evidence[OPERATOR] = f"not tried: {operator}"
-    else:
-        per_role.append((OPERATOR, operator, probes.ADMIN_ONLY_READS))
-    attempts: list[probes.Attempt] = []
-    not_served: list[str] = []
     release = node_release(talos_node)  # the sensitive types differ by release
     talos_evidence["sensitive types of"] = f"{release.line} ({len(release.sensitive_types)})"
-    for _role, credentials, reads in per_role:
-        found, not_served = probes.sensitive_read_attempts(
-            talos_node.client,
-            client.endpoint,
-            credentials,
-            talos_node.address,
-            client.timeout,
-            release,
-        )
-        attempts += found + _role_attempts(talos_cluster, talos_node, credentials, reads)
+    attempts, not_served = sensitive_reads.get(talos_node)
     talos_evidence["probed"] = len(attempts)
     if not_served:
         talos_evidence["known sensitive types the node does not list (probed all the same)"] = (

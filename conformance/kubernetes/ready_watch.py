@@ -16,9 +16,17 @@ from typing import Any
 from conformance._support.context import Timing
 from pytest_talos.cluster import KubernetesAccess
 
-__all__ = ["READY_POLL", "ReadyWatches", "ready_changes", "ready_of", "watch_ready"]
+__all__ = [
+    "READY_POLL",
+    "READY_SETTLE",
+    "ReadyWatches",
+    "ready_changes",
+    "ready_of",
+    "watch_ready",
+]
 
 READY_POLL = 0.5  # node seconds between two reads of the Node while Ready is watched
+READY_SETTLE = 10.0  # node seconds a node may take to report Ready
 
 
 def ready_of(kube_node: Any) -> tuple[str, str, str]:
@@ -33,11 +41,28 @@ def ready_of(kube_node: Any) -> tuple[str, str, str]:
     return "missing", "", ""
 
 
+def _until_ready(kube: KubernetesAccess, name: str, timing: Timing, settle: float) -> None:
+    """Wait up to ``settle`` node seconds for Ready=True (a watch started before the check
+    waited for its node to be Ready watches from then on); errors are left to the watch."""
+    deadline = time.monotonic() + timing.real(settle)
+    while time.monotonic() < deadline:
+        try:
+            if ready_of(kube.node(name))[0] == "True":
+                return
+        except Exception:  # the watch's own first read reports what is wrong
+            return
+        time.sleep(timing.real(READY_POLL))
+
+
 def watch_ready(
-    kube: KubernetesAccess, name: str, timing: Timing, window: float
+    kube: KubernetesAccess, name: str, timing: Timing, window: float, settle: float = 0.0
 ) -> list[tuple[float, tuple[str, str, str]]]:
     """The Node's Ready condition read every READY_POLL node seconds for ``window`` node
-    seconds: ``[(node seconds since the start, (status, lastTransitionTime, reason))]``."""
+    seconds: ``[(node seconds since the start, (status, lastTransitionTime, reason))]``.
+    With ``settle``, the window starts once the Node is Ready (or ``settle`` node seconds
+    have passed)."""
+    if settle > 0:
+        _until_ready(kube, name, timing, settle)
     start = time.monotonic()
     deadline = start + timing.real(window)
     seen = []
@@ -56,8 +81,11 @@ class ReadyWatches:
     """One Ready watch per node, all started together the first time any node's is asked
     for: the window is spent once for the whole cluster, not once per node in turn."""
 
-    def __init__(self, kube: KubernetesAccess, timing: Timing, window: float) -> None:
+    def __init__(
+        self, kube: KubernetesAccess, timing: Timing, window: float, settle: float = 0.0
+    ) -> None:
         self._kube, self._timing, self.window = kube, timing, window
+        self.settle = settle  # node seconds a watch first waits for Ready (watch_ready)
         self._lock = threading.Lock()
         self._watches: dict[str, Future[Seen]] = {}
         self._pool: ThreadPoolExecutor | None = None
@@ -73,7 +101,7 @@ class ReadyWatches:
             )
             for name in todo:
                 self._watches[name] = self._pool.submit(
-                    watch_ready, self._kube, name, self._timing, self.window
+                    watch_ready, self._kube, name, self._timing, self.window, self.settle
                 )
 
     def result(self, name: str) -> Seen:

@@ -5,20 +5,18 @@ e.g. 10.244.0.0/16 on a 10.244.x LAN, breaks routing)."""
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
 
 from conformance._support.context import Timing
-from conformance._support.settings import SuiteSettings
+from conformance._support.early import ready_targets
 from conformance.kubernetes.kubeconfig_rules import kubeconfig_tls_problems
 from conformance.kubernetes.node_addresses import AddressBook
 from conformance.kubernetes.node_lookup import registered_node
-from conformance.kubernetes.ready_watch import ReadyWatches, ready_changes
+from conformance.kubernetes.ready_watch import READY_SETTLE, ReadyWatches, ready_changes
 from conformance.kubernetes.taints import (
     LIFECYCLE_TAINTS,
     TAINT_GRACE,
@@ -40,7 +38,6 @@ from pytest_talos.wait import wait_until
 # DefaultIPv4PodNet, DefaultIPv4ServiceNet).
 DEFAULT_POD_SUBNETS = ("10.244.0.0/16",)
 DEFAULT_SERVICE_SUBNETS = ("10.96.0.0/12",)
-READY_SETTLE = 10.0  # node seconds a node may take to report Ready
 # Conditions that must not be True: kubelet posts the pressure ones
 # (kubernetes pkg/kubelet/nodestatus/setters.go), the CNI or cloud route controller
 # NetworkUnavailable (flannel sets it False once it runs; a node without it is fine).
@@ -95,29 +92,10 @@ def test_kubeconfig_is_obtainable_from_control_plane(
 
 
 @pytest.fixture(scope="module")
-def ready_watches(
-    request: pytest.FixtureRequest,
-    talos_kubernetes: KubernetesAccess,
-    talos_timing: Timing,
-    talos_suite: SuiteSettings,
-) -> Iterator[ReadyWatches]:
-    watches = ReadyWatches(talos_kubernetes, talos_timing, talos_suite.observe)
-    yield watches
-    watches.close()
-
-
-def _ready_targets(request: pytest.FixtureRequest, cluster: TalosCluster) -> list[str]:
-    """The Kubernetes names of every node the Ready check runs on in this session (the
-    nodenames; nodes that register no Node are left out)."""
-    names = []
-    for item in request.session.items:
-        callspec = getattr(item, "callspec", None)
-        if getattr(item, "originalname", "") == "test_node_is_ready_in_kubernetes" and callspec:
-            with contextlib.suppress(KeyError, TalosError):
-                found = cluster.node(str(callspec.params["talos_node"])).kubernetes_registration
-                if found.registered:
-                    names.append(found.name)
-    return names
+def ready_watches(talos_ready_watches: ReadyWatches) -> ReadyWatches:
+    """The run's Ready watches (conformance/_support/early.py: started with the run's first
+    check when no selected check changes nodes, else by this module's first Ready check)."""
+    return talos_ready_watches
 
 
 @pytest.mark.talos_check(
@@ -138,7 +116,9 @@ def test_node_is_ready_in_kubernetes(
     result = assert_node_ready(talos_cluster, talos_node, timeout=talos_timing.real(READY_SETTLE))
     talos_evidence.update(result.evidence)
     window = ready_watches.window
-    ready_watches.start(_ready_targets(request, talos_cluster))  # every node's window at once
+    ready_watches.start(
+        ready_targets(request.session, talos_cluster)
+    )  # every node's window at once
     seen = ready_watches.result(registration.name)
     talos_evidence["ready watched"] = f"{window:g}s (node time), {len(seen)} reads"
     changes = ready_changes(seen)

@@ -12,7 +12,8 @@ import posixpath
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 from pytest_talos import models, ports
 from pytest_talos.checks.listeners import exposed, listener_text
@@ -243,9 +244,9 @@ def find_programs(
     found: dict[str, None] = {}
     searched: list[str] = []
     absent: list[str] = []
-    for directory in _expand_directories(node, directories):
+    expanded = _expand_directories(node, directories)
+    for directory, entries in zip(expanded, _listings(node, expanded), strict=True):
         searched.append(directory)
-        entries = node.files.entries(directory)
         if entries is None:
             absent.append(directory)
             continue
@@ -261,6 +262,19 @@ def find_programs(
             elif entry.link and is_program_named(entry.link, wanted):
                 found[f"{entry.name} -> {entry.link}"] = None
     return list(found), searched, absent
+
+
+LISTERS = 8  # directory listings in flight at once (each one round trip to the node)
+
+
+def _listings(node: TalosNode, directories: list[str]) -> Iterator[list[models.FileInfo] | None]:
+    """Each directory's entries, in order, listed up to LISTERS at a time: the round trips
+    overlap instead of adding up. An error is raised where the directory's turn comes."""
+    if len(directories) < 2:
+        yield from (node.files.entries(d) for d in directories)
+        return
+    with ThreadPoolExecutor(min(LISTERS, len(directories)), "talos-list") as pool:
+        yield from pool.map(node.files.entries, directories)
 
 
 def _expand_directories(node: TalosNode, directories: Iterable[str]) -> list[str]:

@@ -40,8 +40,8 @@ from pytest_talos.transport import (
     DEFAULT_STREAM_TIMEOUT,
     DEFAULT_TIMEOUT,
     Transport,
-    build_ssl_context,
     certificate_roles,
+    shared_ssl_context,
 )
 
 __all__ = [
@@ -88,7 +88,7 @@ class AsyncTalosClient:
     ) -> None:
         transport = Transport(
             endpoint,
-            build_ssl_context(ca_pem, crt_pem, key_pem),
+            shared_ssl_context(ca_pem, crt_pem, key_pem),
             server_hostname=server_hostname,
             cluster=cluster,
             client_roles=tuple(roles) if roles is not None else certificate_roles(crt_pem),

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from pytest_talos.emulator.errors import EmulatorError
 from pytest_talos.emulator.faults import describe_faults, fault_names
+from pytest_talos.emulator.latency import parse_latency
 from pytest_talos.emulator.variants import describe_variants, variant_names
 from pytest_talos.errors import TalosError
 
@@ -28,6 +29,13 @@ def _prog() -> str:
     return (
         "talos-emulator" if name.startswith("talos-emulator") else "python -m pytest_talos.emulator"
     )
+
+
+def _latency(text: str) -> float:
+    try:
+        return parse_latency(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -65,6 +73,14 @@ def _parser() -> argparse.ArgumentParser:
         default=1.0,
         metavar="X",
         help="run timers (try window, crash loop) X times faster",
+    )
+    parser.add_argument(
+        "--latency",
+        type=_latency,
+        default=0.0,
+        metavar="RTT",
+        help="add this round-trip time per network hop, as to a remote site (e.g. 20ms; "
+        "default 0): each call to a node, each forwarded call, each new apid connection",
     )
     parser.add_argument(
         "--variant",
@@ -107,6 +123,7 @@ async def _serve(args: argparse.Namespace) -> None:
         variants=args.variant,
         domain=args.domain,
         time_scale=args.time_scale,
+        latency=args.latency,
         platform=args.platform,
         subnet=args.subnet,
         talosconfig_path=args.talosconfig,
@@ -125,6 +142,8 @@ async def _serve(args: argparse.Namespace) -> None:
         await stop.wait()
     finally:
         await cluster.stop()
+    # benchmarks/fleet_cpu.py divides the emulator's CPU by this
+    print(f"served {cluster.call_log_store.total} calls", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

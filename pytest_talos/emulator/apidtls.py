@@ -23,6 +23,7 @@ from grpclib.protocol import H2Protocol
 from grpclib.server import Server
 
 from pytest_talos.emulator.faults import Quirk
+from pytest_talos.emulator.latency import Latency
 from pytest_talos.emulator.tls import (
     certificate_expired,
     ext_key_usage_acceptable,
@@ -53,6 +54,7 @@ class PeerBook:
     """The open connections of one apid and the identity each one's certificate gave."""
 
     lax_eku: Callable[[], bool]  # Quirk.APID_SKIPS_EKU_RULE
+    latency: Latency = field(default_factory=Latency)  # a new connection's set-up round trips
     transports: set[asyncio.Transport] = field(default_factory=set)
     peers: dict[Any, Identity] = field(default_factory=dict)
 
@@ -145,6 +147,7 @@ class _CheckedProtocol(H2Protocol):
         self.book.transports.add(transport)
         self.book.peers[self._peer] = certificate_identity(cert)
         super().connection_made(transport)
+        self.book.latency.hold(transport)
 
     def _acceptable(self, der: bytes | None, quirk: Callable[[Quirk], bool]) -> bool:
         """apid's ``verifyExtKeyUsage`` (or a fault's weaker rule), and for fault

@@ -44,6 +44,7 @@ from pytest_talos.emulator.errors import CannotListen
 from pytest_talos.emulator.faults import FaultProfile, FaultSet, Quirk, resolve_faults
 from pytest_talos.emulator.identity import NodeIdentity
 from pytest_talos.emulator.kubeobjects import ClusterKubeProvider
+from pytest_talos.emulator.latency import Latency
 from pytest_talos.emulator.listeners import ListenerError, check_served_ports
 from pytest_talos.emulator.nodeapply import ApplyRequest
 from pytest_talos.emulator.nodeconfigs import (
@@ -123,6 +124,7 @@ class EmulatedCluster:
         extension_services: Sequence[str] = (),
         variants: Iterable[str | Variant] = (),
         domain: str = "",
+        latency: float = 0.0,
     ) -> None:
         check_arguments(controlplanes, workers, time_scale, platform)
         self.variant_set = VariantSet.of(variants, domain)
@@ -148,6 +150,7 @@ class EmulatedCluster:
         self.kubernetes_version = kubernetes_version.removeprefix("v")
         self.faults = resolve_faults(faults)
         self.clock = Clock(time_scale)
+        self.latency = Latency(latency)  # seconds of round trip per hop (latency.py)
         self._subnet_arg = subnet
         self._talosconfig_arg = Path(talosconfig_path) if talosconfig_path else None
         self.call_log_store = CallLog()

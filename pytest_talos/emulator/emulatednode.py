@@ -11,8 +11,10 @@ from typing import Protocol, TypeVar
 from pytest_talos.emulator import kubeapi, pki
 from pytest_talos.emulator.calllog import CallLog
 from pytest_talos.emulator.clock import Clock
+from pytest_talos.emulator.clusterpki import serial_of
 from pytest_talos.emulator.faults import FaultSet, Quirk
 from pytest_talos.emulator.identity import NodeHooks, NodeIdentity
+from pytest_talos.emulator.latency import Latency
 from pytest_talos.emulator.listeners import ExtraListeners
 from pytest_talos.emulator.server import NodeServer
 from pytest_talos.emulator.servicers import ClientConfiguration
@@ -36,6 +38,7 @@ class NodeCluster(Protocol):
     talos_version: str
     ca: pki.CertificateAuthority
     call_log_store: CallLog
+    latency: Latency
 
     @property
     def emulated_nodes(self) -> list[EmulatedNode]: ...
@@ -165,7 +168,7 @@ class EmulatedNode(NodeHooks):
                 Quirk.APID_SKIPS_CLIENT_CERT_VERIFY, ident.hostname
             ),
         )
-        forward_tls = None
+        forward_tls, forward_serial = None, ""
         if ident.controlplane:  # secrets/api.go: control-plane apid gets an os:impersonator cert
             impersonator = pki.issue_client_cert(cluster.ca, roles=["os:impersonator"])
             forward_tls = client_tls_context(
@@ -173,6 +176,7 @@ class EmulatedNode(NodeHooks):
                 cert_pem=impersonator.cert_pem,
                 key_pem=impersonator.key_pem,
             )
+            forward_serial = serial_of(impersonator)
         # Variant endpoint-only: a worker listens on its private address only, so this
         # machine's direct connections to its own address are refused.
         bind = cluster.private_address(ident.address) or ident.address
@@ -185,10 +189,21 @@ class EmulatedNode(NodeHooks):
             forward_tls=forward_tls,
             bind_address=bind,
             route=cluster.route,
+            latency=cluster.latency,
+            forward_serial=forward_serial,
+            targets=self._apid_of,
         )
-        self.listeners = ExtraListeners(bind, self.state.listeners())
+        self.listeners = ExtraListeners(bind, self.state.listeners(), cluster.latency)
         if ident.controlplane:
             self.kube = cluster.kube_server(self)
+
+    def _apid_of(self, address: str, port: int) -> NodeServer | None:
+        """The apid of the emulated node at ``address:port``, for in-process forwarding."""
+        for node in self.cluster.emulated_nodes:
+            server = node.server
+            if node.address == address and server is not None and server.port == port:
+                return server
+        return None
 
     async def start_serving(self) -> None:
         async with self._serving_lock:  # a quick reboot must not overlap its own shutdown

@@ -27,6 +27,7 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from pytest_talos.emulator.errors import CannotListen, ListenerError
+from pytest_talos.emulator.latency import Latency
 from pytest_talos.emulator.sockets import EXTRA_PORT, SSH_PORT, Listener
 
 __all__ = [
@@ -66,8 +67,11 @@ ConnectionHandler = Callable[
 class ExtraListeners:
     """Accept-and-close TCP listeners of one node."""
 
-    def __init__(self, address: str, listeners: Iterable[Listener]) -> None:
+    def __init__(
+        self, address: str, listeners: Iterable[Listener], latency: Latency | None = None
+    ) -> None:
         self.address = address
+        self._latency = latency or Latency()
         self.ports = sorted(
             {
                 item.port
@@ -82,7 +86,7 @@ class ExtraListeners:
             greeting = _GREETINGS.get(port, b"")
             try:
                 server = await asyncio.start_server(
-                    _closer(greeting), self.address, port, reuse_address=True
+                    _closer(greeting, self._latency), self.address, port, reuse_address=True
                 )
             except OSError as exc:
                 await self.stop()
@@ -149,10 +153,11 @@ def check_served_ports(probe_address: str | None = None) -> None:
         raise CannotListen(f"cannot start the emulated cluster: {reason}")
 
 
-def _closer(greeting: bytes) -> ConnectionHandler:
+def _closer(greeting: bytes, latency: Latency) -> ConnectionHandler:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(Exception):
             if greeting:
+                await latency.hop()  # the banner reaches the caller one round trip later
                 writer.write(greeting)
                 await writer.drain()
             writer.close()

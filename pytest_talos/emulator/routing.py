@@ -36,6 +36,8 @@ from pytest_talos.emulator.grpcerrors import (
     failure_reason,
     is_deadline,
 )
+from pytest_talos.emulator.inprocess import ForwardTarget, TargetLookup
+from pytest_talos.emulator.latency import Latency
 from pytest_talos.talos_api import APID_PORT, split_host_port
 
 __all__ = ["DEADLINE_GRACE", "FORWARD_TIMEOUT", "Directory", "Router", "host_of", "port_of"]
@@ -63,8 +65,15 @@ class Router:
         forward_tls: ssl.SSLContext | None,
         forward_timeout: float,
         route: Route | None = None,
+        forward_serial: str = "",
+        targets: TargetLookup | None = None,
+        latency: Latency | None = None,
     ) -> None:
         self._local = local
+        self._forward_serial = forward_serial  # of this node's os:impersonator certificate
+        self._in_process = targets  # the emulated nodes' apid, served in process (inprocess.py)
+        self._latency = latency or Latency()
+        self._connected: set[tuple[str, int]] = set()  # in-process targets "connected" to
         self._table = table
         self.address = address
         self.port = port
@@ -82,9 +91,11 @@ class Router:
     def forget(self, address: str) -> None:
         """Drop the cached channels to ``address`` (that node went down)."""
         self._channels.forget(address)
+        self._connected = {key for key in self._connected if key[0] != address}
 
     def close(self) -> None:
         self._channels.close()
+        self._connected.clear()
 
     # ---- targets --------------------------------------------------------------------------
 
@@ -134,6 +145,19 @@ class Router:
         port = port_of(target)
         if address is None or not ipaddress.ip_address(address).is_loopback:
             raise GRPCError(Status.UNAVAILABLE, _dial_error(target, "no route to host"))
+        pairs = forward_metadata(md, proxyfrom=f"{self.address}:{self.port}", roles=identity.roles)
+        peer = self._in_process(address, port) if self._in_process is not None else None
+        if peer is not None and peer.serving:
+            replies = self._handed_over(peer, (address, port), path, request, pairs, timeout)
+            try:
+                async for reply in replies:
+                    yield reply
+            except (GRPCError, asyncio.CancelledError):
+                raise  # the target's own status (relayed), or the client gave up
+            except Exception as exc:
+                self._connected.discard((address, port))  # a broken connection is redialled
+                raise _forward_error(target, exc) from None
+            return
         spec, _ = self._table[path]
         channel = self._channels.get(address, port)
         try:
@@ -143,9 +167,7 @@ class Router:
                 spec.request_type,
                 spec.reply_type,
                 timeout=timeout,
-                metadata=forward_metadata(
-                    md, proxyfrom=f"{self.address}:{self.port}", roles=identity.roles
-                ),
+                metadata=pairs,
             ) as remote:
                 await remote.send_message(request, end=True)
                 async for reply in remote:
@@ -156,6 +178,24 @@ class Router:
             if not is_deadline(exc):  # never reuse a connection to a node that went down
                 self._channels.drop(address, port, channel)
             raise _forward_error(target, exc) from None
+
+    async def _handed_over(
+        self,
+        peer: ForwardTarget,
+        key: tuple[str, int],
+        path: str,
+        request: Any,
+        pairs: list[tuple[str, str]],
+        timeout: float | None,
+    ) -> AsyncIterator[Any]:
+        """The call served by the target's apid in process (inprocess.py); the first one
+        to a target pays a new connection's set-up round trips (the latency model)."""
+        if key not in self._connected and self._latency:
+            await asyncio.wait_for(asyncio.sleep(self._latency.setup), timeout)
+        self._connected.add(key)
+        replies = peer.serve_forwarded(path, request, self._forward_serial, pairs, timeout)
+        async for reply in replies:
+            yield reply
 
     def _timeout(self, stream: Stream[Any, Any], streaming: bool) -> float | None:
         if stream.deadline is not None:

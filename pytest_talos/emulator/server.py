@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from grpclib.const import Handler
@@ -47,6 +47,8 @@ from pytest_talos.emulator.dispatch import LocalDispatcher, MethodTable
 from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.forwarding import Route
 from pytest_talos.emulator.grpcerrors import as_grpc_error
+from pytest_talos.emulator.inprocess import TargetLookup, relay_until
+from pytest_talos.emulator.latency import Latency
 from pytest_talos.emulator.routing import FORWARD_TIMEOUT, Directory, Router
 from pytest_talos.emulator.servicers import MUTATING_METHODS, NodeContext
 from pytest_talos.emulator.servicers.cluster import ClusterServicer
@@ -97,8 +99,12 @@ class NodeServer:
         forward_timeout: float = FORWARD_TIMEOUT,
         bind_address: str | None = None,
         route: Route | None = None,
+        latency: Latency | None = None,
+        forward_serial: str = "",
+        targets: TargetLookup | None = None,
     ) -> None:
         self.context = context
+        self.latency = latency or Latency()
         self.address = address
         # Where the listener is bound: the node's address, or (variant endpoint-only) the
         # private address only the cluster's control planes dial (see ``route``).
@@ -107,7 +113,10 @@ class NodeServer:
         self._tls = tls
         self._call_log = call_log
         self._server: CheckedServer | None = None
-        self._peers = PeerBook(lax_eku=lambda: context.state.quirk(Quirk.APID_SKIPS_EKU_RULE))
+        self._down = asyncio.Event()  # set when the listener stops: in-process calls end
+        self._peers = PeerBook(
+            lax_eku=lambda: context.state.quirk(Quirk.APID_SKIPS_EKU_RULE), latency=self.latency
+        )
         self._table = method_table()
         self._local = LocalDispatcher(context, self._table)
         self._router = Router(
@@ -119,6 +128,9 @@ class NodeServer:
             forward_tls=forward_tls,
             forward_timeout=forward_timeout,
             route=route,
+            forward_serial=forward_serial,
+            targets=targets,
+            latency=self.latency,
         )
 
     @property
@@ -149,6 +161,7 @@ class NodeServer:
         apply_tls_faults(self._tls, state.quirk, state.active_config)
         server = CheckedServer(self._peers, mapping)
         await server.start(self.bind_address, self.port, ssl=self._tls, reuse_address=True)
+        self._down = asyncio.Event()
         self._server = server
 
     async def stop(self) -> None:
@@ -156,6 +169,7 @@ class NodeServer:
         server, self._server = self._server, None
         if server is None:
             return
+        self._down.set()  # in-process forwarded calls break as their connections would
         server.close()
         self._peers.clear()
         self._router.close()
@@ -183,6 +197,10 @@ class NodeServer:
         identity = self._peers.peers.get(stream.peer.addr())
         if identity is None:  # not filed (cannot happen with our protocol): read it now
             identity = certificate_identity(stream.peer.cert())
+        return self._with_forwarded_roles(identity, md)
+
+    @staticmethod
+    def _with_forwarded_roles(identity: Identity, md: Mapping[str, list[str]]) -> Identity:
         if IMPERSONATOR in identity.roles and md.get("talos-role"):
             # pkg/grpc/middleware/authz/injector.go: roles re-sent by a forwarding control plane.
             return Identity(frozenset(md["talos-role"]), identity.serial, "proxyfrom" in md)
@@ -192,6 +210,7 @@ class NodeServer:
         md = _metadata(stream)
         identity = self._identify(stream, md)
         request = await stream.recv_message()
+        await self.latency.hop()  # this hop's round trip (the caller's, or the forwarder's)
         targets = self._router.targets(path, md, identity)
         self._record(path, identity, request, md)
         if targets is None:
@@ -205,6 +224,38 @@ class NodeServer:
                 await stream.send_message(reply)
             return
         await self._router.one_to_many(path, names, request, identity, md, stream)
+
+    async def serve_forwarded(
+        self,
+        path: str,
+        request: Any,
+        forwarder_serial: str,
+        pairs: Sequence[tuple[str, str]],
+        timeout: float | None,
+    ) -> AsyncIterator[Any]:
+        """A call another node's apid forwards, handed over in process (:mod:`.inprocess`):
+        served as :meth:`_serve` serves it from the forwarder's impersonator connection."""
+        if self._server is None:
+            raise ConnectionRefusedError("the target's apid does not serve")
+        down = self._down
+        md: dict[str, list[str]] = {}
+        for key, value in pairs:  # as grpclib delivers them: keys in lower case
+            md.setdefault(key.lower(), []).append(value)
+        peer = Identity(frozenset({IMPERSONATOR}), forwarder_serial, False)
+        identity = self._with_forwarded_roles(peer, md)
+        await asyncio.wait_for(self.latency.hop(), timeout)  # the endpoint -> node hop
+        if down.is_set():
+            raise ConnectionResetError("the target's apid went down")
+        self._record(path, identity, request, md)
+        try:
+            async for reply in relay_until(
+                self._local.serve(path, request, identity.roles, md), down, timeout
+            ):
+                yield reply
+        except (asyncio.CancelledError, ConnectionResetError, TimeoutError):
+            raise  # the client gave up; the target went down; the deadline passed
+        except Exception as exc:  # what the target's entry() turns into its status
+            raise as_grpc_error(exc) from None
 
     def _record(
         self, path: str, identity: Identity, request: Any, md: Mapping[str, list[str]]

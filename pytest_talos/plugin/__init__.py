@@ -105,6 +105,10 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 def pytest_configure(config: pytest.Config) -> None:
     for line in _MARKERS:
         config.addinivalue_line("markers", line)
+    # The kubernetes client is imported on the thread that first uses it (a background Ready
+    # watch, cluster.KubernetesAccess), so urllib3's "SOCKS needs PySocks" warning would land
+    # on whichever test runs meanwhile; no SOCKS proxy is used.
+    config.addinivalue_line("filterwarnings", "ignore:SOCKS support in urllib3 requires")
     session = config.stash[SESSION_KEY] = TalosSession(config, resolve_settings(config))
     safety = config.stash[_SAFETY_KEY] = RunSafety(config, session)
     safety.install()  # SIGTERM acts like Ctrl-C; restores are shielded

@@ -142,6 +142,7 @@ class TalosSession:
             variants=self.settings.variants.value,
             time_scale=self.settings.time_scale.value,
             talos_version=self.settings.emulator_version.value or "v1.13.9",
+            latency=self.settings.latency.value,
         )
         try:
             self.emulator = emulator.__enter__()
@@ -333,6 +334,9 @@ def _settings_text(settings: TalosSettings) -> str:
             parts.append(
                 shown("time scale", settings.time_scale, f"{settings.time_scale.value:g}x")
             )
+        if settings.latency.given:
+            rtt = f"{settings.latency.value * 1000:g}ms"
+            parts.append(shown("latency", settings.latency, rtt))
     else:
         parts = [
             shown(

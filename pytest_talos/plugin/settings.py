@@ -135,6 +135,14 @@ _OPTIONS = {
             "loops, grace periods); default 1",
         ),
         _Option(
+            "talos_emulator_latency",
+            "--talos-emulator-latency",
+            "talos_emulator_latency",
+            "TALOS_EMULATOR_LATENCY",
+            "add this round-trip time per network hop to the emulated cluster, as to a "
+            "remote site (e.g. 20ms); default 0",
+        ),
+        _Option(
             "talos_allow",
             "--talos-allow",
             "talos_allow",
@@ -185,6 +193,7 @@ class TalosSettings:
     timeout: Setting[float]
     state_dir: Setting[str]
     lock_timeout: Setting[float]
+    latency: Setting[float] = Setting(0.0, "default")  # seconds of round trip per hop
     ignored: tuple[str, ...] = ()  # environment settings the emulator overrides
 
     @property
@@ -202,6 +211,7 @@ class TalosSettings:
                 "variants",
                 "time_scale",
                 "emulator_version",
+                "latency",
                 "allow",
                 "timeout",
             )
@@ -363,6 +373,18 @@ def _time_scale_setting(config: pytest.Config) -> Setting[float]:
     )
 
 
+def _latency_setting(config: pytest.Config) -> Setting[float]:
+    found = _raw(config, "talos_emulator_latency")
+    if found is None:
+        return Setting(0.0, "default")
+    from pytest_talos.emulator.latency import parse_latency  # a leaf module, cheap
+
+    try:
+        return Setting(parse_latency(str(found[0])), found[1])
+    except ValueError as exc:
+        raise pytest.UsageError(f"{found[1]}: {exc}") from None
+
+
 def resolve_settings(config: pytest.Config) -> TalosSettings:
     """Every ``talos`` setting with its source; pytest.UsageError for bad values or mixes."""
     settings = TalosSettings(
@@ -379,6 +401,7 @@ def resolve_settings(config: pytest.Config) -> TalosSettings:
         timeout=_timeout_setting(config),
         state_dir=_state_dir_setting(config),
         lock_timeout=_lock_timeout_setting(config),
+        latency=_latency_setting(config),
     )
     return _check_combination(settings)
 
@@ -390,6 +413,7 @@ def _check_combination(settings: TalosSettings) -> TalosSettings:
             settings.variants.source,
             settings.time_scale.source,
             settings.emulator_version.source,
+            settings.latency.source,
         ):
             if source != "default":
                 raise pytest.UsageError(

@@ -46,7 +46,7 @@ from pytest_talos.transport._errors import (
 from pytest_talos.transport._fake import FakeRequest, FakeStatus, Handler
 from pytest_talos.transport._faketransport import FakeTransport
 from pytest_talos.transport._peer import read_peer_certificate
-from pytest_talos.transport._tls import build_ssl_context, split_endpoint
+from pytest_talos.transport._tls import build_ssl_context, shared_ssl_context, split_endpoint
 from pytest_talos.transport._transport import DEFAULT_STREAM_TIMEOUT, Transport
 
 __all__ = [
@@ -69,5 +69,6 @@ __all__ = [
     "connect_failure",
     "node_error",
     "read_peer_certificate",
+    "shared_ssl_context",
     "split_endpoint",
 ]

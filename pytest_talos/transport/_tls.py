@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import ssl
+import threading
+from collections import OrderedDict
 
 from pytest_talos.errors import ConfigError
 from pytest_talos.talos_api import split_host_port
 from pytest_talos.talosconfig import SecretBytes, load_client_identity, normalize_endpoint
 
-__all__ = ["build_ssl_context", "split_endpoint"]
+__all__ = ["build_ssl_context", "shared_ssl_context", "split_endpoint"]
+
+_SHARED_MAX = 64  # identities kept (a run uses a handful: admin, reader, operator, ...)
+_shared: OrderedDict[bytes, ssl.SSLContext] = OrderedDict()
+_shared_lock = threading.Lock()
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:
@@ -36,4 +43,26 @@ def build_ssl_context(ca_pem: bytes, crt_pem: bytes, key_pem: bytes) -> ssl.SSLC
             "check the ca of the talosconfig context"
         ) from None
     load_client_identity(ctx, crt_pem, key_pem)
+    return ctx
+
+
+def shared_ssl_context(ca_pem: bytes, crt_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
+    """:func:`build_ssl_context`, built once per identity (CA, certificate and key) and then
+    shared: loading the CA and the key is the costly part, and every connection of the same
+    identity can use one context. Callers must not change the context they get."""
+    digest = hashlib.sha256()
+    for part in (ca_pem, crt_pem, key_pem):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    key = digest.digest()  # never the key itself: only a digest names the entry
+    with _shared_lock:
+        found = _shared.get(key)
+        if found is not None:
+            _shared.move_to_end(key)
+            return found
+    ctx = build_ssl_context(ca_pem, crt_pem, key_pem)  # raises ConfigError, nothing kept
+    with _shared_lock:
+        _shared[key] = ctx
+        while len(_shared) > _SHARED_MAX:
+            _shared.popitem(last=False)
     return ctx

@@ -103,3 +103,9 @@ def test_runs_in_the_foreground_and_stops_on_sigterm(tmp_path: Path) -> None:
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(TIMEOUT) == 0
+
+
+def test_a_latency_that_is_no_round_trip_time_is_refused() -> None:
+    result = _run("--talosconfig", "/nonexistent/x", "--latency", "slow")
+    assert result.returncode == 2
+    assert "'slow' is not a round-trip time" in result.stderr

@@ -215,6 +215,7 @@ def test_help_lists_every_option_with_ini_and_environment(run: Run) -> None:
         ("--talos-emulator", "talos_emulator", "TALOS_EMULATOR"),
         ("--talos-emulator-fault", "talos_emulator_faults", "TALOS_EMULATOR_FAULTS"),
         ("--talos-emulator-time-scale", "talos_emulator_time_scale", "TALOS_EMULATOR_TIME_SCALE"),
+        ("--talos-emulator-latency", "talos_emulator_latency", "TALOS_EMULATOR_LATENCY"),
         ("--talos-allow", "talos_allow", "TALOS_ALLOW"),
         ("--talos-timeout", "talos_timeout", "TALOS_TIMEOUT"),
     ]:
@@ -300,6 +301,34 @@ def test_time_scale_reaches_the_emulated_cluster(run: Run, pytester: pytest.Pyte
     result = run("-s", "--talos-emulator", "--talos-emulator-time-scale=20")
     result.stdout.fnmatch_lines(["*SCALE 20.0*"])
     result.stdout.fnmatch_lines(["*time scale 20x [--talos-emulator-time-scale]*"])
+
+
+def test_latency_needs_the_emulator(run: Run) -> None:
+    assert usage_error(run("--talos-emulator-latency", "20ms")) == (
+        "ERROR: --talos-emulator-latency needs the emulated cluster: add --talos-emulator"
+    )
+
+
+@pytest.mark.parametrize("value", ["slow", "-5ms", "9s"])
+def test_latency_must_be_a_round_trip_time(value: str, run: Run) -> None:
+    assert usage_error(run("--talos-emulator", f"--talos-emulator-latency={value}")) == (
+        f"ERROR: --talos-emulator-latency: {value!r} is not a round-trip time between 0 and "
+        "5 s; write it as milliseconds or seconds, e.g. 20ms or 0.02s"
+    )
+
+
+def test_latency_reaches_the_emulated_cluster(run: Run, pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        from pytest_talos.plugin import SESSION_KEY
+
+        def test_latency(talos_cluster, request):
+            print("RTT", request.config.stash[SESSION_KEY].emulator.latency.rtt)
+        """
+    )
+    result = run("-s", "--talos-emulator", "--talos-emulator-latency=25ms")
+    result.stdout.fnmatch_lines(["*RTT 0.025*"])
+    result.stdout.fnmatch_lines(["*latency 25ms [--talos-emulator-latency]*"])
 
 
 def test_unknown_fault_lists_the_known_ones(run: Run) -> None:

@@ -39,6 +39,7 @@ from pytest_talos.transport import (
     classify_error,
     connect_failure,
     node_error,
+    shared_ssl_context,
     split_endpoint,
 )
 from pytest_talos.transport._channel import Session
@@ -470,6 +471,19 @@ def test_bad_ca_or_key_is_a_config_error_without_key_material() -> None:
         build_ssl_context(ca.cert_pem, client.cert_pem, other.key_pem)
     assert isinstance(caught.value, TalosError)
     assert other.key_pem.decode().splitlines()[1] not in str(caught.value)
+
+
+def test_one_ssl_context_is_shared_per_identity() -> None:
+    ca = CertificateAuthority.generate()
+    admin = issue_client_cert(ca, roles=["os:admin"])
+    reader = issue_client_cert(ca, roles=["os:reader"])
+
+    first = shared_ssl_context(ca.cert_pem, admin.cert_pem, admin.key_pem)
+    assert shared_ssl_context(ca.cert_pem, admin.cert_pem, admin.key_pem) is first
+    assert shared_ssl_context(ca.cert_pem, reader.cert_pem, reader.key_pem) is not first
+    # a key that does not belong to the certificate is refused, never served from the cache
+    with pytest.raises(ConfigError):
+        shared_ssl_context(ca.cert_pem, admin.cert_pem, reader.key_pem)
 
 
 def test_closed_transport_refuses_new_calls() -> None:
