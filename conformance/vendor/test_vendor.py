@@ -48,9 +48,14 @@ def _profile(
     return profile
 
 
-def _host_kernel_skip(node: TalosNode) -> None:
-    if node.version.in_container:
+def _kernel_profile(
+    suite: SuiteSettings, node: TalosNode, key: str, wanted: Callable[[VendorProfile], object]
+) -> VendorProfile:
+    """The profile of a kernel check: on a container platform the check is not applicable
+    whatever the profile sets (the node runs the host's kernel, not the image's)."""
+    if suite.vendor_profile is not None and node.version.in_container:
         not_applicable("container platform: the node runs the host's kernel, not the image's")
+    return _profile(suite, key, wanted)
 
 
 def _read(node: TalosNode, path: str, check: str) -> str:
@@ -117,8 +122,7 @@ def test_kubernetes_version_matches_profile(
 def test_kernel_version_matches_profile(
     talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
 ) -> None:
-    profile = _profile(talos_suite, "kernel.version", lambda p: p.kernel_version)
-    _host_kernel_skip(talos_node)
+    profile = _kernel_profile(talos_suite, talos_node, "kernel.version", lambda p: p.kernel_version)
     text = _read(talos_node, "/proc/version", "vendor.kernel-version")
     parts = text.split()
     release = parts[2] if len(parts) > 2 and parts[:2] == ["Linux", "version"] else text
@@ -148,8 +152,7 @@ def _arg_present(arg: str, tokens: list[str]) -> bool:
 def test_kernel_arguments_match_profile(
     talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
 ) -> None:
-    profile = _profile(talos_suite, "kernel.args", lambda p: p.has_kernel_args)
-    _host_kernel_skip(talos_node)
+    profile = _kernel_profile(talos_suite, talos_node, "kernel.args", lambda p: p.has_kernel_args)
     tokens = _read(talos_node, "/proc/cmdline", "vendor.kernel-args").split()
     missing = [a for a in profile.kernel_args_present if not _arg_present(a, tokens)]
     forbidden = [a for a in profile.kernel_args_absent if _arg_present(a, tokens)]
@@ -237,16 +240,19 @@ def test_required_extensions_are_installed(
 def test_forbidden_extensions_are_absent(
     talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
 ) -> None:
-    profile = _profile(talos_suite, "extensions.forbidden", lambda p: p.extensions_forbidden)
+    profile = _profile(
+        talos_suite, "extensions.forbidden", lambda p: p.extensions_forbidden is not None
+    )
+    forbidden = profile.extensions_forbidden or ()  # an empty list: none forbidden, met
     installed = installed_extensions(talos_node)
     talos_evidence["installed"] = installed
-    present = [e for e in profile.extensions_forbidden if e in installed]
+    present = [e for e in forbidden if e in installed]
     if present:
         raise ConformanceFailure(
             "vendor.forbidden-extensions",
             "forbidden extensions are installed",
             node=talos_node.name,
-            expected="none of " + ", ".join(profile.extensions_forbidden),
+            expected="none of " + ", ".join(forbidden),
             observed=", ".join(present),
         )
 
@@ -289,9 +295,12 @@ def test_forbidden_ports_are_closed(
     talos_evidence: dict[str, Any],
     talos_direct_reach: DirectReach,
 ) -> None:
-    profile = _profile(talos_suite, "ports.forbidden", lambda p: p.ports.forbidden)
+    profile = _profile(talos_suite, "ports.forbidden", lambda p: p.ports.forbidden is not None)
     talos_direct_reach.require(talos_node, VENDOR_SCAN_NEEDS)
-    forbidden = sorted(profile.ports.forbidden)
+    forbidden = sorted(profile.ports.forbidden or ())
+    if not forbidden:  # an empty list: none forbidden, met (nothing to scan)
+        talos_evidence["forbidden"] = "none (the profile forbids no port)"
+        return
     scan = talos_node.scan_ports(forbidden)
     talos_evidence.update(forbidden=forbidden, scan=scan.summary())
     if scan.open_ports:

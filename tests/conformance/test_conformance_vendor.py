@@ -55,6 +55,7 @@ def test_example_profile_documents_every_section() -> None:
     assert profile.kernel_version == "6.18"
     assert "init_on_alloc=0" in profile.kernel_args_absent
     assert profile.ports.expected_for("worker") == {50000, 10250}
+    assert profile.ports.forbidden is not None
     assert 22 in profile.ports.forbidden
     assert profile.image_verification_required is False
 

@@ -60,6 +60,12 @@ def _record(tmp_path: Path, name: str, *variant: str) -> Path:
 
 
 def _accept(tmp_path: Path, profile: Path, *variant: str) -> list[dict[str, Any]]:
+    checks: list[dict[str, Any]] = _accept_run(tmp_path, profile, *variant)["checks"]
+    return checks
+
+
+def _accept_run(tmp_path: Path, profile: Path, *variant: str) -> dict[str, Any]:
+    """The vendor-image run's results.json."""
     report = tmp_path / f"report-{profile.stem}-{len(list(tmp_path.iterdir()))}"
     _suite(
         tmp_path,
@@ -70,8 +76,8 @@ def _accept(tmp_path: Path, profile: Path, *variant: str) -> list[dict[str, Any]
         str(report),
         *variant,
     )
-    checks: list[dict[str, Any]] = json.loads((report / "results.json").read_text())["checks"]
-    return checks
+    results: dict[str, Any] = json.loads((report / "results.json").read_text())
+    return results
 
 
 def _outcomes(checks: Sequence[dict[str, Any]], check_id: str) -> set[str]:
@@ -117,8 +123,12 @@ def test_the_recorded_profile_passes_where_it_was_recorded(
     tmp_path: Path, variant: tuple[str, ...]
 ) -> None:
     profile = _record(tmp_path, "golden", *variant)
-    checks = _accept(tmp_path, profile, *variant)
+    results = _accept_run(tmp_path, profile, *variant)
+    checks = results["checks"]
     assert not _failed(checks), [c for c in checks if c["id"] in _failed(checks)]
+    # the whole verdict, not just no failure: every vendor check ran or was not applicable
+    assert results["verdict"] == "PASSED", results.get("verdict_reasons")
+    assert results["exit_code"] == 0
     judged = list(JUDGED)
     if "kernel" in yaml.safe_load(profile.read_text()):  # where the node shows its kernel
         judged += ["vendor.kernel-version", "vendor.kernel-args"]

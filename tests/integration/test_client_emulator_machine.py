@@ -48,6 +48,7 @@ from pytest_talos.models import (
     VersionSpec,
 )
 from pytest_talos.patches import apply_patches
+from pytest_talos.talos_api import EMULATOR_BUILT
 from pytest_talos.talosconfig import load_talosconfig
 from pytest_talos.transport import Rpc, Target, Transport
 from tests.integration import emulator_support as support
@@ -165,6 +166,8 @@ def test_version_of_each_node_through_the_control_plane(
             platform_mode="container",
             rbac=True,
             node=node.node,
+            # real builds leave it empty; the emulator names itself (never taken for real)
+            built=EMULATOR_BUILT,
         )
         assert version.go_version.startswith("go")
         assert len(version.sha) >= 7

@@ -1260,6 +1260,31 @@ def _resolve(doc: Any, pointer: str) -> tuple[bool, Any, Any]:
 _MISSING = object()
 
 
+def _walks_into_a_string(doc: Any, op: dict[str, Any]) -> bool:
+    """Whether a pointer of ``op`` goes on past a string: RFC 6901 has no tokens inside a
+    string (nor has evanphx/json-patch), but python-jsonpointer indexes it as a sequence
+    (``/a/0/0`` of ``{"a": ["v"]}`` reads ``"v"``), so the reference is wrong there."""
+    import jsonpointer
+
+    for key in ("path", "from"):
+        if key not in op:
+            continue
+        node = doc
+        for token in jsonpointer.JsonPointer(op[key]).parts[:-1]:
+            if isinstance(node, str):
+                return True
+            if isinstance(node, dict) and token in node:
+                node = node[token]
+            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+                node = node[int(token)]
+            else:
+                break
+        else:
+            if isinstance(node, str):
+                return True
+    return False
+
+
 def _is_library_extension(doc: Any, op: dict[str, Any]) -> bool:
     """Whether RFC 6902 refuses ``op`` only because evanphx/json-patch is more lenient."""
     name = op["op"]
@@ -1293,6 +1318,8 @@ def test_json6902_agrees_with_rfc_6902_reference(data: st.DataObject) -> None:
         try:
             expected: Any = jsonpatch.apply_patch(doc, [op])
         except rfc_errors:
+            expected = _MISSING
+        if _walks_into_a_string(doc, op):  # RFC 6901 refuses it; the reference does not
             expected = _MISSING
         try:
             ours: Any = apply_json6902(doc, [op])

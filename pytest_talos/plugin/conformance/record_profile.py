@@ -10,8 +10,9 @@ check judges are recorded (``talos.version``, ``kubernetes.version``, ``kernel.v
 ``image_verification.required``); what a node does not show (the kernel of a container
 platform, Kubernetes without os:admin) is left out with a comment saying why. What a node
 cannot show (forbidden extensions, forbidden ports, forbidden kernel arguments) is the
-profile writer's to add. Nodes that disagree on a fact are refused (one paragraph): record
-from one golden node with ``--talos-nodes``.
+profile writer's to add: the two forbidden lists are recorded empty (none forbidden, a met
+expectation), so the recorded profile passes on the node it came from. Nodes that disagree
+on a fact are refused (one paragraph): record from one golden node with ``--talos-nodes``.
 """
 
 from __future__ import annotations
@@ -134,7 +135,8 @@ def record_profile(cluster: TalosCluster, nodes: Sequence[TalosNode], name: str)
     out.note(0, f"on {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC by --talos-record-profile.")
     out.note(0, "Accept a new image with:")
     out.note(0, "  talos-conformance --talos-suite=vendor-image --talos-profile THIS_FILE ...")
-    out.note(0, "Add what a node cannot show: extensions.forbidden, ports.forbidden,")
+    out.note(0, "A node shows what it runs, not what it must never run: the forbidden lists")
+    out.note(0, "are recorded empty (none forbidden, a met expectation); fill them in, and")
     out.note(0, "kernel.args.absent (see the example profile in docs/conformance.md).")
     out.entry(0, "version: 1", "profile format version")
     out.entry(0, f"name: {_scalar(name)}", "shown in the report")
@@ -198,6 +200,7 @@ def _record_extensions(out: _Profile, by_node: dict[str, dict[str, str]]) -> Non
         f"required: {_scalar(names)}",
         "ExtensionStatuses.runtime.talos.dev (COSI): metadata.name",
     )
+    out.entry(2, "forbidden: []", "none recorded: name the extensions that must never run")
     versions = {
         name: _one(f"the version of extension {name}", {n: e[name] for n, e in by_node.items()})
         for name in names
@@ -230,6 +233,7 @@ def _record_ports(out: _Profile, nodes: Sequence[TalosNode]) -> None:
     for role in sorted(by_role):
         common = sorted(set.intersection(*by_role[role]))
         out.entry(4, f"{role}: {_scalar(common)}", f"{len(by_role[role])} {role} node(s)")
+    out.entry(2, "forbidden: []", "none recorded: name the ports that must never be open")
 
 
 def write_profile(path: str | os.PathLike[str], text: str) -> Path:

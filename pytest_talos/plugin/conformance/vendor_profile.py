@@ -87,7 +87,8 @@ def version_matches(expected: str, actual: str, *, local_version: bool = False) 
 @dataclass(frozen=True)
 class PortExpectations:
     expected: Mapping[str, frozenset[int]] = field(default_factory=dict)  # role -> ports
-    forbidden: frozenset[int] = frozenset()
+    # None: the profile sets no ports.forbidden; empty: it forbids none (a met expectation)
+    forbidden: frozenset[int] | None = None
 
     def expected_for(self, role: str) -> frozenset[int]:
         return self.expected.get(role, frozenset())
@@ -108,7 +109,8 @@ class VendorProfile:
     platforms: tuple[str, ...] = ()
     # None: the profile sets no extensions.required; (): it requires none (a met expectation).
     extensions_required: tuple[str, ...] | None = None
-    extensions_forbidden: tuple[str, ...] = ()
+    # None: the profile sets no extensions.forbidden; (): it forbids none (a met expectation)
+    extensions_forbidden: tuple[str, ...] | None = None
     # (name, version): the extension must be installed at exactly this version
     extensions_versions: tuple[tuple[str, str], ...] = ()
     ports: PortExpectations = field(default_factory=PortExpectations)
@@ -122,13 +124,13 @@ class VendorProfile:
     def has_extensions(self) -> bool:
         return (
             self.extensions_required is not None
-            or bool(self.extensions_forbidden)
+            or self.extensions_forbidden is not None
             or bool(self.extensions_versions)
         )
 
     @property
     def has_ports(self) -> bool:
-        return bool(self.ports.expected or self.ports.forbidden)
+        return bool(self.ports.expected) or self.ports.forbidden is not None
 
 
 class _Reader:
@@ -196,8 +198,10 @@ def _parse_ports(r: _Reader, data: Mapping[str, Any]) -> PortExpectations:
         by_role = r.mapping(expected_raw, "ports.expected")
         r.only_keys(by_role, frozenset(_ROLES), "ports.expected")
         expected = {role: r.ports(by_role.get(role), f"ports.expected.{role}") for role in by_role}
+    forbidden = section.get("forbidden")
     return PortExpectations(
-        expected=expected, forbidden=r.ports(section.get("forbidden"), "ports.forbidden")
+        expected=expected,
+        forbidden=None if forbidden is None else r.ports(forbidden, "ports.forbidden"),
     )
 
 
@@ -254,7 +258,9 @@ def parse_vendor_profile(data: Any, source: str) -> VendorProfile:
         extensions_required=None
         if extensions.get("required") is None
         else r.strings(extensions["required"], "extensions.required"),
-        extensions_forbidden=r.strings(extensions.get("forbidden"), "extensions.forbidden"),
+        extensions_forbidden=None
+        if extensions.get("forbidden") is None
+        else r.strings(extensions["forbidden"], "extensions.forbidden"),
         extensions_versions=_parse_versions(r, extensions.get("versions")),
         ports=_parse_ports(r, data),
         image_verification_required=_parse_image_verification(r, data),
