@@ -209,12 +209,23 @@ class EmulatedNode(NodeHooks):
         async with self._serving_lock:  # a quick reboot must not overlap its own shutdown
             if self.server is None:
                 self._build()
+            else:
+                self._listen_as_booted()
             assert self.server is not None
             assert self.listeners is not None
             await self.server.start()
             await self.listeners.start()
             if self.kube is not None:
                 await self.kube.start()
+
+    def _listen_as_booted(self) -> None:
+        """The sockets of the system that booted, not of the first boot: an upgrade or a
+        rollback changes the release, and etcd's listeners with it (v1.14.0-rc.1
+        internal/app/machined/pkg/system/services/etcd.go listen-client-http-urls)."""
+        assert self.listeners is not None
+        self.listeners = ExtraListeners(
+            self.listeners.address, self.state.listeners(), self.cluster.latency
+        )
 
     async def stop_serving(self) -> None:
         async with self._serving_lock:

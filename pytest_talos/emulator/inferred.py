@@ -117,9 +117,11 @@ INFERRED: tuple[str, ...] = (
     "again) and a fresh event buffer. A try timeout of zero means the default 1m.",
     "Reset (both platforms) stops every service and powers the node off for good (tests may "
     "`power_on()` it); metal reset does not wipe or enter maintenance mode. Upgrade takes "
-    "the version from the image tag (`…:vX.Y.Z`); Rollback swaps back to the previous "
-    "version; both reboot, and the old version answers until the node is down: only the "
-    "booted system reports the new one. Shutdown powers off.",
+    "the version from the image tag (`…:vX.Y.Z`), played by that tag's release entry "
+    "(`installer:v1.14.0` plays v1.14 as read at v1.14.0-rc.1, and its Version `sha`); "
+    "Rollback swaps back to the previous version; both reboot, and the old version answers "
+    "until the node is down: only the booted system reports the new one, and each boot opens "
+    "the sockets of the release and config it booted. Shutdown powers off.",
     "Bootstrap always answers AlreadyExists `etcd data directory is not empty` (the emulated "
     "cluster is bootstrapped when it starts).",
     "GenerateClientConfiguration with several roles names the context after the cluster; "
