@@ -26,6 +26,7 @@ forwarder marks each with the target's hostname.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
@@ -95,4 +96,6 @@ async def relay_until(
             await asyncio.gather(following, return_exceptions=True)
         closer = getattr(iterator, "aclose", None)
         if closer is not None:
-            await closer()
+            # an abandoned target stream: what its unwinding raises has no caller to reach
+            with contextlib.suppress(Exception):
+                await closer()
