@@ -189,11 +189,6 @@ class NodeServer:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    # grpclib cancelled the call (the client reset its stream): whatever the
-                    # unwinding raised has no one to answer, and is not an error to log
-                    raise asyncio.CancelledError from None
                 raise as_grpc_error(exc) from None
 
         return entry
