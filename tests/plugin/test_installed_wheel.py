@@ -92,11 +92,15 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
         check=True,
         timeout=60,
     ).stdout.strip()
+    # The wheel first, into the empty venv: once the .pth below shows this environment's
+    # packages, pip would take a pytest-talos installed here (tox installs one) as "already
+    # satisfied" and install nothing.
+    install = [sys.executable, "-m", "pip", "--python", str(target.python), "install"]
+    wheel_only = ["--no-deps", "--no-index", "--ignore-installed", "-q", str(wheel)]
+    subprocess.run([*install, *wheel_only], check=True, timeout=300)
     Path(purelib, "_this_environments_dependencies.pth").write_text(
         "\n".join(_this_environments_site_dirs()) + "\n"
     )
-    install = [sys.executable, "-m", "pip", "--python", str(target.python), "install"]
-    subprocess.run([*install, "--no-deps", "--no-index", "-q", str(wheel)], check=True, timeout=300)
     return target
 
 
