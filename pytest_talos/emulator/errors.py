@@ -14,7 +14,6 @@ __all__ = [
     "ConfigRejected",
     "EmulatorError",
     "ListenerError",
-    "NodeFailure",
     "RPCFailure",
     "ServiceRefused",
 ]
@@ -35,11 +34,6 @@ class _CodedError(EmulatorError):
 
 class RPCFailure(_CodedError):
     """A request the node refuses, answered as a gRPC status (``NOT_FOUND``)."""
-
-
-# One class under two names: the node's state raised NodeFailure and the servicers
-# RPCFailure for the same thing, a status the node answers with.
-NodeFailure = RPCFailure
 
 
 class ConfigRejected(_CodedError):

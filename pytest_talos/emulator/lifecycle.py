@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from pytest_talos.emulator.clock import Cancellable, Clock
-from pytest_talos.emulator.errors import NodeFailure
+from pytest_talos.emulator.errors import RPCFailure
 from pytest_talos.emulator.events import Payload, SequencePayload
 
 __all__ = [
@@ -72,7 +72,7 @@ class Lifecycle:
 
     def _require_metal(self) -> None:
         if self._node.container:
-            raise NodeFailure("FAILED_PRECONDITION", CONTAINER_ONLY)
+            raise RPCFailure("FAILED_PRECONDITION", CONTAINER_ONLY)
 
     def reboot(self) -> str:
         self._require_metal()

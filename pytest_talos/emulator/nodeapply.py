@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.clock import Cancellable, Clock
-from pytest_talos.emulator.errors import NodeFailure
+from pytest_talos.emulator.errors import RPCFailure
 from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.resources import T
 from pytest_talos.emulator.store import ResourceStore
@@ -30,7 +30,7 @@ __all__ = [
     "ApplyRequest",
     "ApplyResult",
     "MachineConfigState",
-    "NodeFailure",
+    "RPCFailure",
     "go_duration",
 ]
 
@@ -129,18 +129,18 @@ class MachineConfigState:
 
     def apply_configuration(self, request: ApplyRequest) -> ApplyResult:
         if self._applying:  # a non-blocking mutex: applyConfigMu.TryLock()
-            raise NodeFailure(
+            raise RPCFailure(
                 "FAILED_PRECONDITION", "another apply configuration is already in progress"
             )
         if self.rebooting:
-            raise NodeFailure(
+            raise RPCFailure(
                 "FAILED_PRECONDITION",
                 "configuration was already applied and node is rebooting, cannot apply more "
                 "configuration changes until next reboot",
             )
         # os:admin only, outside maintenance
         if not request.admin and not self._quirk(Quirk.APPLY_SKIPS_ROLE_CHECK):
-            raise NodeFailure("PERMISSION_DENIED", "not authorized")
+            raise RPCFailure("PERMISSION_DENIED", "not authorized")
         self._applying = True
         try:
             return self._apply(request)
@@ -163,7 +163,7 @@ class MachineConfigState:
         old, new = self.active_config, request.data
         try:
             warnings = self._validate(request.data, staged=request.mode == "STAGED")
-        except NodeFailure:
+        except RPCFailure:
             if self._quirk(Quirk.REJECTED_APPLY_LANDS_LATE) and _parses_with_v1alpha1(new):
                 # refused in the reply, applied 2 s later anyway
                 self._clock.call_later(LATE_APPLY_DELAY, lambda: self._execute("NO_REBOOT", new, 0))
@@ -171,7 +171,7 @@ class MachineConfigState:
             raise
         try:
             mode, reason = self._resolve_mode(request.mode, old, new)
-        except NodeFailure:
+        except RPCFailure:
             self._persist_if_quirk(new)
             raise
         # A try_mode_timeout that is present is used as it is, even 0s (the handler tests
@@ -213,7 +213,7 @@ class MachineConfigState:
                 return []
             if self._quirk(Quirk.REJECT_BUMPS_VERSION):
                 self._store.bump("config", T.MACHINE_CONFIGS, "v1alpha1")
-            raise NodeFailure(exc.code, exc.message) from None
+            raise RPCFailure(exc.code, exc.message) from None
 
     def _resolve_mode(self, mode: str, old: bytes, new: bytes) -> tuple[str, str]:
         """TRY/NO_REBOOT must pass CanApplyImmediate (TRY falls through to NO_REBOOT's case);
@@ -229,7 +229,7 @@ class MachineConfigState:
                 return ("NO_REBOOT" if mode == "AUTO" else mode), ""
             error = mc.immediate_apply_error(old, new)
             if mode != "AUTO":
-                raise NodeFailure("INVALID_ARGUMENT", error)
+                raise RPCFailure("INVALID_ARGUMENT", error)
             return "REBOOT", error
         return mode, ""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pytest_talos.emulator import machineconfig as mc
-from pytest_talos.emulator.errors import NodeFailure
+from pytest_talos.emulator.errors import RPCFailure
 from pytest_talos.emulator.events import ServiceStatePayload
 from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.resources import T
@@ -87,7 +87,7 @@ def service_log(
     # containerd runs, but its log is not registered
     broken = service_id == "containerd" and quirk(Quirk.CONTAINERD_LOG_UNREGISTERED)
     if service is None or not service.log_registered or broken:
-        raise NodeFailure("UNKNOWN", f'log "{service_id}" was not registered')
+        raise RPCFailure("UNKNOWN", f'log "{service_id}" was not registered')
     if service_id == "apid" and quirk(Quirk.APID_LOG_EMPTY):
         return []  # apid runs, but its log holds nothing
     return list(service.log)

@@ -12,7 +12,7 @@ A :class:`NodeState` composes one state object per concern, each owning its data
 
 The node itself keeps the boot, the COSI resources it publishes (``runtime/v1alpha2``) and the
 runtime event buffer (:mod:`.events`). The servicers translate protobuf requests into calls
-here and raise gRPC statuses from :class:`NodeFailure`.
+here and raise gRPC statuses from :class:`RPCFailure`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pytest_talos.emulator.events import (
     RuntimeEvent,
     new_xid,
 )
-from pytest_talos.emulator.faults import Fault, FaultProfile, FaultSet, Quirk, effects_of
+from pytest_talos.emulator.faults import FaultProfile, FaultSet, Quirk, effects_of
 from pytest_talos.emulator.hostview import NodeHost
 from pytest_talos.emulator.identity import (
     KubeNodeInfo,
@@ -170,10 +170,6 @@ class NodeState:
     @property
     def controlplane(self) -> bool:
         return self.identity.controlplane
-
-    def fault(self, fault: Fault) -> bool:
-        """Whether the fault profile ``fault`` affects this node."""
-        return self.faults.on(fault, self.hostname, controlplane=self.controlplane)
 
     def fault_profiles(self) -> tuple[FaultProfile, ...]:
         """The profiles of the faults that affect this node, in catalogue order."""

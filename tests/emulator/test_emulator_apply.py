@@ -19,7 +19,7 @@ from pytest_talos._proto.machine import machine_pb2 as m
 from pytest_talos._proto.resource.config import config_pb2
 from pytest_talos._proto.v1alpha1 import state_pb2 as s
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.errors import NodeFailure
+from pytest_talos.emulator.errors import RPCFailure
 from pytest_talos.emulator.machineconfig import NO_V1ALPHA1_MESSAGE
 from pytest_talos.emulator.nodeapply import ApplyRequest, ApplyResult
 from pytest_talos.emulator.state import NodeState
@@ -320,7 +320,7 @@ def test_reboot_mode_blocks_further_applies(node_of: Callable[..., Node]) -> Non
         first = state.apply_configuration(ApplyRequest(data=data, mode="REBOOT"))
         try:
             state.apply_configuration(ApplyRequest(data=data, mode="NO_REBOOT"))
-        except NodeFailure as exc:
+        except RPCFailure as exc:
             return first, f"{exc.code}: {exc.message}"
         return first, "accepted"
 

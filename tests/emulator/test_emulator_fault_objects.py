@@ -94,14 +94,13 @@ def test_emulator_errors_have_their_own_root() -> None:
     from pytest_talos.emulator.errors import (
         ConfigRejected,
         ListenerError,
-        NodeFailure,
         RPCFailure,
         ServiceRefused,
     )
     from pytest_talos.emulator.machineconfig import ConfigRejected as FromMachineconfig
     from pytest_talos.errors import TalosError
 
-    for error in (ConfigRejected, ListenerError, NodeFailure, RPCFailure, ServiceRefused):
+    for error in (ConfigRejected, ListenerError, RPCFailure, ServiceRefused):
         assert issubclass(error, EmulatorError)
         assert not issubclass(error, TalosError)
     assert not issubclass(EmulatorError, TalosError)

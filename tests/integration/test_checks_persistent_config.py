@@ -12,7 +12,7 @@ import pytest
 from pytest_talos.checks import assert_config_unchanged_after_rejection
 from pytest_talos.checks.config import PersistedConfig, persisted_changes, read_persisted_config
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.nodeapply import ApplyRequest, ApplyResult, NodeFailure
+from pytest_talos.emulator.nodeapply import ApplyRequest, ApplyResult, RPCFailure
 from pytest_talos.errors import ConformanceFailure
 from tests.conformance.suite_runner import SUITE, run_suite, target_args
 from tests.integration.checks_support import connected
@@ -30,7 +30,7 @@ def _stages_what_it_refuses(emulator: EmulatedCluster, hostname: str) -> None:
     def apply(request: ApplyRequest) -> ApplyResult:
         try:
             result = real(request)
-        except NodeFailure:
+        except RPCFailure:
             configs._set_persisted(request.data)
             raise
         if request.dry_run:

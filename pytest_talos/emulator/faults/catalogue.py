@@ -6,8 +6,7 @@ other, so any combination can be active at once:
 it changes: data a seam adds (``rootfs_executables``, ``listeners``, ``hidden_ports``,
 ``writable_mounts``, ``host_processes``, ``pid1``, ``reader_grants``), which the seam applies
 for all the node's active profiles without naming one, and behaviour switches (``quirks``,
-:class:`Quirk`) a seam's pipeline asks about with ``node.quirk(Quirk.<NAME>)``. Profiles not
-converted yet are still guarded at their seam by ``node.fault(Fault.<NAME>)``.
+:class:`Quirk`) a seam's pipeline asks about with ``node.quirk(Quirk.<NAME>)``.
 """
 
 from __future__ import annotations
