@@ -8,12 +8,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from pytest_talos.reporting.records import CheckRecord
+from pytest_talos.reporting.records import CheckRecord, shown_list
 
 __all__ = ["NO_DIRECT_REACH", "is_unreached", "no_reach_reason", "unjudged_reason"]
 
 NO_DIRECT_REACH = "not judged: no direct reach to "
-_SHOWN = 5
 # "not judged: no direct reach to NODE (ADDRESS tried: WHY)..."
 _PARSED = re.compile(re.escape(NO_DIRECT_REACH) + r"(?P<node>\S+) \((?P<tried>\S+) tried")
 
@@ -44,8 +43,5 @@ def unjudged_reason(records: Iterable[CheckRecord]) -> str | None:
     if not checks:
         return None
     ids = sorted(checks)
-    more = f" and {len(ids) - _SHOWN} more" if len(ids) > _SHOWN else ""
-    shown = ", ".join(ids[:_SHOWN]) + more
-    return (
-        f"not judged (no direct reach to {', '.join(sorted(nodes))}): {len(ids)} check(s): {shown}"
-    )
+    where = ", ".join(sorted(nodes))
+    return f"not judged (no direct reach to {where}): {len(ids)} check(s): {shown_list(ids)}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +13,15 @@ from pytest_talos.reporting.redaction import redact
 from pytest_talos.reporting.severity import Outcome, Severity
 from pytest_talos.reporting.waivers import Waiver
 
-__all__ = ["NEEDS_ADMIN", "NOT_APPLICABLE", "CheckRecord", "RunInfo", "TargetInfo", "natural_key"]
+__all__ = [
+    "NEEDS_ADMIN",
+    "NOT_APPLICABLE",
+    "CheckRecord",
+    "RunInfo",
+    "TargetInfo",
+    "natural_key",
+    "shown_list",
+]
 
 # Why a skipped check did not run, when it is not a plain skip (``CheckRecord.skip_kind``):
 # the platform makes it meaningless (a container node runs the host's kernel), or the
@@ -226,3 +234,9 @@ def _kit_version() -> str:
     from pytest_talos import __version__  # the package imports this module lazily
 
     return str(__version__)
+
+
+def shown_list(items: Sequence[str], limit: int = 5) -> str:
+    """``a, b, c, d, e and 3 more``: a list for one line of a verdict."""
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_talos.reporting.reach import unjudged_reason
-from pytest_talos.reporting.records import NEEDS_ADMIN, NOT_APPLICABLE, CheckRecord
+from pytest_talos.reporting.records import NEEDS_ADMIN, NOT_APPLICABLE, CheckRecord, shown_list
 from pytest_talos.reporting.severity import Severity, severity_rank
 
 __all__ = [
@@ -16,7 +16,6 @@ __all__ = [
     "Verdict",
     "apply_gate",
     "decide_verdict",
-    "shown_list",
     "stopped_verdict",
 ]
 
@@ -172,12 +171,6 @@ def _admin_reason(admin: Sequence[str]) -> list[str]:
         f"{len(admin)} check(s) not run: they need os:admin, which this talosconfig lacks "
         f"(an os:admin talosconfig runs them): {', '.join(admin)}"
     ]
-
-
-def shown_list(items: Sequence[str], limit: int = 5) -> str:
-    """``a, b, c, d, e and 3 more``."""
-    more = f" and {len(items) - limit} more" if len(items) > limit else ""
-    return ", ".join(items[:limit]) + more
 
 
 def stopped_verdict(stopped: Mapping[str, Any]) -> Verdict:
