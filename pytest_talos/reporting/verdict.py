@@ -193,7 +193,12 @@ def stopped_verdict(stopped: Mapping[str, Any]) -> Verdict:
         )
     reasons = [f"the run stopped at {stopped.get('at', '?')}: {stopped.get('why', 'unknown')}"]
     if planned is not None:
-        names = [f"{t['id']}{' on ' + t['node'] if t.get('node') else ''}" for t in not_run]
+        # a check's cases on one node (parametrized) are named once: check id and node
+        names = list(
+            dict.fromkeys(
+                f"{t['id']}{' on ' + t['node'] if t.get('node') else ''}" for t in not_run
+            )
+        )
         reasons.append(
             f"{len(not_run)} of {planned} planned test(s) not run"
             + (f": {shown_list(names, 3)}" if names else "")

@@ -117,6 +117,25 @@ def test_a_run_that_did_not_finish_is_never_passed() -> None:
     assert (results["verdict"], results["exit_code"]) == ("NOT FINISHED", None)
 
 
+def test_a_stopped_run_names_each_check_and_node_once() -> None:
+    """A parametrized check's cases on one node are one name in the not-run list (the count
+    is still of tests)."""
+    run = RunInfo(started=dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+    case = {"id": "config.invalid-patch-rejected", "node": "w1"}
+    run.stopped = {
+        "status": "stopped",
+        "at": "2026-01-01 00:00:45 UTC",
+        "why": "SIGTERM received",
+        "exit_code": 2,
+        "planned": 4,
+        "not_run": [case, case, {"id": "api.b", "node": "w1"}],
+    }
+    stopped = run_verdict([rec("api.a", "passed")], run)
+    assert stopped.reasons[1] == (
+        "3 of 4 planned test(s) not run: config.invalid-patch-rejected on w1, api.b on w1"
+    )
+
+
 def test_an_unreachable_run_does_not_count_blocking_failures() -> None:
     lost = [rec(f"api.c{i}", "error", test=f"t{i}") for i in range(33)]
     gate = apply_gate(lost, "low")
