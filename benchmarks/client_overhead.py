@@ -38,7 +38,7 @@ from pytest_talos.client import TalosClient  # noqa: E402
 def _serve(queue: Any, stop: Any) -> None:
     """Child process: run one emulated control plane, hand back endpoint and credentials."""
     from pytest_talos.emulator import EmulatedCluster
-    from pytest_talos.emulator.pki import issue_client_cert
+    from pytest_talos.pki import issue_client_cert
 
     with EmulatedCluster(controlplanes=1, workers=0) as cluster:
         admin = issue_client_cert(cluster.ca, roles=["os:admin"])

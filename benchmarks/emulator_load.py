@@ -40,7 +40,7 @@ from grpclib.client import Channel  # noqa: E402
 from pytest_talos._proto.machine import machine_grpc  # noqa: E402
 from pytest_talos._proto.v1alpha1 import state_grpc, state_pb2  # noqa: E402
 from pytest_talos.emulator import EmulatedCluster  # noqa: E402
-from pytest_talos.emulator.tls import load_cert_chain  # noqa: E402
+from pytest_talos.emulator.apid.tls import load_cert_chain  # noqa: E402
 
 DEADLINE = 30.0
 

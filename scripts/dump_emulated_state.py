@@ -163,7 +163,7 @@ def dump_case(label: str, **kwargs: Any) -> str:
 
 
 def cases() -> Iterator[tuple[str, dict[str, Any]]]:
-    from pytest_talos.emulator.variants import Variant
+    from pytest_talos.emulator.faults.variants import Variant
 
     yield "healthy", {}
     for release in RELEASES:

@@ -24,16 +24,16 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "emulator.md"
 sys.path.insert(0, str(ROOT))
 
-from pytest_talos.emulator import inferred, kubeapi, machineconfig  # noqa: E402
-from pytest_talos.emulator.faults import FAULTS, fault_names  # noqa: E402
-from pytest_talos.emulator.resources import DEFINITIONS  # noqa: E402
-from pytest_talos.emulator.server import method_table  # noqa: E402
-from pytest_talos.emulator.servicers import (  # noqa: E402
+from pytest_talos.emulator import kubeapi, machineconfig  # noqa: E402
+from pytest_talos.emulator.apid.server import method_table  # noqa: E402
+from pytest_talos.emulator.apid.servicers import (  # noqa: E402
     CONTROL_PLANE_ONLY,
     MUTATING_METHODS,
     allowed_roles,
 )
-from pytest_talos.emulator.variants import VARIANTS, Variant, variant_names  # noqa: E402
+from pytest_talos.emulator.cosi.registry import DEFINITIONS  # noqa: E402
+from pytest_talos.emulator.faults import FAULTS, fault_names, inferred  # noqa: E402
+from pytest_talos.emulator.faults.variants import VARIANTS, Variant, variant_names  # noqa: E402
 
 _ROLE_ABBREVIATIONS = {
     "os:admin": "A",
@@ -93,7 +93,7 @@ def render_resources() -> str:
 
 def render_inferred() -> str:
     sections = [
-        ("Emulator (`pytest_talos/emulator/inferred.py`)", list(inferred.INFERRED)),
+        ("Emulator (`pytest_talos/emulator/faults/inferred.py`)", list(inferred.INFERRED)),
         ("Machine config (`machineconfig.INFERRED`)", list(machineconfig.INFERRED)),
         ("Kubernetes API (`kubeapi.LIMITS`)", list(kubeapi.LIMITS)),
     ]

@@ -38,6 +38,7 @@ ROLES = {
     "journal": "change journal",
     "restarts": "restart episodes",
     "transport": "grpclib + mTLS",
+    "pki": "CAs, certificates",
     "talosconfig": "talosconfig loading",
     "keyfile": "in-memory keys",
     "patches": "strategic / JSON6902",

@@ -35,7 +35,6 @@ from pytest_talos._proto.resource.config import config_pb2
 from pytest_talos._proto.resource.definitions.runtime import runtime_pb2
 from pytest_talos._proto.v1alpha1 import resource_pb2, state_pb2
 from pytest_talos.client import TalosClient
-from pytest_talos.emulator.pki import CertAndKey, CertificateAuthority, issue_client_cert
 from pytest_talos.errors import (
     APIError,
     AuthenticationError,
@@ -46,6 +45,7 @@ from pytest_talos.errors import (
     TransportError,
 )
 from pytest_talos.node import TalosNode
+from pytest_talos.pki import CertAndKey, CertificateAuthority, issue_client_cert
 from pytest_talos.releases import V1_13, Release
 from pytest_talos.talos_api import APID_PORT, join_host_port
 from pytest_talos.talosconfig import Context

@@ -25,7 +25,6 @@ from conformance._support.fixtures import nodes_checked_by
 from conformance.cluster.discovery import discovery_enabled
 from pytest_talos import models
 from pytest_talos.cluster import TalosCluster
-from pytest_talos.emulator.pki import CertificateAuthority
 from pytest_talos.errors import (
     APIError,
     ConformanceFailure,
@@ -35,6 +34,7 @@ from pytest_talos.errors import (
 )
 from pytest_talos.guard import ConfigGuard
 from pytest_talos.node import TalosNode, node_release
+from pytest_talos.pki import CertificateAuthority
 from pytest_talos.plugin.conformance import ADMIN, is_worker
 from pytest_talos.reporting import natural_key
 from pytest_talos.talos_api import OPERATOR, READER

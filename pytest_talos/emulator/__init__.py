@@ -11,8 +11,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_talos.emulator.calllog import CallRecord
-    from pytest_talos.emulator.cluster import (
+    from pytest_talos.emulator.apid.calllog import CallRecord
+    from pytest_talos.emulator.cluster.emulated import (
         ClientIdentity,
         EmulatedCluster,
         EmulatedNode,
@@ -50,12 +50,12 @@ _HOMES = {
     "describe_faults": "faults",
     "fault_names": "faults",
     "resolve_faults": "faults",
-    "CallRecord": "calllog",
-    "ClientIdentity": "cluster",
-    "EmulatedCluster": "cluster",
-    "EmulatedNode": "cluster",
-    "EmulatorError": "cluster",
-    "NodeInfo": "cluster",
+    "CallRecord": "apid.calllog",
+    "ClientIdentity": "cluster.emulated",
+    "EmulatedCluster": "cluster.emulated",
+    "EmulatedNode": "cluster.emulated",
+    "EmulatorError": "cluster.emulated",
+    "NodeInfo": "cluster.emulated",
 }
 
 

@@ -14,10 +14,10 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from pytest_talos.emulator.apid.latency import parse_latency
 from pytest_talos.emulator.errors import EmulatorError
 from pytest_talos.emulator.faults import describe_faults, fault_names
-from pytest_talos.emulator.latency import parse_latency
-from pytest_talos.emulator.variants import describe_variants, variant_names
+from pytest_talos.emulator.faults.variants import describe_variants, variant_names
 from pytest_talos.errors import TalosError
 
 __all__ = ["main"]
@@ -114,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    from pytest_talos.emulator.cluster import EmulatedCluster
+    from pytest_talos.emulator.cluster.emulated import EmulatedCluster
 
     cluster = EmulatedCluster(
         controlplanes=args.controlplanes,

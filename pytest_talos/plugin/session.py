@@ -20,7 +20,7 @@ from pytest_talos.releases import release_of
 from pytest_talos.talosconfig import load_talosconfig
 
 if TYPE_CHECKING:
-    from pytest_talos.emulator.cluster import EmulatedCluster
+    from pytest_talos.emulator.cluster.emulated import EmulatedCluster
 
 __all__ = ["SESSION_KEY", "TalosSession", "header_lines", "session_of"]
 
@@ -69,8 +69,8 @@ class TalosSession:
         10250. Only loopback is touched."""
         if self.settings.emulator.value is None:
             return
+        from pytest_talos.emulator.apid.listeners import check_served_ports
         from pytest_talos.emulator.errors import CannotListen
-        from pytest_talos.emulator.listeners import check_served_ports
 
         try:
             check_served_ports()
@@ -132,7 +132,9 @@ class TalosSession:
         return cluster.select(s.nodes.value) if s.nodes.value else cluster
 
     def _start_emulator(self, controlplanes: int, workers: int) -> EmulatedCluster:
-        from pytest_talos.emulator.cluster import EmulatedCluster  # imported only when asked
+        from pytest_talos.emulator.cluster.emulated import (
+            EmulatedCluster,  # imported only when asked
+        )
         from pytest_talos.emulator.errors import EmulatorError
 
         emulator = EmulatedCluster(

@@ -377,7 +377,7 @@ def _latency_setting(config: pytest.Config) -> Setting[float]:
     found = _raw(config, "talos_emulator_latency")
     if found is None:
         return Setting(0.0, "default")
-    from pytest_talos.emulator.latency import parse_latency  # a leaf module, cheap
+    from pytest_talos.emulator.apid.latency import parse_latency  # a leaf module, cheap
 
     try:
         return Setting(parse_latency(str(found[0])), found[1])
@@ -470,7 +470,9 @@ def _check_emulator_version(version: Setting[str | None]) -> None:
 def _check_variants(variants: Setting[tuple[str, ...]]) -> None:
     if not variants.value:
         return
-    from pytest_talos.emulator.variants import variant_names  # only when the emulator is wanted
+    from pytest_talos.emulator.faults.variants import (
+        variant_names,  # only when the emulator is wanted
+    )
 
     unknown = [name for name in variants.value if name not in variant_names()]
     if unknown:

@@ -9,7 +9,7 @@ import yaml
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from conformance._support import probes
-from pytest_talos.emulator.pki import CertificateAuthority, issue_client_cert
+from pytest_talos.pki import CertificateAuthority, issue_client_cert
 
 
 def _b64(data: bytes) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_talos.emulator.cluster import EmulatedCluster
+from pytest_talos.emulator.cluster.emulated import EmulatedCluster
 from tests.conformance.suite_runner import SuiteRun, run_suite, target_args
 
 DRIFT, STAGED = "config.matches-desired", "config.persisted-matches-active"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pytest
 
 from pytest_talos.emulator.faults import fault_names
-from pytest_talos.emulator.variants import variant_names
+from pytest_talos.emulator.faults.variants import variant_names
 from pytest_talos.plugin.conformance.catalogue import AREAS
 from pytest_talos.reporting.reach import NO_DIRECT_REACH
 from tests.conformance.fault_matrix import (

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from conformance.cluster.clusterinfo import OWN_DISCOVERY
-from pytest_talos.emulator.cluster import EmulatedCluster
+from pytest_talos.emulator.cluster.emulated import EmulatedCluster
 from tests.conformance.suite_runner import SuiteRun, run_suite, target_args
 
 HEALTH, WRITES = "cluster.health-check-passes", "api.resource-writes-refused"

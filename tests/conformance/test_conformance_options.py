@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_talos.emulator.cluster import EmulatedCluster
+from pytest_talos.emulator.cluster.emulated import EmulatedCluster
 from tests.conformance.suite_runner import SuiteRun, run_suite, target_args
 
 FAR_FUTURE = (dt.date.today() + dt.timedelta(days=365)).isoformat()

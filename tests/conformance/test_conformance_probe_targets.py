@@ -32,12 +32,12 @@ from pytest_talos.certs import (
     readers,
 )
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.pki import (
+from pytest_talos.errors import ConnectError, NotFound, PermissionDenied
+from pytest_talos.pki import (
     CertificateAuthority,
     issue_client_cert,
     issue_kube_apiserver_cert,
 )
-from pytest_talos.errors import ConnectError, NotFound, PermissionDenied
 from pytest_talos.talos_api import APID_PORT
 
 # Addresses nothing answers on: a loopback address no emulator uses (connection refused),

@@ -18,7 +18,7 @@ import pytest
 from conformance._support.reach import DIRECT_REACH_CHECKS, DirectReach
 from pytest_talos.certs import ExpiryPolicy, kubernetes_certificates
 from pytest_talos.cluster import TalosCluster
-from pytest_talos.emulator.cluster import EmulatedCluster
+from pytest_talos.emulator.cluster.emulated import EmulatedCluster
 from pytest_talos.errors import TalosError
 from pytest_talos.node import TalosNode
 from pytest_talos.ports.reach import probe_reach

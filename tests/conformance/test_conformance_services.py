@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pytest_talos.cluster import TalosCluster
-from pytest_talos.emulator.cluster import EmulatedCluster
+from pytest_talos.emulator.cluster.emulated import EmulatedCluster
 from pytest_talos.guard import ConfigGuard
 from pytest_talos.node import TalosNode
 from pytest_talos.restarts import KIT_SETTLE

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_talos.client import TalosClient
-from pytest_talos.emulator.cluster import EmulatedCluster
+from pytest_talos.emulator.cluster.emulated import EmulatedCluster
 from pytest_talos.wait import wait_until
 from tests.conformance.suite_runner import SUITE, SuiteRun, run_suite, target_args
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from pytest_talos.client import TalosClient
-from pytest_talos.emulator.cluster import EmulatedCluster
+from pytest_talos.emulator.cluster.emulated import EmulatedCluster
 from pytest_talos.errors import NotSupportedInMode
 from pytest_talos.models import VersionSpec
 from pytest_talos.releases import ETCD_CLIENT_HTTP_PORT, RELEASES, V1_13, V1_14

@@ -19,7 +19,7 @@ from conformance._support.snapshot import (
 )
 from conformance._support.vendor_profile import VerificationPolicy, rule_action, version_matches
 from pytest_talos.client import TalosClient
-from pytest_talos.emulator.cluster import EmulatedCluster
+from pytest_talos.emulator.cluster.emulated import EmulatedCluster
 from pytest_talos.patches import apply_patches
 from pytest_talos.wait import wait_until
 from tests.conformance.suite_runner import SUITE, SuiteRun, run_suite, target_args

@@ -15,9 +15,9 @@ from conformance._support.vendor_profile import (
     parse_vendor_profile,
     version_matches,
 )
-from pytest_talos.emulator.cluster import EmulatedCluster
-from pytest_talos.emulator.state import NodeState
-from pytest_talos.emulator.system import FileEntry
+from pytest_talos.emulator.cluster.emulated import EmulatedCluster
+from pytest_talos.emulator.node.host.system import FileEntry
+from pytest_talos.emulator.node.state import NodeState
 from pytest_talos.errors import ConfigError
 from tests.conformance.suite_runner import REPO, SUITE, SuiteRun, run_suite, target_args
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_talos.emulator.cluster import EmulatedCluster
+from pytest_talos.emulator.cluster.emulated import EmulatedCluster
 from tests.conformance.suite_runner import SuiteRun, run_suite, target_args
 from tests.plugin import interruptions as scenarios
 

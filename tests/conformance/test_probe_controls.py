@@ -19,8 +19,8 @@ from conformance.immutability.rules import writable_image_mounts
 from pytest_talos._proto.v1alpha1 import resource_pb2, state_pb2
 from pytest_talos.client import TalosClient
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.pki import CertificateAuthority, issue_client_cert
 from pytest_talos.errors import APIError, TalosError
+from pytest_talos.pki import CertificateAuthority, issue_client_cert
 from pytest_talos.talosconfig import Context, load_talosconfig
 from pytest_talos.transport import Target, Transport, build_ssl_context
 from tests.integration.checks_support import connected

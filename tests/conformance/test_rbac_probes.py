@@ -17,9 +17,9 @@ from conformance._support import probes
 from pytest_talos import models
 from pytest_talos.client import TalosClient
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.pki import issue_client_cert
 from pytest_talos.errors import PermissionDenied
 from pytest_talos.node import TalosNode
+from pytest_talos.pki import issue_client_cert
 from pytest_talos.talos_api import ADMIN, OPERATOR, READER
 from pytest_talos.talosconfig import Context, load_talosconfig
 

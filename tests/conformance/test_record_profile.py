@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from pytest_talos.emulator.cluster import EmulatedCluster
-from pytest_talos.emulator.state import NodeState
-from pytest_talos.emulator.system import FileEntry
+from pytest_talos.emulator.cluster.emulated import EmulatedCluster
+from pytest_talos.emulator.node.host.system import FileEntry
+from pytest_talos.emulator.node.state import NodeState
 from pytest_talos.errors import ConfigError
 from pytest_talos.plugin.conformance.vendor_profile import load_vendor_profile
 from tests.conformance.suite_runner import run_suite, target_args

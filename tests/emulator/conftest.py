@@ -25,7 +25,7 @@ from pytest_talos._proto.cluster import cluster_grpc
 from pytest_talos._proto.machine import machine_grpc
 from pytest_talos._proto.v1alpha1 import state_grpc
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.tls import load_cert_chain
+from pytest_talos.emulator.apid.tls import load_cert_chain
 
 T = TypeVar("T")
 TIMEOUT = 10.0

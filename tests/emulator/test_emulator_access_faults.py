@@ -18,8 +18,8 @@ from pytest_talos._proto.machine import machine_pb2 as m
 from pytest_talos._proto.v1alpha1 import resource_pb2 as r
 from pytest_talos._proto.v1alpha1 import state_pb2 as s
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.pki import issue_client_cert
-from pytest_talos.emulator.resources import T
+from pytest_talos.emulator.cosi.registry import T
+from pytest_talos.pki import issue_client_cert
 from pytest_talos.transport import certificate_roles
 
 from .conftest import RawClient, tls_context, tls_from_talosconfig

@@ -14,10 +14,11 @@ from google.protobuf import empty_pb2
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
+from pytest_talos import pki
 from pytest_talos._proto.machine import machine_pb2 as m
 from pytest_talos._proto.v1alpha1 import state_pb2 as s
-from pytest_talos.emulator import EmulatedCluster, pki
-from pytest_talos.emulator.tls import ext_key_usage_acceptable
+from pytest_talos.emulator import EmulatedCluster
+from pytest_talos.emulator.apid.tls import ext_key_usage_acceptable
 
 from .conftest import RawClient, tls_context, tls_from_talosconfig
 

@@ -21,8 +21,8 @@ from pytest_talos._proto.v1alpha1 import state_pb2 as s
 from pytest_talos.emulator import EmulatedCluster
 from pytest_talos.emulator.errors import RPCFailure
 from pytest_talos.emulator.machineconfig import NO_V1ALPHA1_MESSAGE
-from pytest_talos.emulator.nodeapply import ApplyRequest, ApplyResult
-from pytest_talos.emulator.state import NodeState
+from pytest_talos.emulator.node.apply import ApplyRequest, ApplyResult
+from pytest_talos.emulator.node.state import NodeState
 from pytest_talos.patches import apply_patches
 
 from .conftest import RawClient, wait_for

@@ -19,7 +19,7 @@ from grpclib.exceptions import GRPCError
 
 from pytest_talos._proto.machine import machine_pb2 as m
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.nodeapply import EARLY_TRY_FRACTION
+from pytest_talos.emulator.node.apply import EARLY_TRY_FRACTION
 from pytest_talos.patches import apply_patches
 
 from .conftest import RawClient, wait_for

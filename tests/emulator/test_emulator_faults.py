@@ -19,8 +19,8 @@ from grpclib.exceptions import GRPCError
 from pytest_talos._proto.machine import machine_pb2 as m
 from pytest_talos._proto.v1alpha1 import state_pb2 as s
 from pytest_talos.emulator import FAULTS, EmulatedCluster, describe_faults
+from pytest_talos.emulator.cosi.registry import T
 from pytest_talos.emulator.faults import resolve_faults
-from pytest_talos.emulator.resources import T
 from pytest_talos.errors import ConfigError
 from pytest_talos.patches import apply_patches
 

@@ -1,4 +1,4 @@
-"""The latency model (``EmulatedCluster(latency=...)``, :mod:`pytest_talos.emulator.latency`):
+"""The latency model (``EmulatedCluster(latency=...)``, :mod:`pytest_talos.emulator.apid.latency`):
 one round trip per hop as apid sees it. Only lower bounds are asserted (a loaded machine
 can only make a call slower); the hops are counted by what each call must cross."""
 
@@ -12,8 +12,8 @@ import pytest
 from google.protobuf import empty_pb2
 
 from pytest_talos.emulator import EmulatedCluster
+from pytest_talos.emulator.apid.latency import Latency, parse_latency
 from pytest_talos.emulator.faults.catalogue import EXTRA_PORT
-from pytest_talos.emulator.latency import Latency, parse_latency
 from pytest_talos.errors import ConfigError
 
 from .conftest import RawClient, tls_from_talosconfig

@@ -16,7 +16,7 @@ from grpclib.exceptions import GRPCError
 from pytest_talos._proto.common import common_pb2
 from pytest_talos._proto.machine import machine_pb2 as m
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.system import MODE_DIR
+from pytest_talos.emulator.node.host.system import MODE_DIR
 from pytest_talos.talos_api import EMULATOR_BUILT
 
 from .conftest import RawClient, wait_for
@@ -185,8 +185,9 @@ def test_kubelet_start_restart(
 # ---- logs -----------------------------------------------------------------------------------
 
 
-# Services whose daemon writes nothing of its own at start (pytest_talos.emulator.services
-# start_lines: a goroutine runner writes nothing itself; trustd logs only CSRs).
+# Services whose daemon writes nothing of its own at start
+# (pytest_talos.emulator.node.services.runner start_lines: a goroutine runner writes nothing
+# itself; trustd logs only CSRs).
 QUIET = {"auditd", "dashboard", "syslogd", "trustd", "udevd"}
 
 

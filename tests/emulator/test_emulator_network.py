@@ -20,9 +20,15 @@ from pytest_talos._proto.resource.definitions.enums import enums_pb2
 from pytest_talos._proto.resource.definitions.network import network_pb2
 from pytest_talos._proto.v1alpha1 import state_pb2 as s
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.network import Address, Link, cni_links, host_links, node_addresses
-from pytest_talos.emulator.resources import T
-from pytest_talos.emulator.state import NodeState
+from pytest_talos.emulator.cosi.registry import T
+from pytest_talos.emulator.node.net.network import (
+    Address,
+    Link,
+    cni_links,
+    host_links,
+    node_addresses,
+)
+from pytest_talos.emulator.node.state import NodeState
 from tests.emulator.conftest import RawClient
 
 M = "/machine.MachineService/"

@@ -14,12 +14,13 @@ import yaml
 
 from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.clock import Cancellable, Clock
-from pytest_talos.emulator.events import EventBuffer, RuntimeEvent, SequencePayload, new_xid
+from pytest_talos.emulator.cosi.registry import DEFINITIONS, T
+from pytest_talos.emulator.cosi.store import ResourceStore, yaml_of
 from pytest_talos.emulator.faults import FAULTS, Fault, FaultSet
-from pytest_talos.emulator.identity import NodeIdentity
-from pytest_talos.emulator.nodeapply import ApplyRequest, go_duration
-from pytest_talos.emulator.resources import DEFINITIONS, T
-from pytest_talos.emulator.services import (
+from pytest_talos.emulator.node.apply import ApplyRequest, go_duration
+from pytest_talos.emulator.node.events import EventBuffer, RuntimeEvent, SequencePayload, new_xid
+from pytest_talos.emulator.node.identity import NodeIdentity
+from pytest_talos.emulator.node.services.runner import (
     Service,
     ServiceEventRecord,
     ServiceManager,
@@ -28,8 +29,7 @@ from pytest_talos.emulator.services import (
     go_quote,
     services_for,
 )
-from pytest_talos.emulator.state import NodeState
-from pytest_talos.emulator.store import ResourceStore, yaml_of
+from pytest_talos.emulator.node.state import NodeState
 from pytest_talos.patches import apply_patches
 
 

@@ -2,7 +2,7 @@
 
 The emulator marshals specs with libyaml's emitter where PyYAML was built with it (four times
 faster); its text must not differ from PyYAML's own emitter, which the YAML was written and
-checked against (``pytest_talos/emulator/store.py``).
+checked against (``pytest_talos/emulator/cosi/store.py``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.store import RawSpec, _PureSpecDumper, yaml_of
-from pytest_talos.emulator.variants import variant_names
+from pytest_talos.emulator.cosi.store import RawSpec, _PureSpecDumper, yaml_of
+from pytest_talos.emulator.faults.variants import variant_names
 
 pytestmark = pytest.mark.skipif(
     not getattr(yaml, "__with_libyaml__", False), reason="PyYAML without libyaml: one emitter"

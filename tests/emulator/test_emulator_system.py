@@ -13,7 +13,7 @@ from grpclib.exceptions import GRPCError
 
 from pytest_talos._proto.machine import machine_pb2 as m
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.system import MODE_DIR, MODE_STICKY, MODE_SYMLINK
+from pytest_talos.emulator.node.host.system import MODE_DIR, MODE_STICKY, MODE_SYMLINK
 
 from .conftest import RawClient
 

@@ -4,9 +4,9 @@ how LinkStatus encodes them (proto field 29)."""
 from __future__ import annotations
 
 from pytest_talos._proto.resource.definitions.network import network_pb2
-from pytest_talos.emulator.links import wireguard_link_items
-from pytest_talos.emulator.specencoders import encode_link_status
-from pytest_talos.emulator.wireguard import wireguard_links
+from pytest_talos.emulator.cosi.specs import encode_link_status
+from pytest_talos.emulator.node.net.links import wireguard_link_items
+from pytest_talos.emulator.node.net.wireguard import wireguard_links
 
 DOCS = b"""version: v1alpha1
 machine:

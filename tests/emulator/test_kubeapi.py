@@ -35,13 +35,13 @@ from pytest_talos.emulator.kubeapi import (
     server_ssl_context,
     version_info,
 )
-from pytest_talos.emulator.pki import (
+from pytest_talos.keyfile import load_chain
+from pytest_talos.pki import (
     CertAndKey,
     CertificateAuthority,
     issue_client_cert,
     issue_server_cert,
 )
-from pytest_talos.keyfile import load_chain
 
 # The client's generated models make every field Optional; the tests read them untyped.
 k8s: Any = kubernetes.client

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from pytest_talos.emulator import machineconfig as mc
-from pytest_talos.emulator.identity import Role
+from pytest_talos.emulator.node.identity import Role
 
 MASKED = "*"
 # Leaves holding generated secrets or certificates (they differ from run to run in Talos).

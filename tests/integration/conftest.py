@@ -19,7 +19,7 @@ import pytest
 
 from pytest_talos.client import TalosClient
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.pki import CertAndKey, CertificateAuthority, issue_client_cert
+from pytest_talos.pki import CertAndKey, CertificateAuthority, issue_client_cert
 
 # A TEST-NET-1 address (RFC 5737): apid cannot dial it, as a node that is down.
 DOWN_NODE = "192.0.2.13"

@@ -12,7 +12,7 @@ import pytest
 from pytest_talos.checks import assert_config_unchanged_after_rejection
 from pytest_talos.checks.config import PersistedConfig, persisted_changes, read_persisted_config
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.nodeapply import ApplyRequest, ApplyResult, RPCFailure
+from pytest_talos.emulator.node.apply import ApplyRequest, ApplyResult, RPCFailure
 from pytest_talos.errors import ConformanceFailure
 from tests.conformance.suite_runner import SUITE, run_suite, target_args
 from tests.integration.checks_support import connected

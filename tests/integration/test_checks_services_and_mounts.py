@@ -16,9 +16,9 @@ from conformance.services.logs import log_problem
 from pytest_talos.checks import assert_no_shell
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.events import EventBuffer, RuntimeEvent, SequencePayload, new_xid
-from pytest_talos.emulator.kubespan import kubespan_enabled
-from pytest_talos.emulator.sockets import listeners_for
+from pytest_talos.emulator.node.events import EventBuffer, RuntimeEvent, SequencePayload, new_xid
+from pytest_talos.emulator.node.host.sockets import listeners_for
+from pytest_talos.emulator.node.net.kubespan import kubespan_enabled
 from pytest_talos.errors import ConformanceFailure, TalosError
 from pytest_talos.node import TalosNode
 from tests.integration.checks_support import TIME_SCALE, connected

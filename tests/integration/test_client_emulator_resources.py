@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from pytest_talos import pki
 from pytest_talos._proto.v1alpha1 import resource_pb2, state_pb2
 from pytest_talos.client import TalosClient
-from pytest_talos.emulator import EmulatedCluster, NodeInfo, pki
+from pytest_talos.emulator import EmulatedCluster, NodeInfo
 from pytest_talos.errors import (
     AuthenticationError,
     ConnectError,

@@ -21,13 +21,6 @@ from pytest_talos._proto.machine import machine_pb2 as m
 from pytest_talos.client import TalosClient, TalosConfigWarning
 from pytest_talos.client import _rpcs as rpcs
 from pytest_talos.emulator import EmulatedCluster, NodeInfo
-from pytest_talos.emulator.pki import (
-    CertificateAuthority,
-    KeyType,
-    issue_client_cert,
-    issue_server_cert,
-    write_talosconfig,
-)
 from pytest_talos.errors import (
     APIError,
     AuthenticationError,
@@ -41,6 +34,13 @@ from pytest_talos.errors import (
 )
 from pytest_talos.keyfile import load_chain
 from pytest_talos.models import Version
+from pytest_talos.pki import (
+    CertificateAuthority,
+    KeyType,
+    issue_client_cert,
+    issue_server_cert,
+    write_talosconfig,
+)
 from pytest_talos.transport import Target, Transport, build_ssl_context, node_error
 from tests.integration.conftest import DOWN_NODE, MakeClient, Pki
 from tests.integration.emulator_support import (

@@ -13,11 +13,12 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from conformance._support.context import Timing
+from pytest_talos import pki
 from pytest_talos.certs import ExpiryPolicy, apid_certificate, kubernetes_certificates
 from pytest_talos.certs import readers as cert_readers
 from pytest_talos.checks import assert_no_shell
 from pytest_talos.cluster import TalosCluster
-from pytest_talos.emulator import EmulatedCluster, pki
+from pytest_talos.emulator import EmulatedCluster
 from pytest_talos.errors import ConformanceFailure
 from pytest_talos.guard import ConfigGuard
 from tests.integration.checks_support import TIME_SCALE, connected

@@ -18,8 +18,8 @@ import pytest
 from pytest_talos import keyfile
 from pytest_talos.client import TalosClient
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.pki import CertificateAuthority, issue_client_cert
 from pytest_talos.errors import ConfigError
+from pytest_talos.pki import CertificateAuthority, issue_client_cert
 from pytest_talos.talosconfig import load_client_identity
 from tests.integration.conftest import EMULATOR_TIME_SCALE
 

@@ -11,8 +11,8 @@ import pytest
 
 from pytest_talos import models
 from pytest_talos.cluster import TalosCluster
-from pytest_talos.emulator.cluster import EmulatedCluster
-from pytest_talos.emulator.variants import variant_names
+from pytest_talos.emulator.cluster.emulated import EmulatedCluster
+from pytest_talos.emulator.faults.variants import variant_names
 from pytest_talos.errors import DeadlineExceeded
 from pytest_talos.node import TalosNode
 from pytest_talos.wait import wait_until

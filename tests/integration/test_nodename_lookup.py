@@ -14,8 +14,8 @@ import pytest
 from pytest_talos.checks import assert_node_ready
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.emulator.noderesources import NodenameController
-from pytest_talos.emulator.resources import T
+from pytest_talos.emulator.cosi.registry import T
+from pytest_talos.emulator.node.published import NodenameController
 from pytest_talos.errors import ConformanceFailure
 from pytest_talos.guard import ConfigGuard
 from pytest_talos.models import Resource

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from pytest_talos.cluster import WORKER_ENDPOINT, TalosCluster
-from pytest_talos.emulator.cluster import EmulatedCluster
+from pytest_talos.emulator.cluster.emulated import EmulatedCluster
 from pytest_talos.errors import PermissionDenied
 
 CONTROL_PLANE = "talos-default-controlplane-1"

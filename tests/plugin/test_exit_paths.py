@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pytest_talos import pki
 from pytest_talos.client import TalosClient
-from pytest_talos.emulator import EmulatedCluster, pki
+from pytest_talos.emulator import EmulatedCluster
 from pytest_talos.errors import ConnectError, DeadlineExceeded, TalosError
 from pytest_talos.talosconfig import load_client_identity
 from tests.plugin.conftest import REPO, target_args

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_talos.emulator import pki
+from pytest_talos import pki
 
 Run = Callable[..., pytest.RunResult]
 
@@ -17,7 +17,7 @@ FAILING_TESTS = """
 import datetime as dt
 import pytest
 from pytest_talos.client import TalosClient
-from pytest_talos.emulator import pki
+from pytest_talos import pki
 from pytest_talos.talosconfig import load_talosconfig
 from pytest_talos.transport import build_ssl_context
 

@@ -15,7 +15,7 @@ from pytest_talos.certs import (
     load_certificates,
 )
 from pytest_talos.certs.verdicts import renewal_findings
-from pytest_talos.emulator.pki import (
+from pytest_talos.pki import (
     CertificateAuthority,
     issue_apid_cert,
     issue_client_cert,

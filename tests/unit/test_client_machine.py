@@ -504,7 +504,7 @@ def test_etcd_members(client: TalosClient, fake: dict[str, Handler]) -> None:
 
 
 def test_generate_client_configuration(client: TalosClient, fake: dict[str, Handler]) -> None:
-    from pytest_talos.emulator.pki import CertificateAuthority, issue_client_cert
+    from pytest_talos.pki import CertificateAuthority, issue_client_cert
 
     ca = CertificateAuthority.generate()
 

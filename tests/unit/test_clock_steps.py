@@ -7,7 +7,7 @@ buffer searches as the node does."""
 from __future__ import annotations
 
 from pytest_talos import models
-from pytest_talos.emulator.events import EventBuffer, RuntimeEvent, SequencePayload, new_xid
+from pytest_talos.emulator.node.events import EventBuffer, RuntimeEvent, SequencePayload, new_xid
 from pytest_talos.restarts import (
     BOOT,
     STAMPED_AHEAD,

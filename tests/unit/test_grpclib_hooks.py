@@ -8,7 +8,7 @@ them, this module fails first, naming the hook, before any call fails in a confu
   ``Channel._create_connection`` and reads ``_host``, ``_port``, ``_config``, ``_h2_config``;
   its protocol subclasses ``H2Protocol(handler, config, h2_config)`` with
   ``grpclib.client.Handler``;
-* emulator (``pytest_talos/emulator/apidtls.py``): ``CheckedServer`` overrides
+* emulator (``pytest_talos/emulator/apid/gate.py``): ``CheckedServer`` overrides
   ``Server._protocol_factory`` and rebuilds the protocol from its ``handler``, ``config`` and
   ``h2_config``; routes are objects with ``__mapping__()``.
 """

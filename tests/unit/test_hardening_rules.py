@@ -25,8 +25,8 @@ from pytest_talos.certs.readers import in_cluster_names
 from pytest_talos.certs.verdicts import lifetime_findings
 from pytest_talos.checks import SHELL_NAMES, find_programs, is_program_named
 from pytest_talos.checks.shell import is_shell_process
-from pytest_talos.emulator.kubenode import talos_taints
-from pytest_talos.emulator.pki import CertificateAuthority, issue_apid_cert
+from pytest_talos.emulator.node.kubelet import talos_taints
+from pytest_talos.pki import CertificateAuthority, issue_apid_cert
 from pytest_talos.restarts import restart_episodes
 from pytest_talos.restarts.history import TimedServiceEvent
 

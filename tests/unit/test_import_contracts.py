@@ -63,3 +63,24 @@ def test_the_hook_specifications_need_pluggy_only_at_run_time() -> None:
         check=True,
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_the_conformance_helpers_contract_names_every_check_module() -> None:
+    """import-linter's wildcards stand for whole module names only, so the check modules are
+    listed; this keeps the list whole as check modules are added."""
+    contract = _contract("Conformance helpers never import a check module")
+    checks = {
+        ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for path in (ROOT / "conformance").rglob("test_*.py")
+    }
+    assert set(contract["forbidden_modules"]) == checks
+
+
+def test_the_emulator_rooms_contract_places_every_room_and_is_exhaustive() -> None:
+    rooms = _contract("Emulator rooms point one way")
+    assert rooms["exhaustive"] is True
+    emulator = PACKAGE / "emulator"
+    found = {path.stem for path in emulator.glob("*.py") if path.stem != "__init__"}
+    found |= {path.parent.name for path in emulator.glob("*/__init__.py")}
+    placed = {name.strip() for layer in rooms["layers"] for name in layer.split("|")}
+    assert found == placed

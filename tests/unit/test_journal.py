@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_talos.emulator.calllog import CallLog, CallRecord
+from pytest_talos.emulator.apid.calllog import CallLog, CallRecord
 from pytest_talos.errors import TalosError
 from pytest_talos.guard import judge_recovery
 from pytest_talos.journal import (

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_talos.emulator.identity import NodeIdentity
-from pytest_talos.emulator.kubenode import (
+from pytest_talos.emulator.node.identity import NodeIdentity
+from pytest_talos.emulator.node.kubelet import (
     extension_node_labels,
     kubelet_node_name,
     node_registered,

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from pytest_talos.emulator import pki
+from pytest_talos import pki
 from pytest_talos.errors import ConfigError
 from pytest_talos.talosconfig import load_talosconfig
 

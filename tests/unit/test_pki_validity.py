@@ -9,8 +9,8 @@ import datetime as dt
 
 from cryptography import x509
 
-from pytest_talos.emulator.clusterpki import ClusterPKI
-from pytest_talos.emulator.pki import (
+from pytest_talos.emulator.cluster.pki import ClusterPKI
+from pytest_talos.pki import (
     KUBECONFIG_CLOCK_SKEW,
     CertificateAuthority,
     issue_apid_cert,

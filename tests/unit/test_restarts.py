@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_talos import models
-from pytest_talos.emulator.events import new_xid
+from pytest_talos.emulator.node.events import new_xid
 from pytest_talos.restarts import (
     BOOT,
     KIT_SETTLE,

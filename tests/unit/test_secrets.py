@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_talos import talosconfig
-from pytest_talos.emulator import pki
+from pytest_talos import pki, talosconfig
 from pytest_talos.errors import ConfigError
 from pytest_talos.talosconfig import SecretBytes, SecretStr, document, load_talosconfig
 

@@ -17,7 +17,7 @@ from pytest_talos import hookspecs, models
 from pytest_talos.checks import expected_udp_ports_for
 from pytest_talos.checks.open_ports import CUSTOM_CNI_UDP_PORTS, KUBESPAN_PORT, kubespan_enabled
 from pytest_talos.checks.shell import docker_unmeasured
-from pytest_talos.emulator.events import new_xid
+from pytest_talos.emulator.node.events import new_xid
 from pytest_talos.node import TalosNode
 from pytest_talos.restarts import NODE_EVENTS_KEPT, TimedServiceEvent, stream_misses
 from pytest_talos.restarts.episodes import restart_episodes

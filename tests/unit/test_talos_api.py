@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_talos import talos_api
+from pytest_talos import pki, talos_api
 from pytest_talos.client import _rpcs as rpcs
-from pytest_talos.emulator import pki, servicers
-from pytest_talos.emulator.resources import T as EmulatorTypes
+from pytest_talos.emulator.apid import servicers
+from pytest_talos.emulator.cosi.registry import T as EmulatorTypes
 from pytest_talos.talos_api import (
     ADMIN,
     ETCD_BACKUP,
@@ -53,8 +53,8 @@ def test_split_host_port_refuses_malformed_brackets(text: str, message: str) -> 
 
 def test_every_side_splits_endpoints_alike() -> None:
     from pytest_talos.cluster import _endpoint_host
-    from pytest_talos.emulator.routing import host_of as apid_host_of
-    from pytest_talos.emulator.routing import port_of
+    from pytest_talos.emulator.apid.routing import host_of as apid_host_of
+    from pytest_talos.emulator.apid.routing import port_of
     from pytest_talos.node import host_of
 
     for endpoint, host, port in [

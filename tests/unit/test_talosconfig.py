@@ -19,7 +19,7 @@ import pytest
 import yaml
 from cryptography.hazmat.primitives import serialization
 
-from pytest_talos.emulator import pki
+from pytest_talos import pki
 from pytest_talos.errors import ConfigError
 from pytest_talos.talosconfig import (
     TalosConfig,

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_talos import talosconfig
-from pytest_talos.emulator import pki
+from pytest_talos import pki, talosconfig
 from pytest_talos.errors import ConfigError
 
 

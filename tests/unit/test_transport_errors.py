@@ -11,7 +11,6 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 
 from pytest_talos._proto.common import common_pb2
-from pytest_talos.emulator.pki import CertificateAuthority, issue_client_cert
 from pytest_talos.errors import (
     APIError,
     AuthenticationError,
@@ -29,6 +28,7 @@ from pytest_talos.errors import (
     Unavailable,
     Unimplemented,
 )
+from pytest_talos.pki import CertificateAuthority, issue_client_cert
 from pytest_talos.transport import (
     CallInfo,
     ConnectPhase,

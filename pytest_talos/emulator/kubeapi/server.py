@@ -11,6 +11,7 @@ from typing import Protocol
 
 import h11
 
+from pytest_talos.emulator.apid.listeners import cannot_listen
 from pytest_talos.emulator.kubeapi.http import BadRequest, Connection, Request, status_object
 from pytest_talos.emulator.kubeapi.objects import Object
 from pytest_talos.emulator.kubeapi.routes import (
@@ -28,7 +29,6 @@ from pytest_talos.emulator.kubeapi.routes import (
     watch_frames,
 )
 from pytest_talos.emulator.kubeapi.tracking import Clock, Collection, WatchEvent, object_key
-from pytest_talos.emulator.listeners import cannot_listen
 
 LIMITS: tuple[str, ...] = (
     "Read-only: every method but GET is answered 405 `the emulated API server is read-only` "
