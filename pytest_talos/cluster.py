@@ -8,8 +8,9 @@ node's hostname and role are read once (``Hostname`` and ``MachineTypes``); node
 sorted by hostname so every process (pytest-xdist workers too) sees the same order.
 
 The Kubernetes client is built lazily from the admin kubeconfig that a control plane hands
-out through the Talos API. Its CA, certificate and key are never written to disk: they go to
-anonymous in-memory files (Linux ``memfd_create``) that live as long as the client.
+out through the Talos API. Its CA, certificate and key go straight into an SSL context through
+:mod:`pytest_talos.keyfile` (an in-memory file on Linux, elsewhere a 0600 file in a private
+directory removed as soon as it is read), which the client's connection pool uses.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import ssl
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,12 +30,12 @@ import yaml
 from pytest_talos import models
 from pytest_talos.client import DEFAULT_TIMEOUT, TalosClient
 from pytest_talos.errors import (
-    ConfigError,
     NotFound,
     PermissionDenied,
     TalosError,
     TransportError,
 )
+from pytest_talos.keyfile import SecretBytes, load_chain
 from pytest_talos.node import TalosNode
 from pytest_talos.talos_api import ResourceType, split_host_port
 from pytest_talos.talosconfig import TalosConfig, load_talosconfig
@@ -327,7 +329,7 @@ class KubernetesAccess:
 
     ``api_client`` is a ``kubernetes.client.ApiClient``; :attr:`core_v1` a ``CoreV1Api``.
     Supports kubeconfigs with inline certificate data or a bearer token (what Talos hands
-    out). Close it to release the in-memory credential files.
+    out). Close it to release its connections.
 
     The kubernetes client (its ``CoreV1Api`` alone loads some 250 model modules and pydantic,
     about 0.6 s of CPU) is imported on first use of :attr:`api_client` or :attr:`core_v1`, on
@@ -337,16 +339,11 @@ class KubernetesAccess:
 
     def __init__(self, kubeconfig: bytes, *, request_timeout: float = 10.0) -> None:
         self.request_timeout = request_timeout
-        self._fds: list[int] = []
         self._lock = threading.Lock()
         self._clients: tuple[Any, Any] | None = None
         settings = _kube_settings(kubeconfig)
         self.host: str = settings["server"]
-        self._files = {
-            name: self._memory_file(f"kube-{name}", settings[name])
-            for name in ("ca", "crt", "key")
-            if name in settings
-        }
+        self._tls = _kube_tls_context(settings)
         self._token: bytes | None = settings.get("token")
 
     def _build(self) -> tuple[Any, Any]:
@@ -358,14 +355,13 @@ class KubernetesAccess:
         configuration = Configuration()
         configuration.host = self.host
         configuration.verify_ssl = True
-        if "ca" in self._files:
-            configuration.ssl_ca_cert = self._files["ca"]
-        if "crt" in self._files:
-            configuration.cert_file = self._files["crt"]
-            configuration.key_file = self._files["key"]
         if self._token is not None:
             configuration.api_key = {"authorization": "Bearer " + self._token.decode()}
         api_client = ApiClient(configuration)
+        # The CA and the client key are already in an SSL context (keyfile: memfd, or a 0600
+        # file removed once read); urllib3 takes that context for every connection it makes,
+        # so the kubernetes client never reads a key from a path.
+        api_client.rest_client.pool_manager.connection_pool_kw["ssl_context"] = self._tls
         return api_client, CoreV1Api(api_client)
 
     def _built(self) -> tuple[Any, Any]:
@@ -382,18 +378,6 @@ class KubernetesAccess:
     def core_v1(self) -> Any:
         return self._built()[1]
 
-    def _memory_file(self, name: str, data: bytes) -> str:
-        memfd_create = getattr(os, "memfd_create", None)
-        if memfd_create is None:
-            raise ConfigError(
-                "cannot hold Kubernetes credentials in memory on this platform (no "
-                "os.memfd_create), and pytest-talos never writes keys to disk; Linux is required"
-            )
-        fd: int = memfd_create(f"pytest-talos-{name}", getattr(os, "MFD_CLOEXEC", 0))
-        self._fds.append(fd)
-        os.write(fd, data)
-        return f"/proc/self/fd/{fd}"
-
     def node(self, name: str) -> Any:
         """The Kubernetes Node object called ``name``."""
         return self.core_v1.read_node(name, _request_timeout=self.request_timeout)
@@ -403,12 +387,18 @@ class KubernetesAccess:
             clients, self._clients = self._clients, None
         if clients is not None:
             clients[0].close()
-        fds, self._fds = self._fds, []
-        for fd in fds:
-            os.close(fd)
 
     def __repr__(self) -> str:
         return f"KubernetesAccess(host={self.host!r})"
+
+
+def _kube_tls_context(settings: Mapping[str, Any]) -> ssl.SSLContext:
+    """The kubeconfig's CA (else the system's) and client certificate, loaded from memory."""
+    ca = settings.get("ca")
+    context = ssl.create_default_context(cadata=ca.decode("ascii") if ca else None)
+    if "crt" in settings:
+        load_chain(context, settings["crt"], settings["key"], name="pytest-talos-kube")
+    return context
 
 
 def _kube_settings(kubeconfig: bytes) -> dict[str, Any]:
@@ -427,7 +417,7 @@ def _kube_settings(kubeconfig: bytes) -> dict[str, Any]:
         settings["ca"] = _b64(cluster["certificate-authority-data"], "certificate-authority-data")
     if user.get("client-certificate-data") and user.get("client-key-data"):
         settings["crt"] = _b64(user["client-certificate-data"], "client-certificate-data")
-        settings["key"] = _b64(user["client-key-data"], "client-key-data")
+        settings["key"] = SecretBytes(_b64(user["client-key-data"], "client-key-data"))
     elif user.get("token"):
         settings["token"] = str(user["token"]).encode()
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Iterator
 
 import pytest
@@ -57,10 +58,20 @@ def test_node_ready_fails_for_a_node_kubernetes_does_not_know(not_ready: TalosCl
 
 
 def test_kubernetes_credentials_stay_in_memory(not_ready: TalosCluster) -> None:
+    """No path to a key or CA reaches the Kubernetes client: its pool uses the SSL context
+    the kubeconfig's credentials were loaded into, and that context is what it connects with."""
     access = not_ready.kubernetes
     configuration = access.api_client.configuration
-    for path in (configuration.cert_file, configuration.key_file, configuration.ssl_ca_cert):
-        assert path.startswith("/proc/self/fd/")
+    assert (configuration.cert_file, configuration.key_file, configuration.ssl_ca_cert) == (
+        None,
+        None,
+        None,
+    )
+    pool = access.api_client.rest_client.pool_manager
+    context = pool.connection_pool_kw["ssl_context"]
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert context.get_ca_certs(), "the kubeconfig's CA is not in the context"
+    assert access.core_v1.list_node(_request_timeout=10).items  # it connects with it
 
 
 # --------------------------------------------------------------------------- waits

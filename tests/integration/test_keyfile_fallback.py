@@ -17,6 +17,7 @@ import pytest
 
 from pytest_talos import keyfile
 from pytest_talos.client import TalosClient
+from pytest_talos.cluster import KubernetesAccess
 from pytest_talos.emulator import EmulatedCluster
 from pytest_talos.errors import ConfigError
 from pytest_talos.pki import CertificateAuthority, issue_client_cert
@@ -111,4 +112,27 @@ def test_a_rejected_key_leaves_nothing_behind(monkeypatch: pytest.MonkeyPatch) -
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     with pytest.raises(ConfigError, match="belong together"):
         load_client_identity(ctx, cert.cert_pem, other.key_pem_talos)
+    _assert_private_and_gone(written)
+
+
+def test_the_kubernetes_client_reads_nodes_without_memfd(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The admin kubeconfig's client key reaches the Kubernetes client through the same
+    loader (it used to need memfd and refused elsewhere): the Node list is read over mTLS."""
+    monkeypatch.setattr(keyfile, "USE_MEMFD", False)
+    with EmulatedCluster(
+        controlplanes=1, workers=1, time_scale=EMULATOR_TIME_SCALE, platform="container"
+    ) as cluster:
+        written = _record_writes(monkeypatch)
+        controlplane = cluster.emulated_nodes[0]
+        access = KubernetesAccess(cluster.kubeconfig_for(controlplane))
+        try:
+            nodes = access.core_v1.list_node(_request_timeout=10).items
+        finally:
+            access.close()
+    assert sorted(node.metadata.name for node in nodes) == [
+        "talos-default-controlplane-1",
+        "talos-default-worker-1",
+    ]
     _assert_private_and_gone(written)

@@ -41,6 +41,7 @@ from pytest_talos.emulator.apid.latency import Latency
 from pytest_talos.emulator.apid.listeners import ListenerError, check_served_ports
 from pytest_talos.emulator.apid.servicers import ClientConfiguration
 from pytest_talos.emulator.clock import Clock
+from pytest_talos.emulator.cluster import desired
 from pytest_talos.emulator.cluster.addresses import EmulatorError, pick_subnet
 from pytest_talos.emulator.cluster.configs import (
     HOSTNAME_PLACEHOLDER,
@@ -50,7 +51,6 @@ from pytest_talos.emulator.cluster.configs import (
     node_identities,
     variant_patches,
 )
-from pytest_talos.emulator.cluster import desired
 from pytest_talos.emulator.cluster.kubeobjects import ClusterKubeProvider
 from pytest_talos.emulator.cluster.member import EmulatedNode
 from pytest_talos.emulator.cluster.pki import ClusterPKI, serial_of
@@ -275,6 +275,24 @@ class EmulatedCluster:
             raise EmulatorError(f"cannot start the emulated cluster: {exc}") from None
         self._started = True
 
+    async def reset_async(self) -> None:
+        """Back to the state :meth:`start` left, as moto's ``backend.reset()``: every node
+        forgets what was applied, upgraded, rebooted or stopped and boots again from its
+        generated config on the cluster's release; the call log is emptied. What a client
+        holds stays valid: the addresses, the CAs, the talosconfig and every certificate."""
+        if not self._started:
+            return
+        await asyncio.gather(*(node.reset_state() for node in self._nodes))
+        self.call_log_store.clear()
+        self._boot_nodes()
+        await asyncio.gather(*(node.start_serving() for node in self._nodes))
+
+    def reset(self) -> None:
+        """:meth:`reset_async` for a cluster run in its own thread (``with EmulatedCluster()``)."""
+        loop = self._loop
+        assert loop is not None, "start the cluster first"
+        asyncio.run_coroutine_threadsafe(self.reset_async(), loop).result(START_TIMEOUT)
+
     async def stop(self) -> None:
         await asyncio.gather(*(node.close() for node in self._nodes), return_exceptions=True)
         self._started = False
@@ -369,6 +387,9 @@ class EmulatedCluster:
         self._nodes = [
             EmulatedNode(self, ident, self._config_for(ident, endpoint)) for ident in identities
         ]
+        self._boot_nodes()
+
+    def _boot_nodes(self) -> None:
         for node in self._nodes:
             node.state.boot()
             if self.fault_set.quirk(Quirk.CONFIG_CHANGE_STAGED_AT_START, node.hostname):

@@ -66,21 +66,34 @@ class EmulatedNode(NodeHooks):
 
     def __init__(self, cluster: NodeCluster, identity: NodeIdentity, config: bytes) -> None:
         self.cluster = cluster
-        self.state = NodeState(
-            identity,
-            clock=cluster.clock,
-            faults=cluster.fault_set,
-            variants=cluster.variant_set,
-            config=config,
-            talos_version=cluster.talos_version,
-            peers=cluster.identities,
-            hooks=self,
-        )
+        self.generated_config = config  # what `talosctl gen config` made: reset() goes back to it
+        self.state = self._new_state(identity)
         self.server: NodeServer | None = None
         self.listeners: ExtraListeners | None = None
         self.kube: kubeapi.KubeAPIServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._serving_lock = asyncio.Lock()
+
+    def _new_state(self, identity: NodeIdentity) -> NodeState:
+        cluster = self.cluster
+        return NodeState(
+            identity,
+            clock=cluster.clock,
+            faults=cluster.fault_set,
+            variants=cluster.variant_set,
+            config=self.generated_config,
+            talos_version=cluster.talos_version,
+            peers=cluster.identities,
+            hooks=self,
+        )
+
+    async def reset_state(self) -> None:
+        """Forget everything this node did: stop serving, a fresh state from the generated
+        config on the cluster's release (its identity and certificates are kept). The cluster
+        boots it and serves it again (:meth:`EmulatedCluster.reset`)."""
+        await self.stop_serving()
+        self.state.stop()
+        self.state = self._new_state(self.state.identity)
 
     # ---- facts and helpers for tests --------------------------------------------------------
 
