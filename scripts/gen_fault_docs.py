@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "faults.md"
 sys.path.insert(0, str(ROOT))
 
-from pytest_talos.emulator.faults import PROFILES, SEAM_WHERE, Seam  # noqa: E402
+from pytest_talos.emulator.faults import PROFILES, SEAM_WHERE, FaultProfile, Seam  # noqa: E402
 
 _HEADER = """# Emulator fault profiles
 
@@ -34,6 +34,18 @@ which nodes it touches: every node, only the last node of the cluster, or the co
 """
 
 
+def _stages(profile: FaultProfile) -> str:
+    """A timed fault's declared stages, as a reader follows them (first stage after boot)."""
+    if not profile.stages:
+        return ""
+    steps = []
+    for index, stage in enumerate(profile.stages):
+        then = "" if stage.then is None else f" → {stage.then + 1}"
+        bound = ", this run only" if stage.with_run else ""
+        steps.append(f"{index + 1}. {stage.delay:g} s: {stage.service} {stage.act}{bound}{then}")
+    return " (stages: " + "; ".join(steps) + ")"
+
+
 def render() -> str:
     parts = [_HEADER]
     for seam in Seam:
@@ -42,7 +54,7 @@ def render() -> str:
             continue
         parts.append(f"## {seam}\n\nApplied in {SEAM_WHERE[seam]}.\n")
         parts.append("| Fault | Nodes | What it breaks |\n| --- | --- | --- |")
-        parts.extend(f"| `{p.name}` | {p.scope} | {p.description} |" for p in profiles)
+        parts.extend(f"| `{p.name}` | {p.scope} | {p.description}{_stages(p)} |" for p in profiles)
         parts.append("")
     return "\n".join(parts)
 

@@ -4,10 +4,12 @@ faults and the service rules."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import itertools
 import re
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -17,6 +19,7 @@ from pytest_talos.emulator.clock import Cancellable, Clock
 from pytest_talos.emulator.cosi.registry import DEFINITIONS, T
 from pytest_talos.emulator.cosi.store import ResourceStore, yaml_of
 from pytest_talos.emulator.faults import FAULTS, Fault, FaultSet
+from pytest_talos.emulator.faults.stages import Act, Stage
 from pytest_talos.emulator.node.apply import ApplyRequest, go_duration
 from pytest_talos.emulator.node.events import EventBuffer, RuntimeEvent, SequencePayload, new_xid
 from pytest_talos.emulator.node.identity import NodeIdentity
@@ -272,7 +275,9 @@ class ManualClock(Clock):
                     callback()
 
 
-def _manual_node(platform: str = "container") -> tuple[NodeState, ManualClock]:
+def _manual_node(
+    platform: str = "container", faults: FaultSet | None = None
+) -> tuple[NodeState, ManualClock]:
     clock = ManualClock()
     identity = NodeIdentity(
         hostname="cp-1", role="controlplane", address="127.0.0.2", platform=platform
@@ -287,7 +292,7 @@ def _manual_node(platform: str = "container") -> tuple[NodeState, ManualClock]:
     state = NodeState(
         identity,
         clock=clock,
-        faults=FaultSet(),
+        faults=faults or FaultSet(),
         config=config,
         talos_version="v1.13.9",
         peers=lambda: [identity],
@@ -430,3 +435,95 @@ def test_node_turns_unknown_after_the_grace_period_on_a_manual_clock() -> None:
     clock.advance(3)
     info = state.kube_node()
     assert (info.ready, info.status_unknown) == (True, False)
+
+
+# ---- timed faults as stages (faults/stages.py, node/services/faults.py) ------------------
+
+
+def _with_stages(*stages: Stage) -> FaultSet:
+    profile = dataclasses.replace(FAULTS[Fault.FLAPPING_SERVICE], stages=stages)
+    return FaultSet((profile,), last_node="cp-1", last_controlplane="cp-1")
+
+
+def _health_changes(service: Service) -> list[tuple[float, str]]:
+    return [(e.time, e.msg) for e in service.events if "Health check" in e.msg]
+
+
+def test_a_stage_chain_runs_in_order_and_loops_back() -> None:
+    """kwok-style: fail after 2 s, pass 5 s later, fail again 15 s later, and so on."""
+    faults = _with_stages(
+        Stage("cri", Act.HEALTH_FAIL, 2.0, "down", then=1),
+        Stage("cri", Act.HEALTH_PASS, 5.0, then=2),
+        Stage("cri", Act.HEALTH_FAIL, 15.0, "down", then=1),
+    )
+    state, clock = _manual_node(faults=faults)
+    cri = state.services.services["cri"]
+    clock.advance(3)
+    assert cri.health_fault == "down"
+    clock.advance(5)  # 8 s: passed again at 7 s
+    assert cri.health_fault is None
+    clock.advance(15)  # 23 s: failing again since 22 s
+    assert cri.health_fault == "down"
+    clock.advance(5)  # 28 s: the loop goes back to stage 2 (pass at 27 s)
+    assert cri.health_fault is None
+
+
+def test_a_node_stage_stops_when_the_node_goes_down_and_health_is_its_own_again() -> None:
+    state, clock = _manual_node(faults=_with_stages(Stage("cri", Act.HEALTH_FAIL, 2.0, "x")))
+    clock.advance(3)
+    assert state.services.services["cri"].health_fault == "x"
+    state.service_faults.cancel()
+    assert state.services.services["cri"].health_fault is None
+
+
+def test_a_stage_of_the_run_is_forgotten_when_the_service_restarts_first() -> None:
+    stop_later = Stage("trustd", Act.STOP, 10.0, with_run=True)
+    state, clock = _manual_node(faults=_with_stages(stop_later))
+    clock.advance(1)
+    trustd = state.services.services["trustd"]
+    state.services.fail(trustd, "signal: killed")  # a new run before the stage is due
+    clock.advance(30)
+    assert trustd.running  # the restarted run never met the stage of the old one
+
+
+def test_jitter_delays_within_its_bound_and_repeats_per_node() -> None:
+    def first_kill_after_boot() -> float:
+        stages = (Stage("containerd", Act.KILL, 10.0, "signal: killed", jitter=4.0),)
+        state, clock = _manual_node(faults=_with_stages(*stages))
+        clock.advance(20)
+        containerd = state.services.services["containerd"]
+        killed = next(e.time for e in containerd.events if "going to restart" in e.msg)
+        return killed - state.booted_at
+
+    first, again = first_kill_after_boot(), first_kill_after_boot()
+    assert first == again  # seeded by the node's hostname: a run repeats exactly
+    assert 10.0 <= first <= 14.0 + 0.05  # the manual clock moves in 0.05 s steps
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"delay": -1.0},
+        {"jitter": -0.5},
+        {"act": Act.KILL, "message": ""},
+        {"act": Act.HEALTH_FAIL, "message": ""},
+    ],
+)
+def test_a_stage_refuses_what_cannot_happen(bad: dict[str, Any]) -> None:
+    fields: dict[str, Any] = {"service": "cri", "act": Act.STOP, "delay": 1.0} | bad
+    with pytest.raises(ValueError):
+        Stage(**fields)
+
+
+def test_timed_faults_are_stages_and_every_chain_stays_in_range() -> None:
+    timed = [profile for profile in FAULTS.values() if profile.stages]
+    assert {profile.name for profile in timed} >= {
+        "flapping-service",
+        "health-flap-running",
+        "machined-unhealthy",
+        "service-down",
+        "service-stuck-preparing",
+    }
+    for profile in timed:
+        for stage in profile.stages:
+            assert stage.then is None or 0 <= stage.then < len(profile.stages), profile.name

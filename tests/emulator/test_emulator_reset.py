@@ -1,7 +1,7 @@
 """EmulatedCluster.reset(): back to the state start() left, as moto's backends reset.
 
-Real clients over mTLS see it: a stopped extension service runs again, an applied config is gone, the
-call log is empty, and the talosconfig a client already holds still works."""
+Real clients over mTLS see it: a stopped extension service runs again, an applied config is
+gone, the call log is empty, and the talosconfig a client already holds still works."""
 
 from __future__ import annotations
 

@@ -32,7 +32,6 @@ __all__ = [
     "Scope",
     "Seam",
     "describe_faults",
-    "effects_of",
     "fault_names",
     "resolve_faults",
 ]
@@ -54,10 +53,7 @@ def describe_faults() -> str:
     return "\n".join(lines)
 
 
-def effects_of(faults: Iterable[Fault]) -> tuple[FaultProfile, ...]:
-    """The profiles of ``faults`` in catalogue order: what a seam applies generically."""
-    wanted = frozenset(faults)
-    return tuple(profile for profile in PROFILES if profile.fault in wanted)
+_CATALOGUE_ORDER = {profile.fault: index for index, profile in enumerate(PROFILES)}
 
 
 def resolve_faults(names: Iterable[str | FaultProfile]) -> tuple[FaultProfile, ...]:
@@ -92,9 +88,10 @@ class FaultSet:
 
     def on(self, fault: Fault, hostname: str, *, controlplane: bool = False) -> bool:
         """Whether the profile affects the node ``hostname``."""
-        profile = FAULTS[fault]
-        if profile not in self.profiles:
-            return False
+        profile = next((p for p in self.profiles if p.fault == fault), None)
+        return profile is not None and self._affects(profile, hostname, controlplane)
+
+    def _affects(self, profile: FaultProfile, hostname: str, controlplane: bool) -> bool:
         if profile.scope == "last-node":
             return hostname == self.last_node
         if profile.scope == "controlplanes":
@@ -103,8 +100,18 @@ class FaultSet:
 
     def quirk(self, quirk: Quirk, hostname: str, *, controlplane: bool = False) -> bool:
         """Whether a profile that affects the node ``hostname`` turns ``quirk`` on."""
-        on_node = self.on_node(hostname, controlplane=controlplane)
-        return any(quirk in profile.quirks for profile in effects_of(on_node))
+        profiles = self.profiles_on(hostname, controlplane=controlplane)
+        return any(quirk in profile.quirks for profile in profiles)
+
+    def profiles_on(self, hostname: str, *, controlplane: bool = False) -> tuple[FaultProfile, ...]:
+        """This set's profiles that affect the node ``hostname``, in catalogue order: the
+        profile objects themselves, so what a profile declares is what the node does."""
+        return tuple(
+            sorted(
+                (p for p in self.profiles if self._affects(p, hostname, controlplane)),
+                key=lambda profile: _CATALOGUE_ORDER[profile.fault],
+            )
+        )
 
     def on_node(self, hostname: str, *, controlplane: bool = False) -> frozenset[Fault]:
         """The faults that affect the node ``hostname``."""

@@ -5,8 +5,10 @@ other, so any combination can be active at once:
 ``EmulatedCluster(faults=[Fault.SSH_OPEN, "kubelet-crashloop"])``. A profile declares what
 it changes: data a seam adds (``rootfs_executables``, ``listeners``, ``hidden_ports``,
 ``writable_mounts``, ``host_processes``, ``pid1``, ``reader_grants``), which the seam applies
-for all the node's active profiles without naming one, and behaviour switches (``quirks``,
-:class:`Quirk`) a seam's pipeline asks about with ``node.quirk(Quirk.<NAME>)``.
+for all the node's active profiles without naming one; timed transitions of its services
+(``stages``, :mod:`.stages`), which one engine applies on the emulated clock; and behaviour
+switches (``quirks``, :class:`Quirk`) a seam's pipeline asks about with
+``node.quirk(Quirk.<NAME>)``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pytest_talos.emulator.faults.names import Fault, Quirk, Scope, Seam
+from pytest_talos.emulator.faults.stages import Act, Stage
 
 __all__ = [
     "EXTRA_PORT",
@@ -32,6 +35,20 @@ SSH_PORT = 22
 EXTRA_PORT = 8080
 HOST_BESIDE_CNI_PORT = 4245  # fault host-listener-beside-cni: a host process's TCP port
 STRAY_WIREGUARD_PORT = 47305  # fault stray-wireguard-socket: a port no link is bound to
+
+# The timed faults' figures (their stages below).
+FAULT_AFTER_BOOT = 2.0  # emulated seconds after boot a "little after boot" defect shows
+FLAP_PERIOD = 30.0  # flapping-service: containerd is killed every FLAP_PERIOD s
+# health-flap-running: cri's health check fails for HEALTH_FLAP_DOWN s every
+# HEALTH_FLAP_PERIOD s (the error is what a dial of its socket says when it does not answer)
+HEALTH_FLAP_PERIOD = 20.0
+HEALTH_FLAP_DOWN = 5.0
+CRI_UNHEALTHY = "rpc error: code = DeadlineExceeded desc = context deadline exceeded"
+# machined-unhealthy: what the dial of the machine socket says when machined's listen backlog
+# is full (INFERRED cause; the check is services/machined.go HealthFunc)
+MACHINED_UNHEALTHY = (
+    "dial unix /system/run/machined/machine.sock: connect: resource temporarily unavailable"
+)
 
 
 @dataclass(frozen=True)
@@ -76,6 +93,8 @@ class FaultProfile:
     quirks: tuple[Quirk, ...] = ()
     # Seam.AUTHORIZATION: machine API methods (gRPC paths) os:reader may call as well
     reader_grants: tuple[str, ...] = ()
+    # Seam.SERVICES: timed transitions of the node's services from each boot (stages.py)
+    stages: tuple[Stage, ...] = ()
 
     @property
     def name(self) -> str:
@@ -145,7 +164,8 @@ PROFILES: tuple[FaultProfile, ...] = (
         "containerd is healthy most of the time but is killed every 30 s; the restart runner "
         "shows it Waiting and runs it again 5 s later",
         changes=(Seam.SERVICES,),
-        quirks=(Quirk.CONTAINERD_KILLED_PERIODICALLY,),
+        # the restart runner brings it back 5 s later (runner/restart/restart.go)
+        stages=(Stage("containerd", Act.KILL, FLAP_PERIOD, "signal: killed", then=0),),
     ),
     FaultProfile(
         Fault.TRY_NO_REVERT,
@@ -305,7 +325,8 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.SERVICE_DOWN,
         "trustd stops 2 s after boot (Finished) and nothing starts it again",
         changes=(Seam.SERVICES,),
-        quirks=(Quirk.TRUSTD_STOPS_AFTER_BOOT,),
+        # trustd stops a little after boot and nothing starts it again
+        stages=(Stage("trustd", Act.STOP, FAULT_AFTER_BOOT, with_run=True),),
         scope="controlplanes",
     ),
     FaultProfile(
@@ -313,7 +334,10 @@ PROFILES: tuple[FaultProfile, ...] = (
         "2 s after boot machined's health check (a dial of its socket) starts failing on "
         "every node; machined keeps running",
         changes=(Seam.SERVICES,),
-        quirks=(Quirk.MACHINED_HEALTH_FAILS_AFTER_BOOT,),
+        # services/machined.go HealthFunc dials the socket; it keeps running
+        stages=(
+            Stage("machined", Act.HEALTH_FAIL, FAULT_AFTER_BOOT, MACHINED_UNHEALTHY, with_run=True),
+        ),
     ),
     FaultProfile(
         Fault.ETCD_MEMBER_MISSING,
@@ -543,7 +567,15 @@ PROFILES: tuple[FaultProfile, ...] = (
         "from 2 s after boot cri's health check fails for 5 s every 20 s; cri never leaves "
         "Running (only its health flaps)",
         changes=(Seam.SERVICES,),
-        quirks=(Quirk.CRI_HEALTH_FLAPS,),
+        # cri keeps running; system/health/check.go reports each change of its health and
+        # service_runner.go healthUpdate records it as a Running event
+        stages=(
+            Stage("cri", Act.HEALTH_FAIL, FAULT_AFTER_BOOT, CRI_UNHEALTHY, then=1),
+            Stage("cri", Act.HEALTH_PASS, HEALTH_FLAP_DOWN, then=2),
+            Stage(
+                "cri", Act.HEALTH_FAIL, HEALTH_FLAP_PERIOD - HEALTH_FLAP_DOWN, CRI_UNHEALTHY, then=1
+            ),
+        ),
     ),
     FaultProfile(
         Fault.EMPTY_LOGS,
@@ -562,7 +594,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "2 s after boot trustd is restarted and never gets past its pre-start step (Preparing"
         " forever)",
         changes=(Seam.SERVICES,),
-        quirks=(Quirk.TRUSTD_STICKS_IN_PRE_START,),
+        stages=(Stage("trustd", Act.STICK, FAULT_AFTER_BOOT, with_run=True),),
         scope="controlplanes",
     ),
     FaultProfile(

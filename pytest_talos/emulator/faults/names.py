@@ -115,7 +115,7 @@ class Quirk(StrEnum):
     """A behaviour switch inside a seam's pipeline: the seam asks ``node.quirk(Quirk.X)``,
     a fault profile lists the quirks it turns on (``FaultProfile.quirks``)."""
 
-    # Seam.APPLY (nodeapply.MachineConfigState)
+    # Seam.APPLY (node.apply.MachineConfigState)
     APPLY_SKIPS_ROLE_CHECK = "apply-skips-role-check"
     APPLY_KEEPS_PENDING_TRY = "apply-keeps-pending-try"
     REJECTED_APPLY_LANDS_LATE = "rejected-apply-lands-late"
@@ -134,32 +134,26 @@ class Quirk(StrEnum):
     STAGED_DRY_RUN_PERSISTS = "staged-dry-run-persists"
     NO_REBOOT_SKIPS_PERSISTENT = "no-reboot-skips-persistent"
     APPLY_DURING_TRY_DROPPED = "apply-during-try-dropped"
-    # Seam.KUBERNETES (kubenode.kube_node_info)
+    # Seam.KUBERNETES (node.kubelet.kube_node_info)
     KUBE_LABELS_NEVER_SYNC = "kube-labels-never-sync"
     KUBE_READY_FLAPS = "kube-ready-flaps"
     KUBE_READY_FALSE = "kube-ready-false"
     KUBE_MEMORY_PRESSURE = "kube-memory-pressure"
     KUBE_UNSCHEDULABLE = "kube-unschedulable"
     KUBE_CLOUD_TAINT_STAYS = "kube-cloud-taint-stays"
-    # Seam.AUTHORIZATION (dispatch.LocalDispatcher)
+    # Seam.AUTHORIZATION (apid.dispatch.LocalDispatcher)
     READER_REAL_APPLY_RUNS_AS_ADMIN = "reader-real-apply-runs-as-admin"
-    # Seam.AUTHORIZATION (dispatch_unmodelled: storaged's BlockDeviceWipe handler)
+    # Seam.AUTHORIZATION (apid.unmodelled: storaged's BlockDeviceWipe handler)
     BLOCK_WIPE_SKIPS_ROLE_CHECK = "block-wipe-skips-role-check"
-    # Seam.SERVICES (servicefaults.ServiceFaults)
-    MACHINED_HEALTH_FAILS_AFTER_BOOT = "machined-health-fails-after-boot"
-    CONTAINERD_KILLED_PERIODICALLY = "containerd-killed-periodically"
-    TRUSTD_STICKS_IN_PRE_START = "trustd-sticks-in-pre-start"
-    CRI_HEALTH_FLAPS = "cri-health-flaps"
-    TRUSTD_STOPS_AFTER_BOOT = "trustd-stops-after-boot"
-    # Seam.SERVICES (nodeservices: the Services resource, failure reasons, logs)
+    # Seam.SERVICES (node.services.published: the Services resource, failure reasons, logs)
     SERVICE_RESOURCE_OUTLIVES_STOP = "service-resource-outlives-stop"
     KUBELET_EXITS_AFTER_START = "kubelet-exits-after-start"
     CONTAINERD_LOG_UNREGISTERED = "containerd-log-unregistered"
     APID_LOG_EMPTY = "apid-log-empty"
-    # Seam.DISCOVERY (nodenet.NodeNetworking)
+    # Seam.DISCOVERY (node.net.place.NodeNetworking)
     DISCOVERY_MISSES_FIRST_NODE = "discovery-misses-first-node"
     ETCD_MEMBERS_LACK_LAST_CONTROLPLANE = "etcd-members-lack-last-controlplane"
-    # Seam.COSI, Seam.AUTHORIZATION (servicers.cosi.StateServicer)
+    # Seam.COSI, Seam.AUTHORIZATION (apid.servicers.cosi.StateServicer)
     COSI_ACCEPTS_WRITES = "cosi-accepts-writes"
     COSI_SHOWS_SENSITIVE_TO_READERS = "cosi-shows-sensitive-to-readers"
     COSI_WATCH_SHOWS_SENSITIVE_TO_READERS = "cosi-watch-shows-sensitive-to-readers"
@@ -167,24 +161,24 @@ class Quirk(StrEnum):
     COSI_CREATE_WRITES_THEN_DENIES = "cosi-create-writes-then-denies"
     COSI_SERVES_UNLISTED_SECRETS = "cosi-serves-unlisted-secrets"
     COSI_REFUSES_ONLY_EMPTY_WRITES = "cosi-refuses-only-empty-writes"
-    # Seam.MACHINE_API (servicers.machine_info, servicers.machine_ops)
+    # Seam.MACHINE_API (apid.servicers.machine_info, apid.servicers.machine_ops)
     VERSION_OMITS_FEATURES = "version-omits-features"
     EVENTS_TAIL_SECONDS_DROPS_HISTORY = "events-tail-seconds-drops-history"
     EVENTS_SKIP_HELLO = "events-skip-hello"
     KUBECONFIG_WITHHELD = "kubeconfig-withheld"
-    # Seam.AUTHENTICATION (apidtls, server.ApidServer)
+    # Seam.AUTHENTICATION (apid.gate, apid.server)
     APID_SKIPS_EKU_RULE = "apid-skips-eku-rule"
     APID_IGNORES_CERT_VALIDITY = "apid-ignores-cert-validity"
     APID_TRUSTS_KUBERNETES_CA = "apid-trusts-kubernetes-ca"
     APID_EKU_RULE_ONLY_REFUSES_SERVER_AUTH = "apid-eku-rule-only-refuses-server-auth"
     APID_IGNORES_NOT_BEFORE = "apid-ignores-not-before"
-    # Seam.AUTHENTICATION, Seam.CERTIFICATES (emulatednode.EmulatedNode: apid cert and TLS)
+    # Seam.AUTHENTICATION, Seam.CERTIFICATES (cluster.member.EmulatedNode: apid cert and TLS)
     APID_CERT_LACKS_HOSTNAME_SAN = "apid-cert-lacks-hostname-san"
     APID_CLIENT_CERT_OPTIONAL = "apid-client-cert-optional"
     APID_SKIPS_CLIENT_CERT_VERIFY = "apid-skips-client-cert-verify"
-    # Seam.MACHINE_API (state.NodeState.api_version_tag)
+    # Seam.MACHINE_API (node.state.NodeState.api_version_tag)
     VERSION_TAG_WRONG = "version-tag-wrong"
-    # Seam.GENERATED_CONFIG, Seam.CERTIFICATES (cluster.EmulatedCluster)
+    # Seam.GENERATED_CONFIG, Seam.CERTIFICATES (cluster.emulated.EmulatedCluster)
     ADMIN_CERT_EXPIRES_SOON = "admin-cert-expires-soon"
     CONFIG_CHANGE_STAGED_AT_START = "config-change-staged-at-start"
     POD_CIDR_OVERLAPS_NODES = "pod-cidr-overlaps-nodes"
@@ -213,18 +207,21 @@ class Seam(StrEnum):
 
 # Where each seam is applied (the docs and --list-faults show it).
 SEAM_WHERE: dict[Seam, str] = {
-    Seam.ROOTFS: "the root filesystem builder (hostview.NodeHost over system.build_rootfs)",
-    Seam.MOUNTS: "the mount table (hostview.NodeHost.mounts, /proc/mounts)",
-    Seam.PROCESSES: "the process table (hostview.NodeHost.processes, the PID 1 choice)",
-    Seam.LISTENERS: "the listener table (hostview.NodeHost.listeners, what Netstat shows)",
-    Seam.APPLY: "the ApplyConfiguration pipeline and try mode (nodeapply.MachineConfigState)",
-    Seam.SERVICES: "the services runner and logs (servicefaults.ServiceFaults, nodeservices)",
-    Seam.KUBERNETES: "the node's Kubernetes Node object (kubenode.kube_node_info)",
-    Seam.DISCOVERY: "discovery Members and the etcd member list (nodenet.NodeNetworking)",
+    Seam.ROOTFS: "the root filesystem builder (node.host.view.NodeHost over "
+    "node.host.system.build_rootfs)",
+    Seam.MOUNTS: "the mount table (node.host.view.NodeHost.mounts, /proc/mounts)",
+    Seam.PROCESSES: "the process table (node.host.view.NodeHost.processes, the PID 1 choice)",
+    Seam.LISTENERS: "the listener table (node.host.view.NodeHost.listeners, what Netstat shows)",
+    Seam.APPLY: "the ApplyConfiguration pipeline and try mode (node.apply.MachineConfigState)",
+    Seam.SERVICES: "the services runner and logs (node.services.faults: the stages engine; "
+    "node.services.published)",
+    Seam.KUBERNETES: "the node's Kubernetes Node object (node.kubelet.kube_node_info)",
+    Seam.DISCOVERY: "discovery Members and the etcd member list (node.net.place.NodeNetworking)",
     Seam.MACHINE_API: "the replies of the machine API servicers (Version, Events, Kubeconfig)",
-    Seam.AUTHENTICATION: "apid's TLS handshake and client-certificate rules (apidtls)",
-    Seam.AUTHORIZATION: "apid's role rules per RPC (server) and COSI's sensitive reads",
-    Seam.CERTIFICATES: "the certificate issuer (clusterpki.ClusterPKI, the apid certificate)",
-    Seam.COSI: "the COSI resource API (servicers.cosi)",
-    Seam.GENERATED_CONFIG: "the generated machine configs (nodeconfigs.NodeConfigs, cluster start)",
+    Seam.AUTHENTICATION: "apid's TLS handshake and client-certificate rules (apid.gate)",
+    Seam.AUTHORIZATION: "apid's role rules per RPC (apid.dispatch) and COSI's sensitive reads",
+    Seam.CERTIFICATES: "the certificate issuer (cluster.pki.ClusterPKI, the apid certificate)",
+    Seam.COSI: "the COSI resource API (apid.servicers.cosi)",
+    Seam.GENERATED_CONFIG: "the generated machine configs (cluster.configs.NodeConfigs, "
+    "cluster start)",
 }

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.clock import Clock
 from pytest_talos.emulator.cosi.store import ResourceStore
-from pytest_talos.emulator.faults import FaultProfile, FaultSet, Quirk, effects_of
+from pytest_talos.emulator.faults import FaultProfile, FaultSet, Quirk
 from pytest_talos.emulator.faults.variants import CLOCK_STEPPED_AHEAD, Variant, VariantSet
 from pytest_talos.emulator.node.apply import (
     ApplyRequest,
@@ -129,12 +129,16 @@ class NodeState:
             container=self.container,
         )
         self.service_faults = ServiceFaults(
-            self.services, clock=clock, quirk=self.quirk, powered=lambda: self.powered
+            self.services,
+            clock=clock,
+            profiles=self.fault_profiles,
+            powered=lambda: self.powered,
+            seed=identity.hostname,
         )
         self.host = NodeHost(
             identity,
             talos_version=talos_version,
-            node_faults=lambda: faults.on_node(identity.hostname, controlplane=self.controlplane),
+            node_profiles=self.fault_profiles,
             pod_shell=self.variant(Variant.POD_SHELL),
             cilium=self.variant(Variant.CILIUM),
         )
@@ -173,7 +177,7 @@ class NodeState:
 
     def fault_profiles(self) -> tuple[FaultProfile, ...]:
         """The profiles of the faults that affect this node, in catalogue order."""
-        return effects_of(self.faults.on_node(self.hostname, controlplane=self.controlplane))
+        return self.faults.profiles_on(self.hostname, controlplane=self.controlplane)
 
     def quirk(self, quirk: Quirk) -> bool:
         """Whether a fault profile that affects this node turns the behaviour ``quirk`` on."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from pytest_talos.emulator.faults import Fault, effects_of
+from pytest_talos.emulator.faults import FaultProfile
 from pytest_talos.emulator.machineconfig.accessors import (
     cni_name,
     component_extra_args,
@@ -31,12 +31,12 @@ class NodeHost:
         identity: NodeIdentity,
         *,
         talos_version: str,
-        node_faults: Callable[[], frozenset[Fault]],
+        node_profiles: Callable[[], Sequence[FaultProfile]],
         pod_shell: bool,
         cilium: bool = False,
     ) -> None:
         self._identity = identity
-        self._node_faults = node_faults
+        self._node_profiles = node_profiles
         self._pod_shell = pod_shell
         self._cilium = cilium
         self.rootfs = system.build_rootfs(
@@ -45,7 +45,7 @@ class NodeHost:
             controlplane=identity.controlplane,
             extensions=identity.extensions,
             extra_executables=[
-                path for profile in effects_of(node_faults()) for path in profile.rootfs_executables
+                path for profile in node_profiles() for path in profile.rootfs_executables
             ],
         )
 
@@ -58,7 +58,7 @@ class NodeHost:
         self, *, running_services: Sequence[str], config: bytes, pod_network_pods: int
     ) -> list[system.ProcessEntry]:
         ident = self._identity
-        profiles = effects_of(self._node_faults())
+        profiles = self._node_profiles()
         pid1 = next((p.pid1 for p in profiles if p.pid1 is not None), None)
         return system.processes_for(
             hostname=ident.hostname,
@@ -75,7 +75,7 @@ class NodeHost:
         )
 
     def mounts(self) -> list[system.MountEntry]:
-        profiles = effects_of(self._node_faults())
+        profiles = self._node_profiles()
         writable = {path for profile in profiles for path in profile.writable_mounts}
         return system.mounts_for(
             platform=self._identity.platform,
@@ -92,7 +92,7 @@ class NodeHost:
         """The host's sockets (kube-proxy's only while the config enables it; the etcd
         listeners of the node's release), then those in pod network namespaces
         (``Listener.netns`` set: CoreDNS where it runs)."""
-        profiles = effects_of(self._node_faults())
+        profiles = self._node_profiles()
         return [
             *system.listeners_for(
                 controlplane=self._identity.controlplane,

@@ -1,109 +1,89 @@
-"""The faults that act on a node's services after boot, through the services runner.
+"""The engine of the timed faults: every profile's stages, on a node's services, after boot.
 
-:class:`ServiceFaults` arms them at each boot and owns their timers; the runner
-(:class:`~.runner.ServiceManager`) carries them out as it
-would a real failure (``runner/restart/restart.go``, ``system/health/check.go``).
+A timed fault is data (:mod:`pytest_talos.emulator.faults.stages`): :class:`ServiceFaults`
+starts each active profile's first stage at each boot, carries out each stage through the
+runner (:class:`~.runner.ServiceManager`) as it would a real failure
+(``runner/restart/restart.go``, ``system/health/check.go``), moves on to the next stage, and
+stops when the node goes down. It never names a fault.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Sequence
 
 from pytest_talos.emulator.clock import Cancellable, Clock
-from pytest_talos.emulator.faults import Quirk
+from pytest_talos.emulator.faults import FaultProfile
+from pytest_talos.emulator.faults.stages import Act, Stage
 from pytest_talos.emulator.node.services.runner import ServiceManager
 
-__all__ = [
-    "CRI_UNHEALTHY",
-    "FAULT_AFTER_BOOT",
-    "FLAP_PERIOD",
-    "HEALTH_FLAP_DOWN",
-    "HEALTH_FLAP_PERIOD",
-    "MACHINED_UNHEALTHY",
-    "ServiceFaults",
-]
-
-FLAP_PERIOD = 30.0  # Quirk.CONTAINERD_KILLED_PERIODICALLY
-# Quirk.CRI_HEALTH_FLAPS: cri's health check fails for HEALTH_FLAP_DOWN s every
-# HEALTH_FLAP_PERIOD s (the error is what a dial of its socket says when it does not answer)
-HEALTH_FLAP_PERIOD = 20.0
-HEALTH_FLAP_DOWN = 5.0
-CRI_UNHEALTHY = "rpc error: code = DeadlineExceeded desc = context deadline exceeded"
-# emulated seconds after boot the defect shows (the quirks that act a little after boot)
-FAULT_AFTER_BOOT = 2.0
-# Quirk.MACHINED_HEALTH_FAILS_AFTER_BOOT: what the dial of the machine socket says when
-# machined's listen backlog is full (INFERRED cause; the check is services/machined.go HealthFunc)
-MACHINED_UNHEALTHY = (
-    "dial unix /system/run/machined/machine.sock: connect: resource temporarily unavailable"
-)
+__all__ = ["ServiceFaults"]
 
 
 class ServiceFaults:
-    """The service faults of one node: armed at boot, cancelled when the node goes down."""
+    """The timed faults of one node: armed at boot, cancelled when the node goes down."""
 
     def __init__(
         self,
         services: ServiceManager,
         *,
         clock: Clock,
-        quirk: Callable[[Quirk], bool],
+        profiles: Callable[[], Sequence[FaultProfile]],
         powered: Callable[[], bool],
+        seed: str = "",
     ) -> None:
         self._services = services
         self._clock = clock
-        self._quirk = quirk
+        self._profiles = profiles
         self._powered = powered
-        self._flap_timer: Cancellable | None = None
-        self._health_flap_timer: Cancellable | None = None  # Quirk.CRI_HEALTH_FLAPS
+        self._timers: list[Cancellable] = []
+        self._flapping_health: set[str] = set()  # services a node-bound health stage changed
+        self._jitter = random.Random(seed)  # one sequence per node: runs repeat exactly
 
     def arm_after_boot(self) -> None:
-        """Schedule what the active faults do to the freshly booted services."""
+        """Start the first stage of every active profile whose service this node runs."""
+        self._timers = []
+        for profile in self._profiles():
+            if profile.stages and profile.stages[0].service in self._services.services:
+                self._arm(profile.stages, 0)
+
+    def _arm(self, stages: tuple[Stage, ...], index: int) -> None:
+        stage = stages[index]
+        delay = stage.delay + (self._jitter.uniform(0, stage.jitter) if stage.jitter else 0.0)
+
+        def fire() -> None:
+            if stage.with_run or self._powered():
+                self._carry_out(stage)
+            if stage.then is not None:
+                self._arm(stages, stage.then)
+
+        if stage.with_run:  # the runner's timer: a restart of the service forgets it
+            self._services.later(stage.service, delay, fire)
+        else:
+            self._timers.append(self._clock.call_later(delay, fire))
+            if stage.act in (Act.HEALTH_FAIL, Act.HEALTH_PASS):
+                self._flapping_health.add(stage.service)
+
+    def _carry_out(self, stage: Stage) -> None:
         services = self._services
-        if self._quirk(Quirk.MACHINED_HEALTH_FAILS_AFTER_BOOT):
-            # a little after boot, machined's health check (a dial
-            # of its socket, services/machined.go HealthFunc) starts failing; it keeps running
-            services.health_fault_later("machined", FAULT_AFTER_BOOT, MACHINED_UNHEALTHY)
-        if self._quirk(Quirk.CONTAINERD_KILLED_PERIODICALLY):
-            self._schedule_flap()
-        if self._quirk(Quirk.TRUSTD_STICKS_IN_PRE_START) and "trustd" in services.services:
-            # trustd is restarted a little after boot and its
-            # pre-start step never returns
-            services.stick_later("trustd", FAULT_AFTER_BOOT)
-        if self._quirk(Quirk.CRI_HEALTH_FLAPS) and "cri" in services.services:
-            self._schedule_health_flap(FAULT_AFTER_BOOT, failing=True)
-        if self._quirk(Quirk.TRUSTD_STOPS_AFTER_BOOT) and "trustd" in services.services:
-            # trustd stops a little after boot and nothing starts it again
-            services.stop_later("trustd", FAULT_AFTER_BOOT)
-
-    def _schedule_flap(self) -> None:
-        # containerd is killed every FLAP_PERIOD s; the restart runner
-        # brings it back 5 s later (runner/restart/restart.go)
-        def flap() -> None:
-            service = self._services.services["containerd"]
-            if self._powered() and service.running:
-                self._services.fail(service, "signal: killed")
-            self._schedule_flap()
-
-        self._flap_timer = self._clock.call_later(FLAP_PERIOD, flap)
-
-    def _schedule_health_flap(self, delay: float, *, failing: bool) -> None:
-        # cri keeps running; its health check fails, then passes
-        # again (system/health/check.go reports each change, service_runner.go healthUpdate
-        # records it as a Running event)
-        def flip() -> None:
-            if self._powered():
-                self._services.set_health_fault("cri", CRI_UNHEALTHY if failing else None)
-            wait = HEALTH_FLAP_DOWN if failing else HEALTH_FLAP_PERIOD - HEALTH_FLAP_DOWN
-            self._schedule_health_flap(wait, failing=not failing)
-
-        self._health_flap_timer = self._clock.call_later(delay, flip)
+        service = services.services[stage.service]
+        if stage.act is Act.KILL:
+            services.fail(service, stage.message)
+        elif stage.act is Act.HEALTH_FAIL:
+            services.set_health_fault(stage.service, stage.message)
+        elif stage.act is Act.HEALTH_PASS:
+            services.set_health_fault(stage.service, None)
+        elif stage.act is Act.STOP:
+            services.stop(service)
+        else:
+            services.stick(service)
 
     def cancel(self, *, reset_health: bool = True) -> None:
-        """The node goes down: the flaps stop and (``reset_health``) cri's health is its own
-        again; the cluster stopping only stops the timers."""
-        if self._flap_timer is not None:
-            self._flap_timer.cancel()
-        if self._health_flap_timer is not None:
-            self._health_flap_timer.cancel()
-            if reset_health:
-                self._services.set_health_fault("cri", None)
+        """The node goes down: the node's stages stop and (``reset_health``) the health of a
+        service they flapped is its own again; the cluster stopping only stops the timers."""
+        for timer in self._timers:
+            timer.cancel()
+        self._timers = []
+        if reset_health:
+            for service_id in sorted(self._flapping_health):
+                self._services.set_health_fault(service_id, None)

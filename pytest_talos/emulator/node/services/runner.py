@@ -430,28 +430,18 @@ class ServiceManager:
         self._runner_done(service)
         self.record(service, "Finished", "Service finished successfully")
 
-    def health_fault_later(self, service_id: str, delay: float, message: str) -> None:
-        """Make a service's health check fail with ``message`` from ``delay`` s from now."""
-        service = self.services[service_id]
-        self._later(service, delay, lambda: self.set_health_fault(service_id, message))
+    def later(self, service_id: str, delay: float, action: Callable[[], None]) -> None:
+        """Run ``action`` ``delay`` emulated seconds from now, unless the service's current
+        run ends first (a timed fault's stage that belongs to the run)."""
+        self._later(self.services[service_id], delay, action)
 
-    def stop_later(self, service_id: str, delay: float) -> None:
-        """Stop a service ``delay`` emulated seconds from now (and leave it stopped)."""
-        service = self.services[service_id]
-        self._later(service, delay, lambda: self.stop(service))
-
-    def stick_later(self, service_id: str, delay: float) -> None:
-        """Restart a service ``delay`` emulated seconds from now, and let its pre-start step
-        never end: it stays Preparing ("Running pre state", service_runner.go Run)."""
-        service = self.services[service_id]
-
-        def stick() -> None:
-            self.stop(service)
-            service.run += 1
-            self.record(service, "Starting", "Starting service")
-            self.record(service, "Preparing", "Running pre state")
-
-        self._later(service, delay, stick)
+    def stick(self, service: Service) -> None:
+        """Restart a service and let its pre-start step never end: it stays Preparing
+        ("Running pre state", service_runner.go Run)."""
+        self.stop(service)
+        service.run += 1
+        self.record(service, "Starting", "Starting service")
+        self.record(service, "Preparing", "Running pre state")
 
     def restart_if_running(self, service_id: str) -> None:
         """kubelet_service.go on a KubeletSpec change: stop it if it runs, then start it."""
