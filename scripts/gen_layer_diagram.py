@@ -40,6 +40,7 @@ ROLES = {
     "transport": "grpclib + mTLS",
     "talosconfig": "talosconfig loading",
     "keyfile": "in-memory keys",
+    "endpoint": "host:port parsing",
     "patches": "strategic / JSON6902",
     "_proto": "generated messages",
     "talos_api": "shared Talos facts",
