@@ -33,6 +33,7 @@ from google.protobuf import empty_pb2  # noqa: E402
 
 from pytest_talos._proto.machine import machine_grpc  # noqa: E402
 from pytest_talos.client import TalosClient  # noqa: E402
+from pytest_talos.transport import GrpcTransport  # noqa: E402
 
 
 def _serve(queue: Any, stop: Any) -> None:
@@ -73,7 +74,9 @@ def main() -> None:
 def _measure(client: TalosClient, calls: int, rounds: int) -> dict[str, list[float]]:
     core = client.async_client
     run = client._runner.run  # the client's own loop thread (benchmark-only access)
-    channel = core._transport.channel()  # the very connection version() uses
+    wire = core._transport
+    assert isinstance(wire, GrpcTransport)  # a client built from credentials
+    channel = wire.channel()  # the very connection version() uses
     stub = machine_grpc.MachineServiceStub(channel)
     metadata = [("runtime", "Talos")]  # what our client sends without node targeting
     timeout = client.timeout

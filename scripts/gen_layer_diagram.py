@@ -41,6 +41,7 @@ ROLES = {
     "pki": "CAs, certificates",
     "talosconfig": "talosconfig loading",
     "keyfile": "in-memory keys",
+    "endpoint": "host:port parsing",
     "patches": "strategic / JSON6902",
     "_proto": "generated messages",
     "talos_api": "shared Talos facts",

@@ -34,7 +34,7 @@ from pytest_talos._proto.machine import machine_pb2
 from pytest_talos._proto.resource.config import config_pb2
 from pytest_talos._proto.resource.definitions.runtime import runtime_pb2
 from pytest_talos._proto.v1alpha1 import resource_pb2, state_pb2
-from pytest_talos.client import TalosClient
+from pytest_talos.client import Connection, TalosClient
 from pytest_talos.errors import (
     APIError,
     AuthenticationError,
@@ -50,9 +50,9 @@ from pytest_talos.releases import V1_13, Release
 from pytest_talos.talos_api import APID_PORT, join_host_port
 from pytest_talos.talosconfig import Context
 from pytest_talos.transport import (
+    GrpcTransport,
     Rpc,
     Target,
-    Transport,
     build_ssl_context,
     certificate_roles,
     shared_ssl_context,
@@ -310,7 +310,7 @@ _GET = Rpc(_STATE + "Get", state_pb2.GetRequest, state_pb2.GetResponse)
 
 
 async def _probe_exists(
-    transport: Transport, target: Target, kind_ns: tuple[str, str] = _PROBE_TYPE
+    transport: Connection, target: Target, kind_ns: tuple[str, str] = _PROBE_TYPE
 ) -> bool | None:
     """Whether the probe resource exists (None: the node did not say)."""
     kind, namespace = kind_ns
@@ -322,7 +322,7 @@ async def _probe_exists(
     return True
 
 
-async def _writes(transport: Transport, node: str) -> list[Attempt]:
+async def _writes(transport: Connection, node: str) -> list[Attempt]:
     """Each write is judged by its reply and by the state afterwards: a node that answers
     PermissionDenied but carried the write out is caught by the Get that follows it."""
     target = Target(node=node)
@@ -385,7 +385,7 @@ async def _writes(transport: Transport, node: str) -> list[Attempt]:
 
 
 async def _sent_write(
-    transport: Transport, rpc: Rpc[Any, Any], request: Message, target: Target, what: str
+    transport: Connection, rpc: Rpc[Any, Any], request: Message, target: Target, what: str
 ) -> Attempt:
     """One COSI write, judged by its reply (refused or not)."""
     try:
@@ -398,7 +398,7 @@ async def _sent_write(
 
 
 async def _absent_writes(
-    transport: Transport, target: Target, kind_ns: tuple[str, str]
+    transport: Connection, target: Target, kind_ns: tuple[str, str]
 ) -> list[Attempt]:
     """Destroy and Update of an absent id of ``kind_ns``, each judged by its reply and by a
     Get afterwards (a node that answers PermissionDenied but wrote is caught)."""
@@ -442,7 +442,7 @@ def write_attempts(
     ssl_context = build_ssl_context(context.ca_pem, context.crt_pem, context.key_pem)
 
     async def run() -> list[Attempt]:
-        transport = Transport(cluster_client.endpoint, ssl_context, timeout=timeout)
+        transport = Connection(GrpcTransport(cluster_client.endpoint, ssl_context), timeout=timeout)
         try:
             return await _writes(transport, node)
         finally:
@@ -842,7 +842,7 @@ DISRUPTIVE_CALLS: tuple[MethodCall, ...] = (
 )
 
 
-async def _first_message(transport: Transport, call: MethodCall, target: Target) -> str:
+async def _first_message(transport: Connection, call: MethodCall, target: Target) -> str:
     """Read one message of a stream, throw it away and cancel the rest."""
     stream = transport.stream(call.rpc, call.request, target, total_timeout=transport.timeout)
     async with contextlib.aclosing(stream) as messages:
@@ -851,7 +851,7 @@ async def _first_message(transport: Transport, call: MethodCall, target: Target)
     return "answered with an empty stream"
 
 
-async def _method_attempt(transport: Transport, target: Target, call: MethodCall) -> Attempt:
+async def _method_attempt(transport: Connection, target: Target, call: MethodCall) -> Attempt:
     """PermissionDenied is a refusal; any other answer (NotFound, Unimplemented, a reply)
     means the call got past the authorization, as does no answer at all in time."""
     try:
@@ -894,7 +894,7 @@ def method_attempts(
     ssl_context = shared_ssl_context(credentials.ca_pem, credentials.crt_pem, credentials.key_pem)
 
     async def run() -> list[Attempt]:
-        transport = Transport(endpoint, ssl_context, timeout=timeout)
+        transport = Connection(GrpcTransport(endpoint, ssl_context), timeout=timeout)
         target = Target(node=node)
         gate = asyncio.Semaphore(PROBE_STREAMS)
 

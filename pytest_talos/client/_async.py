@@ -7,6 +7,7 @@ import datetime as dt
 import os
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Literal
 
@@ -30,15 +31,18 @@ from pytest_talos.client._calls import (
     untar_kubeconfig,
     upgrade_request,
 )
+from pytest_talos.client._connection import Connection
 from pytest_talos.client._cosi import Resources
 from pytest_talos.client._gate import ChangeGate
 from pytest_talos.client._streams import OpenedStream, iterated
 from pytest_talos.client._subscriptions import open_events, open_health_check
+from pytest_talos.endpoint import Endpoint
 from pytest_talos.errors import NodeError, NotFound
 from pytest_talos.talosconfig import load_talosconfig
 from pytest_talos.transport import (
     DEFAULT_STREAM_TIMEOUT,
     DEFAULT_TIMEOUT,
+    GrpcTransport,
     Transport,
     certificate_roles,
     shared_ssl_context,
@@ -63,6 +67,57 @@ class TalosConfigWarning(UserWarning):
     """The talosconfig works but needs attention soon (e.g. the client cert expires)."""
 
 
+def _grpc_transport(
+    endpoint: str | Endpoint | None,
+    ca_pem: bytes | None,
+    crt_pem: bytes | None,
+    key_pem: bytes | None,
+    server_hostname: str | None,
+    roles: Sequence[str] | None,
+) -> GrpcTransport:
+    """The real transport for an endpoint and its credentials (the text is parsed here)."""
+    if endpoint is None or ca_pem is None or crt_pem is None or key_pem is None:
+        raise TypeError(
+            "a Talos client needs endpoint, ca_pem, crt_pem and key_pem (or transport=)"
+        )
+    if not isinstance(endpoint, Endpoint):
+        endpoint = Endpoint.parse(endpoint, server_name=server_hostname)
+    elif server_hostname is not None:
+        endpoint = replace(endpoint, server_name=server_hostname)
+    return GrpcTransport(
+        endpoint,
+        shared_ssl_context(ca_pem, crt_pem, key_pem),
+        client_roles=tuple(roles) if roles is not None else certificate_roles(crt_pem),
+    )
+
+
+def talosconfig_arguments(
+    path: str | os.PathLike[str] | None,
+    context: str | None,
+    endpoint: str | None,
+    node: str | None,
+    timeout: float,
+    env: Mapping[str, str],
+) -> dict[str, Any]:
+    """The client arguments a talosconfig gives (both clients' ``from_talosconfig``)."""
+    config = load_talosconfig(path, context=context, env=env)
+    if config.expiry_warning:
+        # 3: the caller of from_talosconfig, through the classmethod
+        warnings.warn(config.expiry_warning, TalosConfigWarning, stacklevel=3)
+    ctx = config.context
+    return {
+        "endpoint": endpoint or ctx.endpoints[0],
+        "ca_pem": ctx.ca_pem,
+        "crt_pem": ctx.crt_pem,
+        "key_pem": ctx.key_pem,
+        "timeout": timeout,
+        "node": node,
+        "nodes": None if node else ctx.nodes,
+        "cluster": ctx.cluster,
+        "roles": config.roles,
+    }
+
+
 class AsyncTalosClient:
     """A Talos API client for asyncio code; every method returns models, never protobuf.
 
@@ -73,11 +128,12 @@ class AsyncTalosClient:
 
     def __init__(
         self,
-        endpoint: str,
-        ca_pem: bytes,
-        crt_pem: bytes,
-        key_pem: bytes,
+        endpoint: str | Endpoint | None = None,
+        ca_pem: bytes | None = None,
+        crt_pem: bytes | None = None,
+        key_pem: bytes | None = None,
         *,
+        transport: Transport | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         node: str | None = None,
         nodes: Sequence[str] | None = None,
@@ -85,24 +141,34 @@ class AsyncTalosClient:
         server_hostname: str | None = None,
         stream_timeout: float = DEFAULT_STREAM_TIMEOUT,
         roles: Sequence[str] | None = None,
+        _shared: Shared | None = None,
     ) -> None:
-        transport = Transport(
-            endpoint,
-            shared_ssl_context(ca_pem, crt_pem, key_pem),
-            server_hostname=server_hostname,
-            cluster=cluster,
-            client_roles=tuple(roles) if roles is not None else certificate_roles(crt_pem),
-            timeout=timeout,
-            stream_timeout=stream_timeout,
-        )
-        self._setup(Shared(transport), node, tuple(nodes or ()))
-
-    def _setup(self, shared: Shared, node: str | None, nodes: tuple[str, ...]) -> None:
-        self._shared = shared
-        self._transport = shared.transport
+        """Connect to ``endpoint`` with the talosconfig credentials (``ca_pem``, ``crt_pem``,
+        ``key_pem``), or run over ``transport`` instead (httpx's ``transport=``), e.g. a
+        :class:`~pytest_talos.transport.FakeTransport`. Every way of making a client ends
+        here (``_shared`` is :meth:`with_node`'s: the connection of the client it came from).
+        """
+        if _shared is None:
+            if transport is None:
+                transport = _grpc_transport(
+                    endpoint, ca_pem, crt_pem, key_pem, server_hostname, roles
+                )
+            elif endpoint is not None or ca_pem or crt_pem or key_pem:
+                raise ValueError("pass either endpoint and credentials, or transport=, not both")
+            connection = Connection(
+                transport,
+                cluster=cluster,
+                roles=roles,
+                timeout=timeout,
+                stream_timeout=stream_timeout,
+            )
+            _shared = Shared(connection)
+        self._shared = _shared
+        self._connection = _shared.connection
+        self._transport = _shared.connection.transport  # the wire under it (tests look)
         self._node = node
-        self._nodes = nodes
-        self._call = Caller(shared, node, nodes)
+        self._nodes = tuple(nodes or ())
+        self._call = Caller(_shared, node, self._nodes)
         self._cosi = Resources(self._call)
 
     @classmethod
@@ -112,12 +178,22 @@ class AsyncTalosClient:
         *,
         node: str | None = None,
         nodes: Sequence[str] | None = None,
+        cluster: str | None = None,
+        roles: Sequence[str] | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        stream_timeout: float = DEFAULT_STREAM_TIMEOUT,
     ) -> AsyncTalosClient:
         """A client on a transport built elsewhere, e.g. a
         :class:`~pytest_talos.transport.FakeTransport` in a unit test (no socket)."""
-        client = object.__new__(cls)
-        client._setup(Shared(transport), node, tuple(nodes or ()))
-        return client
+        return cls(
+            transport=transport,
+            node=node,
+            nodes=nodes,
+            cluster=cluster,
+            roles=roles,
+            timeout=timeout,
+            stream_timeout=stream_timeout,
+        )
 
     @classmethod
     def from_talosconfig(
@@ -131,27 +207,11 @@ class AsyncTalosClient:
         env: Mapping[str, str] = os.environ,
     ) -> AsyncTalosClient:
         """Load a talosconfig as talosctl does; use its first endpoint unless one is given."""
-        config = load_talosconfig(path, context=context, env=env)
-        if config.expiry_warning:
-            warnings.warn(config.expiry_warning, TalosConfigWarning, stacklevel=2)
-        ctx = config.context
-        return cls(
-            endpoint or ctx.endpoints[0],
-            ctx.ca_pem,
-            ctx.crt_pem,
-            ctx.key_pem,
-            timeout=timeout,
-            node=node,
-            nodes=None if node else ctx.nodes,
-            cluster=ctx.cluster,
-            roles=config.roles,
-        )
+        return cls(**talosconfig_arguments(path, context, endpoint, node, timeout, env))
 
     def with_node(self, node: str) -> AsyncTalosClient:
         """A client for another node through the same endpoint and connection."""
-        derived = object.__new__(type(self))
-        derived._setup(self._shared, node, ())
-        return derived
+        return type(self)(node=node, _shared=self._shared)
 
     def __repr__(self) -> str:
         target = self._node or ",".join(self._nodes) or "(endpoint)"
@@ -159,7 +219,7 @@ class AsyncTalosClient:
 
     @property
     def endpoint(self) -> str:
-        return self._transport.endpoint
+        return self._connection.endpoint
 
     @property
     def node(self) -> str | None:
@@ -171,11 +231,11 @@ class AsyncTalosClient:
 
     @property
     def roles(self) -> tuple[str, ...]:
-        return self._transport.client_roles
+        return self._connection.client_roles
 
     @property
     def timeout(self) -> float:
-        return self._transport.timeout
+        return self._connection.timeout
 
     @property
     def change_gate(self) -> ChangeGate | None:
@@ -189,11 +249,11 @@ class AsyncTalosClient:
     @property
     def peer_certificate(self) -> bytes | None:
         """DER of the endpoint's TLS certificate (apid's), once a call has connected."""
-        return self._transport.peer_certificate
+        return self._connection.peer_certificate
 
     async def close(self) -> None:
         """Close the shared connection (also for clients made with ``with_node``)."""
-        await self._transport.aclose()
+        await self._connection.aclose()
 
     async def __aenter__(self) -> AsyncTalosClient:
         return self
@@ -413,7 +473,7 @@ class AsyncTalosClient:
         # others (its backend waits up to MinConnectTimeout, 20 s, to connect:
         # internal/app/apid/pkg/backend/apid.go), rather than fail the whole call.
         limit = max(self.timeout, FANOUT_TIMEOUT)
-        reply = await self._transport.unary(rpc, make_request(), target, timeout=limit)
+        reply = await self._connection.unary(rpc, make_request(), target, timeout=limit)
         return self._call.per_node(reply.messages, rpc, target, converter)
 
     async def fanout_version(

@@ -1,5 +1,6 @@
 """How AsyncTalosClient calls: which node(s) a call targets, the change gate, the envelope
-checks of replies, and the unary / stream / fan-out plumbing over the transport."""
+checks of replies, and the unary / stream / fan-out plumbing over the connection (the
+call policy over the transport, see ``_connection``)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from google.protobuf.message import Message
 
 from pytest_talos import models
 from pytest_talos.client._calls import Converter
+from pytest_talos.client._connection import Connection
 from pytest_talos.client._gate import ChangeGate
 from pytest_talos.client._streams import OpenedStream
 from pytest_talos.errors import DeadlineExceeded, InvalidArgument, NodeError, TransportError
-from pytest_talos.transport import NO_TARGET, Rpc, Target, Transport, node_error
+from pytest_talos.transport import NO_TARGET, Rpc, Target, node_error
 
 __all__ = ["Caller", "Shared"]
 
@@ -25,7 +27,7 @@ T = TypeVar("T")
 class Shared:
     """What every client derived with ``with_node`` shares: connection and type cache."""
 
-    transport: Transport
+    connection: Connection
     definitions: dict[str | None, list[models.ResourceDefinitionSpec]] = field(default_factory=dict)
     gate: ChangeGate | None = None  # None: every call is sent (see ChangeGate)
 
@@ -35,7 +37,7 @@ class Caller:
 
     def __init__(self, shared: Shared, node: str | None, nodes: tuple[str, ...]) -> None:
         self.shared = shared
-        self.transport = shared.transport
+        self.connection = shared.connection
         self.node = node
         self.nodes = nodes
         # The target of single-node calls, worked out once (None: ambiguous, see target).
@@ -70,12 +72,12 @@ class Caller:
     def gate_check(self, rpc: Rpc[Any, Any], request: Message, target: Target) -> None:
         gate = self.shared.gate
         if gate is not None:
-            gate.check(rpc.path, request, target.label or self.transport.host)
+            gate.check(rpc.path, request, target.label or self.connection.host)
 
     def check(self, message: Any, rpc: Rpc[Any, Any], target: Target) -> None:
         """Raise the NodeError a reply element carries in its metadata, if any."""
         if message.HasField("metadata"):
-            info = self.transport.call_info(rpc, target, self.transport.timeout)
+            info = self.connection.call_info(rpc, target, self.connection.timeout)
             error = node_error(message.metadata, info, fallback_node=target.node)
             if error is not None:
                 raise error
@@ -93,9 +95,9 @@ class Caller:
         """One node, one reply element, converted."""
         target = self.target(rpc.path)
         self.gate_check(rpc, request, target)
-        reply = await self.transport.unary(rpc, request, target, timeout=timeout)
+        reply = await self.connection.unary(rpc, request, target, timeout=timeout)
         if not reply.messages:
-            info = self.transport.call_info(rpc, target, self.transport.timeout)
+            info = self.connection.call_info(rpc, target, self.connection.timeout)
             raise TransportError("the reply holds no message", node=info.node, method=rpc.path)
         message = reply.messages[0]
         self.check(message, rpc, target)
@@ -113,7 +115,7 @@ class Caller:
     ) -> AsyncGenerator[Any, None]:
         chosen = target if target is not None else self.target(rpc.path)
         self.gate_check(rpc, request, chosen)
-        stream = self.transport.stream(
+        stream = self.connection.stream(
             rpc,
             request,
             chosen,
@@ -151,14 +153,14 @@ class Caller:
         try:
             await stream.receive_first()
         except DeadlineExceeded as exc:
-            if self.transport.call_info(rpc, target, total_timeout).phase != "ready":
+            if self.connection.call_info(rpc, target, total_timeout).phase != "ready":
                 raise  # the connection itself was not made in time
             stream.fail_later(exc)
         return stream
 
     async def data(self, rpc: Rpc[Any, Any], request: Message) -> bytes:
         """Concatenate a finite common.Data stream (idle gap bounded by the unary timeout)."""
-        idle = self.transport.timeout
+        idle = self.connection.timeout
         chunks = [message.bytes async for message in self.stream(rpc, request, idle_timeout=idle)]
         return b"".join(chunks)
 
@@ -172,8 +174,8 @@ class Caller:
         converter: Converter[Any],
     ) -> dict[str, Any]:
         """``{node: result | NodeError}`` of a fan-out reply (a silent node: NodeError)."""
-        info = self.transport.call_info(rpc, target, self.transport.timeout)
-        lone = target.nodes[0] if len(target.nodes) == 1 else self.transport.host
+        info = self.connection.call_info(rpc, target, self.connection.timeout)
+        lone = target.nodes[0] if len(target.nodes) == 1 else self.connection.host
         results: dict[str, Any] = {}
         for message in messages:
             node = message.metadata.hostname or lone

@@ -32,7 +32,7 @@ class Resources:
             rpcs.COSI_LIST,
             request,
             target=target,
-            idle_timeout=self._caller.transport.timeout,
+            idle_timeout=self._caller.connection.timeout,
             enveloped=False,
         )
         return [res.resource(message.resource, target.node) async for message in stream]
@@ -65,7 +65,7 @@ class Resources:
     async def get_raw(self, resource_type: str, id: str, namespace: str) -> models.Resource:
         request = state_pb2.GetRequest(namespace=namespace, type=resource_type, id=id)
         target = self._caller.target(rpcs.COSI_GET.path)
-        reply = await self._caller.transport.unary(rpcs.COSI_GET, request, target)
+        reply = await self._caller.connection.unary(rpcs.COSI_GET, request, target)
         return res.resource(reply.resource, target.node)
 
     async def list_all(self, type: str, namespace: str | None = None) -> list[models.Resource]:

@@ -17,9 +17,10 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from pytest_talos.client._async import AsyncTalosClient
+from pytest_talos.client._async import AsyncTalosClient, talosconfig_arguments
 from pytest_talos.client._gate import ChangeGate
 from pytest_talos.client._streams import OpenedStream, StreamOpener, present_as
+from pytest_talos.endpoint import Endpoint
 from pytest_talos.errors import TransportError
 from pytest_talos.transport import DEFAULT_STREAM_TIMEOUT, DEFAULT_TIMEOUT, Transport
 
@@ -171,13 +172,18 @@ class TalosClient:
     client they came from closes them all.
     """
 
+    _core: AsyncTalosClient
+    _runner: _LoopThread
+    _owner: bool  # False for with_node's clients: the parent closes the connection
+
     def __init__(
         self,
-        endpoint: str,
-        ca_pem: bytes,
-        crt_pem: bytes,
-        key_pem: bytes,
+        endpoint: str | Endpoint | None = None,
+        ca_pem: bytes | None = None,
+        crt_pem: bytes | None = None,
+        key_pem: bytes | None = None,
         *,
+        transport: Transport | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         node: str | None = None,
         nodes: Sequence[str] | None = None,
@@ -185,12 +191,22 @@ class TalosClient:
         server_hostname: str | None = None,
         stream_timeout: float = DEFAULT_STREAM_TIMEOUT,
         roles: Sequence[str] | None = None,
+        _parent: TalosClient | None = None,
     ) -> None:
-        core = AsyncTalosClient(
+        """As :class:`AsyncTalosClient`: credentials, or ``transport=``. Every way of making
+        a client ends here (``_parent`` is :meth:`with_node`'s: it shares the parent's
+        connection and loop thread, and closing the derived client does nothing)."""
+        if _parent is not None and node is not None:
+            self._core = _parent._core.with_node(node)
+            self._runner = _parent._runner
+            self._owner = False
+            return
+        self._core = AsyncTalosClient(
             endpoint,
             ca_pem,
             crt_pem,
             key_pem,
+            transport=transport,
             timeout=timeout,
             node=node,
             nodes=nodes,
@@ -199,13 +215,9 @@ class TalosClient:
             stream_timeout=stream_timeout,
             roles=roles,
         )
-        self._adopt(core)
-
-    def _adopt(self, core: AsyncTalosClient) -> None:
-        self._core = core
-        self._runner = _LoopThread(core.endpoint)
+        self._runner = _LoopThread(self._core.endpoint)
         self._owner = True
-        self._finalizer = weakref.finalize(self, _shutdown, self._runner, core)
+        self._finalizer = weakref.finalize(self, _shutdown, self._runner, self._core)
 
     @classmethod
     def from_transport(
@@ -214,6 +226,10 @@ class TalosClient:
         *,
         node: str | None = None,
         nodes: Sequence[str] | None = None,
+        cluster: str | None = None,
+        roles: Sequence[str] | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        stream_timeout: float = DEFAULT_STREAM_TIMEOUT,
     ) -> TalosClient:
         """A client on a transport built elsewhere; the documented seam for unit tests::
 
@@ -221,10 +237,15 @@ class TalosClient:
 
         (see :class:`~pytest_talos.transport.FakeTransport`). Closing the client closes it.
         """
-        core = AsyncTalosClient.from_transport(transport, node=node, nodes=nodes)
-        client = object.__new__(cls)
-        client._adopt(core)
-        return client
+        return cls(
+            transport=transport,
+            node=node,
+            nodes=nodes,
+            cluster=cluster,
+            roles=roles,
+            timeout=timeout,
+            stream_timeout=stream_timeout,
+        )
 
     @classmethod
     def from_talosconfig(
@@ -238,18 +259,11 @@ class TalosClient:
         env: Mapping[str, str] = os.environ,
     ) -> TalosClient:
         """Load a talosconfig the way talosctl does (path, $TALOSCONFIG, ~/.talos/config)."""
-        core = AsyncTalosClient.from_talosconfig(path, context, endpoint, node, timeout, env=env)
-        client = object.__new__(cls)
-        client._adopt(core)
-        return client
+        return cls(**talosconfig_arguments(path, context, endpoint, node, timeout, env))
 
     def with_node(self, node: str) -> TalosClient:
         """A client for another node through the same endpoint and connection."""
-        derived = object.__new__(type(self))
-        derived._core = self._core.with_node(node)
-        derived._runner = self._runner
-        derived._owner = False
-        return derived
+        return type(self)(node=node, _parent=self)
 
     @property
     def async_client(self) -> AsyncTalosClient:

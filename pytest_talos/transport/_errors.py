@@ -29,8 +29,10 @@ from pytest_talos.errors import (
     api_error_for_code,
 )
 from pytest_talos.talos_api import join_host_port, unsupported_mode
+from pytest_talos.transport._fake import FakeStatus
 
 DEFAULT_TIMEOUT = 10.0  # seconds, unary calls and the idle gap of finite streams
+DEFAULT_STREAM_TIMEOUT = 120.0  # seconds, total limit of finite streams (read, list, logs)
 
 ConnectPhase = Literal["idle", "resolve", "tcp", "tls", "ready"]
 
@@ -284,9 +286,10 @@ def _connection_lost(exc: BaseException, info: CallInfo) -> TalosError:
 def classify_error(exc: BaseException, info: CallInfo) -> TalosError | None:
     """Map an exception raised by a call into the pytest-talos error tree.
 
-    Only what the wire raises is mapped: our own errors, grpclib's, h2's, the OS's, TLS
-    and timeouts. Anything else is None: a bug (ours or a library's), which the transport
-    re-raises unchanged, with its traceback, instead of dressing it up as a TransportError.
+    Only what a transport raises is mapped: our own errors, grpclib's, h2's, the OS's, TLS,
+    timeouts and a fake's :class:`FakeStatus`. Anything else is None: a bug (ours, a
+    library's or a test handler's), which the caller re-raises unchanged, with its
+    traceback, instead of dressing it up as a TransportError.
     """
     if isinstance(exc, TalosError):
         exc.node = exc.node or info.node
@@ -294,6 +297,8 @@ def classify_error(exc: BaseException, info: CallInfo) -> TalosError | None:
         return exc
     if isinstance(exc, GRPCError):
         return api_error(exc.status.name, exc.message or "", info)
+    if isinstance(exc, FakeStatus):  # a FakeTransport handler's status, mapped as a real one
+        return api_error(exc.code, exc.details, info)
     if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError
         return _deadline(info)
     if isinstance(exc, StreamTerminatedError | ConnectionError | EOFError):

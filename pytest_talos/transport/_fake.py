@@ -13,23 +13,21 @@ conversions, targeting, fan-out and error mapping included; only the wire is mis
 
 Requests and replies go through protobuf encoding both ways, as on the wire, so a handler
 can neither change the client's request nor hand back something a node could not send.
-A handler raises :class:`FakeStatus` for a non-OK gRPC status (mapped exactly as a real
-status is, PermissionDenied role hint included), a :class:`~pytest_talos.errors.TalosError`
-for a transport failure, or ``TimeoutError`` for a deadline; anything else is a bug in the
-test and is re-raised unchanged. Every call is kept in :attr:`FakeTransport.requests`.
+A handler raises :class:`FakeStatus` for a non-OK gRPC status, a
+:class:`~pytest_talos.errors.TalosError` for a transport failure, or ``TimeoutError`` for a
+deadline; the fake lets them through as a wire would, and the client's ``Connection`` maps
+them exactly as it maps the real transport's (PermissionDenied role hint included): the
+policy is not copied here. Anything else is a bug in the test and is re-raised unchanged.
+Every call is kept in :attr:`FakeTransport.requests`.
 """
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar, Union
 
 from google.protobuf.message import Message
-
-from pytest_talos.errors import TalosError
-from pytest_talos.transport._errors import CallInfo, api_error, classify_error
 
 __all__ = ["FakeRequest", "FakeStatus", "Handler"]
 
@@ -91,15 +89,6 @@ def wire_copy(message: Message, expected: type[RepT], what: str) -> RepT:
     return expected.FromString(message.SerializeToString())
 
 
-def mapped(exc: Exception, info: CallInfo) -> TalosError | None:
-    """The error a handler's exception stands for; None for a bug in the test (re-raised)."""
-    if isinstance(exc, FakeStatus):
-        return api_error(exc.code, exc.details, info)
-    if isinstance(exc, TalosError | TimeoutError):
-        return classify_error(exc, info)
-    return None
-
-
 def unary_reply(reply: Reply, reply_type: type[RepT], method: str) -> RepT:
     if not isinstance(reply, Message):
         raise TypeError(
@@ -122,8 +111,3 @@ async def each_reply(replies: Reply, method: str) -> AsyncGenerator[Message, Non
         return
     for message in replies:
         yield message
-
-
-def unused_tls_context() -> ssl.SSLContext:
-    """The TLS context a FakeTransport carries: never used, no connection is made."""
-    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)

@@ -14,7 +14,7 @@ import ssl
 from collections.abc import Sequence
 
 from pytest_talos.errors import ConnectError
-from pytest_talos.talosconfig import load_client_identity
+from pytest_talos.keyfile import load_client_identity
 
 __all__ = ["read_peer_certificate"]
 

@@ -7,9 +7,9 @@ import ssl
 import threading
 from collections import OrderedDict
 
+from pytest_talos.endpoint import Endpoint
 from pytest_talos.errors import ConfigError
-from pytest_talos.talos_api import split_host_port
-from pytest_talos.talosconfig import SecretBytes, load_client_identity, normalize_endpoint
+from pytest_talos.keyfile import SecretBytes, load_client_identity
 
 __all__ = ["build_ssl_context", "shared_ssl_context", "split_endpoint"]
 
@@ -19,10 +19,12 @@ _shared_lock = threading.Lock()
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:
-    """``host[:port]`` (default 50000, IPv6 in brackets) -> ``(host, port)``."""
-    host, port = split_host_port(normalize_endpoint(endpoint))
-    assert port is not None  # a normalized endpoint always carries its port
-    return host, int(port)
+    """``host[:port]`` (default 50000, IPv6 in brackets) -> ``(host, port)``.
+
+    Kept for callers of the tuple form; new code parses an :class:`Endpoint` once.
+    """
+    parsed = Endpoint.parse(endpoint)
+    return parsed.host, parsed.port
 
 
 def build_ssl_context(ca_pem: bytes, crt_pem: bytes, key_pem: bytes) -> ssl.SSLContext:

@@ -17,12 +17,12 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from conformance._support import probes
 from conformance.immutability.rules import writable_image_mounts
 from pytest_talos._proto.v1alpha1 import resource_pb2, state_pb2
-from pytest_talos.client import TalosClient
+from pytest_talos.client import Connection, TalosClient
 from pytest_talos.emulator import EmulatedCluster
 from pytest_talos.errors import APIError, TalosError
 from pytest_talos.pki import CertificateAuthority, issue_client_cert
 from pytest_talos.talosconfig import Context, load_talosconfig
-from pytest_talos.transport import Target, Transport, build_ssl_context
+from pytest_talos.transport import GrpcTransport, Target, build_ssl_context
 from tests.integration.checks_support import connected
 
 TIMEOUT = 10.0
@@ -51,7 +51,7 @@ def _admin_update(cluster: EmulatedCluster, resource: resource_pb2.Resource) -> 
     request = state_pb2.UpdateRequest(new_resource=resource)
 
     async def run() -> APIError:
-        transport = Transport(cluster.endpoint, ssl_context, timeout=TIMEOUT)
+        transport = Connection(GrpcTransport(cluster.endpoint, ssl_context), timeout=TIMEOUT)
         try:
             await transport.unary(probes._UPDATE, request, Target(node=cluster.nodes[0].address))
         except APIError as exc:

@@ -23,12 +23,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pytest_talos.client import TalosClient
+from pytest_talos.client import Connection, TalosClient
 from pytest_talos.emulator import EmulatedCluster, NodeInfo
 from pytest_talos.errors import TalosError
 from pytest_talos.models import MachineConfig, MachineStatusSpec, ResourceEvent, ServiceSpec
 from pytest_talos.talosconfig import load_talosconfig
-from pytest_talos.transport import Transport, build_ssl_context
+from pytest_talos.transport import GrpcTransport, build_ssl_context
 
 __all__ = [
     "SERVICES_TYPE",
@@ -117,12 +117,14 @@ def changes_until_healthy(watch: Iterable[ResourceEvent]) -> list[ResourceEvent]
     raise AssertionError(f"the service never became healthy; saw {[e.type for e in seen]}")
 
 
-async def with_transport(path: Path, use: Callable[[Transport], Awaitable[T]]) -> T:
+async def with_transport(path: Path, use: Callable[[Connection], Awaitable[T]]) -> T:
     """A bare transport (no client) from the talosconfig, for calls the client does not make."""
     context = load_talosconfig(path, env={}).context
-    transport = Transport(
-        context.endpoints[0],
-        build_ssl_context(context.ca_pem, context.crt_pem, context.key_pem),
+    transport = Connection(
+        GrpcTransport(
+            context.endpoints[0],
+            build_ssl_context(context.ca_pem, context.crt_pem, context.key_pem),
+        ),
         timeout=WAIT,
     )
     try:

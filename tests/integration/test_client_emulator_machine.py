@@ -17,7 +17,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from pytest_talos._proto.machine import machine_pb2
-from pytest_talos.client import TalosClient
+from pytest_talos.client import Connection, TalosClient
 from pytest_talos.emulator import EmulatedCluster, NodeInfo
 from pytest_talos.errors import (
     DeadlineExceeded,
@@ -50,7 +50,7 @@ from pytest_talos.models import (
 from pytest_talos.patches import apply_patches
 from pytest_talos.talos_api import EMULATOR_BUILT
 from pytest_talos.talosconfig import load_talosconfig
-from pytest_talos.transport import Rpc, Target, Transport
+from pytest_talos.transport import Rpc, Target
 from tests.integration import emulator_support as support
 from tests.integration.conftest import EMULATOR_TIME_SCALE
 from tests.integration.emulator_support import (
@@ -576,7 +576,7 @@ def test_events_replay_the_buffer_with_typed_payloads(
 def test_events_hello_is_skipped(
     emulated_cluster: EmulatedCluster, worker: TalosClient, worker_node: NodeInfo
 ) -> None:
-    async def first_two(transport: Transport) -> list[machine_pb2.Event]:
+    async def first_two(transport: Connection) -> list[machine_pb2.Event]:
         request = machine_pb2.EventsRequest(tail_events=-1)
         target = Target(node=worker_node.address)
         stream = transport.stream(EVENTS_RPC, request, target, total_timeout=WAIT)

@@ -14,7 +14,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from pytest_talos import pki
 from pytest_talos._proto.v1alpha1 import resource_pb2, state_pb2
-from pytest_talos.client import TalosClient
+from pytest_talos.client import Connection, TalosClient
 from pytest_talos.emulator import EmulatedCluster, NodeInfo
 from pytest_talos.errors import (
     AuthenticationError,
@@ -33,7 +33,7 @@ from pytest_talos.models import (
     NodeAddressSpec,
     ServiceSpec,
 )
-from pytest_talos.transport import Rpc, Target, Transport
+from pytest_talos.transport import Rpc, Target
 from tests.integration import emulator_support as support
 from tests.integration.emulator_support import (
     SERVICES_TYPE,
@@ -265,7 +265,7 @@ def test_cosi_writes_and_fanout_are_refused(
     before = worker.get("svc", "apid").version
     one = Target(node=worker_node.address)
 
-    async def attempts(transport: Transport) -> list[TalosError]:
+    async def attempts(transport: Connection) -> list[TalosError]:
         destroy = state_pb2.DestroyRequest(namespace="runtime", type=SERVICES_TYPE, id="apid")
         get = state_pb2.GetRequest(namespace="runtime", type=SERVICES_TYPE, id="apid")
         unknown = state_pb2.GetRequest(namespace="runtime", type="Foos.example.dev", id="x")

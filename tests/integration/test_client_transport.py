@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_talos._proto.machine import machine_pb2 as m
-from pytest_talos.client import TalosClient, TalosConfigWarning
+from pytest_talos.client import Connection, TalosClient, TalosConfigWarning
 from pytest_talos.client import _rpcs as rpcs
 from pytest_talos.emulator import EmulatedCluster, NodeInfo
 from pytest_talos.errors import (
@@ -41,7 +41,7 @@ from pytest_talos.pki import (
     issue_server_cert,
     write_talosconfig,
 )
-from pytest_talos.transport import Target, Transport, build_ssl_context, node_error
+from pytest_talos.transport import Target, build_ssl_context, node_error
 from tests.integration.conftest import DOWN_NODE, MakeClient, Pki
 from tests.integration.emulator_support import (
     cp,
@@ -359,7 +359,7 @@ def test_streamed_node_error_in_metadata(
     with pytest.raises(Unknown, match='log "nosuchservice" was not registered'):
         worker.logs("nosuchservice")
 
-    async def fan_out(transport: Transport) -> list[NodeError | None]:
+    async def fan_out(transport: Connection) -> list[NodeError | None]:
         target = Target(nodes=(worker_node.address,))
         request = m.LogsRequest(id="nosuchservice", namespace="system")
         info = transport.call_info(rpcs.LOGS, target, 10.0, streaming=True)
@@ -377,7 +377,7 @@ def test_streamed_node_error_in_metadata(
 
 def test_stream_idle_timeout(emulated_cluster: EmulatedCluster, worker_node: NodeInfo) -> None:
     # A followed event stream: the hello event, then nothing while the node is idle.
-    async def follow(transport: Transport) -> int:
+    async def follow(transport: Connection) -> int:
         received = 0
         async for _ in transport.stream(
             rpcs.EVENTS,

@@ -7,6 +7,8 @@ test over it means what it says.
 from __future__ import annotations
 
 import asyncio
+import logging
+import ssl
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -26,7 +28,13 @@ from pytest_talos.errors import (
     Unimplemented,
 )
 from pytest_talos.models import Version
-from pytest_talos.transport import FakeRequest, FakeStatus, FakeTransport
+from pytest_talos.transport import (
+    FakeRequest,
+    FakeStatus,
+    FakeTransport,
+    GrpcTransport,
+    Transport,
+)
 
 VERSION = "/machine.MachineService/Version"
 NODES = ("10.5.0.2", "10.5.0.3", "10.5.0.4")
@@ -67,13 +75,12 @@ def transport() -> FakeTransport:
             "Version": _one_version,
             "Hostname": lambda _: m.HostnameResponse(messages=[m.Hostname(hostname="node-1")]),
         },
-        cluster="minimal",
     )
 
 
 @pytest.fixture
 def client(transport: FakeTransport) -> Iterator[TalosClient]:
-    with TalosClient.from_transport(transport) as talos:
+    with TalosClient.from_transport(transport, cluster="minimal") as talos:
         yield talos
 
 
@@ -189,7 +196,7 @@ def test_statuses_errors_and_timeouts_map_as_on_the_wire() -> None:
         raise TimeoutError
 
     routes = {"Version": refuse}
-    with TalosClient.from_transport(FakeTransport(routes, timeout=2.5)) as talos:
+    with TalosClient.from_transport(FakeTransport(routes), timeout=2.5) as talos:
         with pytest.raises(InvalidArgument, match="bad request") as status:
             talos.version()
         assert status.value.code == "INVALID_ARGUMENT"
@@ -209,7 +216,7 @@ def test_an_idle_stream_ends_with_the_idle_deadline() -> None:
         await asyncio.Event().wait()
 
     async def read() -> bytes:
-        client = AsyncTalosClient.from_transport(FakeTransport({"Read": silent}, timeout=0.05))
+        client = AsyncTalosClient.from_transport(FakeTransport({"Read": silent}), timeout=0.05)
         try:
             return await client.read("/slow")
         finally:
@@ -243,3 +250,51 @@ def test_the_async_client_closes_its_transport() -> None:
     asyncio.run(use())
     assert transport.closed
     assert repr(transport) == "FakeTransport('fake.invalid:50000', roles=('os:admin',))"
+
+
+# --------------------------------------------------------------------------- the seam
+
+
+def test_both_transports_are_siblings_of_the_transport_protocol() -> None:
+    fake = FakeTransport({})
+    real = GrpcTransport("10.5.0.2", ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+
+    assert isinstance(fake, Transport)
+    assert isinstance(real, Transport)
+    assert not isinstance(fake, GrpcTransport)  # no longer a subclass copying its policy
+
+
+def test_a_client_takes_a_transport_in_its_constructor() -> None:
+    transport = FakeTransport({"Version": _one_version})
+
+    with TalosClient(transport=transport, cluster="lab", timeout=3.0) as talos:
+        assert talos.version().tag == "v1.13.9"
+        assert talos.timeout == 3.0
+    assert ("context", "lab") in transport.requests[-1].metadata
+    assert transport.requests[-1].timeout == 3.0
+    assert transport.closed
+
+
+def test_a_client_takes_credentials_or_a_transport_not_both() -> None:
+    with pytest.raises(ValueError, match="either endpoint and credentials, or transport="):
+        AsyncTalosClient("10.5.0.2", transport=FakeTransport({}))
+    with pytest.raises(TypeError, match="needs endpoint, ca_pem, crt_pem and key_pem"):
+        AsyncTalosClient("10.5.0.2")
+
+
+def test_fake_calls_are_logged_by_the_same_policy_as_real_ones(
+    client: TalosClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="pytest_talos.transport")
+
+    client.version()
+    with pytest.raises(Unimplemented):
+        client.with_node(NODES[1]).memory()
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "pytest_talos.transport"]
+    assert len(lines) == 2
+    assert lines[0].startswith(f"{VERSION} to the endpoint via fake.invalid:50000: ok in ")
+    assert lines[1].startswith(
+        f"/machine.MachineService/Memory to {NODES[1]} via fake.invalid:50000: failed: "
+        "Unimplemented in "
+    )

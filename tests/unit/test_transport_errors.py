@@ -11,6 +11,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 
 from pytest_talos._proto.common import common_pb2
+from pytest_talos.client import Connection
 from pytest_talos.errors import (
     APIError,
     AuthenticationError,
@@ -32,8 +33,8 @@ from pytest_talos.pki import CertificateAuthority, issue_client_cert
 from pytest_talos.transport import (
     CallInfo,
     ConnectPhase,
+    GrpcTransport,
     Target,
-    Transport,
     build_ssl_context,
     certificate_roles,
     classify_error,
@@ -266,8 +267,9 @@ def test_the_transport_re_raises_a_bug_unchanged(streaming: bool) -> None:
     from pytest_talos.transport import Rpc
 
     version = Rpc("/machine.MachineService/Version", common_pb2.Data, machine_pb2.VersionResponse)
-    transport = Transport("10.5.0.2", ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
-    transport._channel = _BrokenChannel()  # type: ignore[assignment]
+    wire = GrpcTransport("10.5.0.2", ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+    wire._channel = _BrokenChannel()  # type: ignore[assignment]
+    transport = Connection(wire)  # the policy over the wire is what decides to re-raise
 
     async def call() -> None:
         if streaming:
@@ -441,10 +443,12 @@ def test_bad_endpoint_is_a_config_error() -> None:
         split_endpoint("10.5.0.2:notaport")
 
 
-def test_transport_rejects_non_positive_timeouts() -> None:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+def test_connection_rejects_non_positive_timeouts() -> None:
+    wire = GrpcTransport("10.5.0.2", ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
     with pytest.raises(ValueError, match="timeout must be a positive number"):
-        Transport("10.5.0.2", ctx, timeout=0)
+        Connection(wire, timeout=0)
+    with pytest.raises(ValueError, match="stream_timeout must be a positive number"):
+        Connection(wire, stream_timeout=-1)
 
 
 def test_ssl_context_accepts_the_talos_ed25519_key_label() -> None:
@@ -487,7 +491,7 @@ def test_one_ssl_context_is_shared_per_identity() -> None:
 
 
 def test_closed_transport_refuses_new_calls() -> None:
-    transport = Transport("10.5.0.2", ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+    transport = GrpcTransport("10.5.0.2", ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
     transport.close()
     transport.close()
 
