@@ -25,6 +25,7 @@ This module imports nothing from the package, so every layer may use it.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,6 +49,7 @@ __all__ = [
     "NotSupportedInMode",
     "PermissionDenied",
     "ResourceExhausted",
+    "StatusCode",
     "TalosError",
     "TransportError",
     "Unauthenticated",
@@ -58,6 +60,42 @@ __all__ = [
     "WaitTimeout",
     "api_error_for_code",
 ]
+
+
+class StatusCode(enum.StrEnum):
+    """A gRPC status code by its canonical name (``grpc/codes``), with its number.
+
+    The client's errors (``APIError.code``), the emulator's refusals (``RPCFailure.code``) and
+    the fake transport's statuses all speak it, so a misspelt code fails type checking."""
+
+    OK = "OK"
+    CANCELLED = "CANCELLED"
+    UNKNOWN = "UNKNOWN"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    NOT_FOUND = "NOT_FOUND"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    ABORTED = "ABORTED"
+    OUT_OF_RANGE = "OUT_OF_RANGE"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
+    INTERNAL = "INTERNAL"
+    UNAVAILABLE = "UNAVAILABLE"
+    DATA_LOSS = "DATA_LOSS"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+
+    @property
+    def number(self) -> int:
+        """The code's number on the wire (grpc-status)."""
+        return list(StatusCode).index(self)
+
+    @classmethod
+    def of(cls, number: int) -> StatusCode:
+        """The code numbered ``number``; an unknown number is UNKNOWN (as grpc-go maps it)."""
+        members = list(cls)
+        return members[number] if 0 <= number < len(members) else cls.UNKNOWN
 
 
 class TalosError(Exception):
@@ -115,13 +153,13 @@ class DeadlineExceeded(TransportError):
 class APIError(TalosError):
     """The server answered with a non-OK gRPC status."""
 
-    code_name = "UNKNOWN"
+    code_name = StatusCode.UNKNOWN
 
     def __init__(
         self,
         details: str,
         *,
-        code: str | None = None,
+        code: StatusCode | None = None,
         node: str | None = None,
         method: str | None = None,
     ):
@@ -131,35 +169,35 @@ class APIError(TalosError):
 
 
 class Cancelled(APIError):
-    code_name = "CANCELLED"
+    code_name = StatusCode.CANCELLED
 
 
 class Unknown(APIError):
-    code_name = "UNKNOWN"
+    code_name = StatusCode.UNKNOWN
 
 
 class InvalidArgument(APIError):
-    code_name = "INVALID_ARGUMENT"
+    code_name = StatusCode.INVALID_ARGUMENT
 
 
 class NotFound(APIError):
-    code_name = "NOT_FOUND"
+    code_name = StatusCode.NOT_FOUND
 
 
 class AlreadyExists(APIError):
-    code_name = "ALREADY_EXISTS"
+    code_name = StatusCode.ALREADY_EXISTS
 
 
 class PermissionDenied(APIError):
-    code_name = "PERMISSION_DENIED"
+    code_name = StatusCode.PERMISSION_DENIED
 
 
 class ResourceExhausted(APIError):
-    code_name = "RESOURCE_EXHAUSTED"
+    code_name = StatusCode.RESOURCE_EXHAUSTED
 
 
 class FailedPrecondition(APIError):
-    code_name = "FAILED_PRECONDITION"
+    code_name = StatusCode.FAILED_PRECONDITION
 
 
 class NotSupportedInMode(FailedPrecondition):
@@ -176,7 +214,7 @@ class NotSupportedInMode(FailedPrecondition):
         details: str,
         *,
         mode: str,
-        code: str | None = None,
+        code: StatusCode | None = None,
         node: str | None = None,
         method: str | None = None,
     ):
@@ -185,26 +223,26 @@ class NotSupportedInMode(FailedPrecondition):
 
 
 class Aborted(APIError):
-    code_name = "ABORTED"
+    code_name = StatusCode.ABORTED
 
 
 class Unimplemented(APIError):
-    code_name = "UNIMPLEMENTED"
+    code_name = StatusCode.UNIMPLEMENTED
 
 
 class Internal(APIError):
-    code_name = "INTERNAL"
+    code_name = StatusCode.INTERNAL
 
 
 class Unavailable(APIError):
-    code_name = "UNAVAILABLE"
+    code_name = StatusCode.UNAVAILABLE
 
 
 class Unauthenticated(APIError):
-    code_name = "UNAUTHENTICATED"
+    code_name = StatusCode.UNAUTHENTICATED
 
 
-_BY_CODE: dict[str, type[APIError]] = {
+_BY_CODE: dict[StatusCode, type[APIError]] = {
     cls.code_name: cls
     for cls in (
         Cancelled,
@@ -224,9 +262,12 @@ _BY_CODE: dict[str, type[APIError]] = {
 }
 
 
-def api_error_for_code(code_name: str) -> type[APIError]:
-    """The APIError subclass for a gRPC status code name such as ``INVALID_ARGUMENT``."""
-    return _BY_CODE.get(code_name.upper(), APIError)
+def api_error_for_code(code: StatusCode | str) -> type[APIError]:
+    """The APIError subclass for a gRPC status code (or its name, ``INVALID_ARGUMENT``)."""
+    try:
+        return _BY_CODE.get(StatusCode(str(code).upper()), APIError)
+    except ValueError:
+        return APIError
 
 
 class NodeError(TalosError):

@@ -41,6 +41,7 @@ from pytest_talos.errors import (
     ConnectError,
     DeadlineExceeded,
     FailedPrecondition,
+    StatusCode,
     TalosError,
     TransportError,
 )
@@ -300,7 +301,7 @@ def _undecoded(what: str, exc: APIError) -> TalosError:
 def _verdict(what: str, exc: APIError | None) -> Attempt:
     if exc is None:
         return Attempt(what, accepted=True, detail="the node carried it out")
-    if exc.code == "PERMISSION_DENIED":
+    if exc.code is StatusCode.PERMISSION_DENIED:
         return Attempt(what, accepted=False, detail=f"refused: {exc.details}")
     # NotFound and the like mean the write got past the access policy.
     return Attempt(what, accepted=True, detail=f"not refused by policy: {exc.code}: {exc.details}")
@@ -318,7 +319,7 @@ async def _probe_exists(
     try:
         await transport.unary(_GET, request, target)
     except APIError as exc:
-        return False if exc.code == "NOT_FOUND" else None
+        return False if exc.code is StatusCode.NOT_FOUND else None
     return True
 
 
@@ -391,7 +392,7 @@ async def _sent_write(
     try:
         await transport.unary(rpc, request, target)
     except APIError as exc:
-        if exc.code == "UNKNOWN" and rpc is not _DESTROY:
+        if exc.code is StatusCode.UNKNOWN and rpc is not _DESTROY:
             raise _undecoded(what, exc) from None
         return _verdict(what, exc)
     return _verdict(what, None)
@@ -861,7 +862,7 @@ async def _method_attempt(transport: Connection, target: Target, call: MethodCal
             await transport.unary(call.rpc, call.request, target)
             detail = "answered"
     except APIError as exc:
-        if exc.code == "PERMISSION_DENIED":
+        if exc.code is StatusCode.PERMISSION_DENIED:
             return Attempt(call.what, accepted=False, detail=f"refused: {exc.details}")
         return Attempt(
             call.what, accepted=True, detail=f"past the authorization: {exc.code}: {exc.details}"
@@ -990,7 +991,7 @@ def _reader_verdict(what: str, call: Callable[[], str]) -> Attempt:
     try:
         detail = call()
     except APIError as exc:
-        if exc.code == "PERMISSION_DENIED":
+        if exc.code is StatusCode.PERMISSION_DENIED:
             return Attempt(what, accepted=False, detail=f"refused: {exc.details}")
         return Attempt(
             what, accepted=True, detail=f"past the access policy: {exc.code}: {exc.details}"

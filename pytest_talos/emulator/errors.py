@@ -9,6 +9,8 @@ same way as a bad talosconfig.
 
 from __future__ import annotations
 
+from pytest_talos.errors import StatusCode
+
 __all__ = [
     "CannotListen",
     "ConfigRejected",
@@ -24,9 +26,9 @@ class EmulatorError(Exception):
 
 
 class _CodedError(EmulatorError):
-    """An error a node answers with: ``code`` is a gRPC status name (``INVALID_ARGUMENT``)."""
+    """An error a node answers with: ``code`` is its gRPC status (``INVALID_ARGUMENT``)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: StatusCode, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message

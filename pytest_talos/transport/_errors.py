@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import h2.exceptions
-from grpclib.const import Status
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 
 from pytest_talos._proto.common import common_pb2
@@ -24,6 +23,7 @@ from pytest_talos.errors import (
     NodeError,
     NotSupportedInMode,
     PermissionDenied,
+    StatusCode,
     TalosError,
     TransportError,
     api_error_for_code,
@@ -188,11 +188,8 @@ def connect_failure(
     return ConnectError(f"{endpoint} closed the connection while it was being made")
 
 
-def _code_name(code: int) -> str:
-    try:
-        return Status(code).name
-    except ValueError:
-        return "UNKNOWN"
+def _code_name(code: int) -> StatusCode:
+    return StatusCode.of(code)
 
 
 def _role_hint(info: CallInfo) -> str:
@@ -217,16 +214,16 @@ def _with_hint(error: TalosError, hint: str) -> TalosError:
     return error
 
 
-def api_error(code_name: str, details: str, info: CallInfo) -> TalosError:
+def api_error(code_name: StatusCode, details: str, info: CallInfo) -> TalosError:
     """The TalosError for a non-OK gRPC status."""
-    if code_name == "DEADLINE_EXCEEDED":
+    if code_name is StatusCode.DEADLINE_EXCEEDED:
         return DeadlineExceeded(
             f"the server reports the deadline of {info.timeout:g}s exceeded ({details})",
             timeout=info.timeout,
             node=info.node,
             method=info.method,
         )
-    mode = unsupported_mode(details) if code_name == "FAILED_PRECONDITION" else None
+    mode = unsupported_mode(details) if code_name is StatusCode.FAILED_PRECONDITION else None
     if mode is not None:
         return NotSupportedInMode(
             details, mode=mode, code=code_name, node=info.node, method=info.method
@@ -296,7 +293,7 @@ def classify_error(exc: BaseException, info: CallInfo) -> TalosError | None:
         exc.method = exc.method or info.method
         return exc
     if isinstance(exc, GRPCError):
-        return api_error(exc.status.name, exc.message or "", info)
+        return api_error(StatusCode.of(exc.status.value), exc.message or "", info)
     if isinstance(exc, FakeStatus):  # a FakeTransport handler's status, mapped as a real one
         return api_error(exc.code, exc.details, info)
     if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError

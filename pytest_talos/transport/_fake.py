@@ -9,7 +9,7 @@ conversions, targeting, fan-out and error mapping included; only the wire is mis
     def handler(request: FakeRequest) -> Message:
         if request.method == "/machine.MachineService/Hostname":
             return machine_pb2.HostnameResponse(messages=[machine_pb2.Hostname(hostname="n1")])
-        raise FakeStatus("UNIMPLEMENTED", f"{request.method} is not faked")
+        raise FakeStatus(StatusCode.UNIMPLEMENTED, f"{request.method} is not faked")
 
 Requests and replies go through protobuf encoding both ways, as on the wire, so a handler
 can neither change the client's request nor hand back something a node could not send.
@@ -29,6 +29,8 @@ from typing import TypeVar, Union
 
 from google.protobuf.message import Message
 
+from pytest_talos.errors import StatusCode
+
 __all__ = ["FakeRequest", "FakeStatus", "Handler"]
 
 RepT = TypeVar("RepT", bound=Message)
@@ -39,11 +41,15 @@ Handler = Callable[["FakeRequest"], Reply]
 
 
 class FakeStatus(Exception):
-    """Raise in a handler to answer with a non-OK gRPC status, e.g. ``("NOT_FOUND", "...")``."""
+    """Raise in a handler to answer with a non-OK gRPC status, e.g.
+    ``FakeStatus(StatusCode.NOT_FOUND, "...")`` (a code's name is taken too, in any case)."""
 
-    def __init__(self, code: str, details: str = "") -> None:
-        super().__init__(f"{code}: {details}")
-        self.code = code.upper()
+    def __init__(self, code: StatusCode | str, details: str = "") -> None:
+        try:
+            self.code = StatusCode(str(code).upper())
+        except ValueError:
+            raise ValueError(f"{code!r} is not a gRPC status code name") from None
+        super().__init__(f"{self.code}: {details}")
         self.details = details
 
 
@@ -73,7 +79,7 @@ def as_handler(handler: Handler | Mapping[str, Handler]) -> Handler:
     def route(request: FakeRequest) -> Reply:
         chosen = routes.get(request.method) or routes.get(request.name)
         if chosen is None:
-            raise FakeStatus("UNIMPLEMENTED", f"unknown method {request.name}")
+            raise FakeStatus(StatusCode.UNIMPLEMENTED, f"unknown method {request.name}")
         return chosen(request)
 
     return route

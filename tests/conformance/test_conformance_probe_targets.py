@@ -32,7 +32,7 @@ from pytest_talos.certs import (
     readers,
 )
 from pytest_talos.emulator import EmulatedCluster
-from pytest_talos.errors import ConnectError, NotFound, PermissionDenied
+from pytest_talos.errors import ConnectError, NotFound, PermissionDenied, StatusCode
 from pytest_talos.pki import (
     CertificateAuthority,
     issue_client_cert,
@@ -194,11 +194,11 @@ class _Node:
     @property
     def machine_config(self) -> Any:
         if self._config is None:
-            raise PermissionDenied("not authorized", code="PERMISSION_DENIED")
+            raise PermissionDenied("not authorized", code=StatusCode.PERMISSION_DENIED)
         return SimpleNamespace(documents=[self._config])
 
     def resource(self, *args: str) -> Any:  # NodeAddresses, HostnameStatuses: none here
-        raise NotFound("resource not found", code="NOT_FOUND")
+        raise NotFound("resource not found", code=StatusCode.NOT_FOUND)
 
 
 def _node(config: dict[str, Any] | None) -> Any:

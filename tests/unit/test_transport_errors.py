@@ -498,3 +498,16 @@ def test_closed_transport_refuses_new_calls() -> None:
     assert transport.closed
     with pytest.raises(TransportError, match="is closed"):
         transport.channel()
+
+
+def test_status_codes_are_typed_and_numbered_as_grpc_numbers_them() -> None:
+    """One enum for the client's errors, the emulator's refusals and the fake's statuses;
+    its numbers are grpclib's (the wire's)."""
+    from grpclib.const import Status
+
+    from pytest_talos.errors import StatusCode
+
+    assert [code.name for code in StatusCode] == [status.name for status in Status]
+    assert all(StatusCode(status.name).number == status.value for status in Status)
+    assert StatusCode.of(5) is StatusCode.NOT_FOUND
+    assert StatusCode.of(99) is StatusCode.UNKNOWN  # grpc-go maps an unknown code so

@@ -38,6 +38,7 @@ from pytest_talos.emulator.apid.servicers import Call
 from pytest_talos.emulator.errors import RPCFailure
 from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.node.identity import etcd_member_id
+from pytest_talos.errors import StatusCode
 from pytest_talos.talos_api import ResourceType
 
 __all__ = ["UNMODELLED_METHODS", "complete_method_table"]
@@ -88,13 +89,15 @@ _MSG = _messages()
 
 def _not_emulated(call: Call) -> RPCFailure:
     name = call.method.rsplit("/", 1)[-1]
-    return RPCFailure("UNIMPLEMENTED", f"{name} is not emulated (pytest-talos emulator)")
+    return RPCFailure(StatusCode.UNIMPLEMENTED, f"{name} is not emulated (pytest-talos emulator)")
 
 
 def _control_plane_only(call: Call, api: str) -> None:
     """machinehelper.CheckControlplane, run by the handler after the authorizer."""
     if not call.state.identity.controlplane:
-        raise RPCFailure("UNIMPLEMENTED", f"{api} is only available on control plane nodes")
+        raise RPCFailure(
+            StatusCode.UNIMPLEMENTED, f"{api} is only available on control plane nodes"
+        )
 
 
 async def _etcd_snapshot(request: Any, call: Call) -> AsyncIterator[common_pb2.Data]:
@@ -106,7 +109,7 @@ async def _etcd_snapshot(request: Any, call: Call) -> AsyncIterator[common_pb2.D
 async def _packet_capture(request: Any, call: Call) -> AsyncIterator[common_pb2.Data]:
     interface = str(request.interface)
     if call.state.store.get("network", ResourceType.LINK_STATUSES, interface) is None:
-        raise RPCFailure("NOT_FOUND", f'interface "{interface}" not found')
+        raise RPCFailure(StatusCode.NOT_FOUND, f'interface "{interface}" not found')
     raise _not_emulated(call)
     yield common_pb2.Data()  # pragma: no cover - makes this an async generator
 
@@ -115,7 +118,7 @@ async def _etcd_remove_member(request: Any, call: Call) -> Message:
     _control_plane_only(call, "etcd remove member")
     members = {etcd_member_id(peer.hostname) for peer in call.state.etcd_members()}
     if int(request.member_id) not in members:
-        raise RPCFailure("NOT_FOUND", "etcdserver: member not found")
+        raise RPCFailure(StatusCode.NOT_FOUND, "etcdserver: member not found")
     raise _not_emulated(call)
 
 
@@ -127,7 +130,7 @@ async def _block_device_wipe(request: Any, call: Call) -> Message:
     """storaged/server.go BlockDeviceWipe on a configured node: os:admin only (the rule's
     os:reader is for maintenance mode), then each device; no device: an empty success."""
     if not call.admin and not call.state.quirk(Quirk.BLOCK_WIPE_SKIPS_ROLE_CHECK):
-        raise RPCFailure("PERMISSION_DENIED", "not authorized")
+        raise RPCFailure(StatusCode.PERMISSION_DENIED, "not authorized")
     if list(request.devices):
         raise _not_emulated(call)
     # one BlockDeviceWipe message, its metadata unset

@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError
 from pytest_talos._proto.resource.config import config_pb2
 from pytest_talos._proto.v1alpha1 import resource_pb2 as r
 from pytest_talos.emulator.errors import RPCFailure
+from pytest_talos.errors import StatusCode
 
 __all__ = ["decode_written"]
 
@@ -30,7 +31,7 @@ _V1ALPHA1_KEYS = frozenset({"machine", "cluster", "debug", "persist"})
 
 
 def _unknown(message: str) -> RPCFailure:
-    return RPCFailure("UNKNOWN", message)
+    return RPCFailure(StatusCode.UNKNOWN, message)
 
 
 def _metadata(resource: r.Resource, present: bool) -> None:

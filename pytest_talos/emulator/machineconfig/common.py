@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_talos.emulator.errors import ConfigRejected
+from pytest_talos.errors import StatusCode
 
 INFERRED: tuple[str, ...] = (
     "Generated configs are one template per role, as `talosctl cluster create` hands out: "
@@ -69,7 +70,7 @@ class ValidationOutcome:
 
 
 def invalid_argument(message: str) -> ConfigRejected:
-    return ConfigRejected("INVALID_ARGUMENT", message)
+    return ConfigRejected(StatusCode.INVALID_ARGUMENT, message)
 
 
 def multierror(errors: Sequence[str]) -> str:

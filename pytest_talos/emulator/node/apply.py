@@ -22,6 +22,7 @@ from pytest_talos.emulator.cosi.registry import T
 from pytest_talos.emulator.cosi.store import ResourceStore
 from pytest_talos.emulator.errors import RPCFailure
 from pytest_talos.emulator.faults import Quirk
+from pytest_talos.errors import StatusCode
 from pytest_talos.patches import PatchError, load_documents
 
 __all__ = [
@@ -130,17 +131,17 @@ class MachineConfigState:
     def apply_configuration(self, request: ApplyRequest) -> ApplyResult:
         if self._applying:  # a non-blocking mutex: applyConfigMu.TryLock()
             raise RPCFailure(
-                "FAILED_PRECONDITION", "another apply configuration is already in progress"
+                StatusCode.FAILED_PRECONDITION, "another apply configuration is already in progress"
             )
         if self.rebooting:
             raise RPCFailure(
-                "FAILED_PRECONDITION",
+                StatusCode.FAILED_PRECONDITION,
                 "configuration was already applied and node is rebooting, cannot apply more "
                 "configuration changes until next reboot",
             )
         # os:admin only, outside maintenance
         if not request.admin and not self._quirk(Quirk.APPLY_SKIPS_ROLE_CHECK):
-            raise RPCFailure("PERMISSION_DENIED", "not authorized")
+            raise RPCFailure(StatusCode.PERMISSION_DENIED, "not authorized")
         self._applying = True
         try:
             return self._apply(request)
@@ -229,7 +230,7 @@ class MachineConfigState:
                 return ("NO_REBOOT" if mode == "AUTO" else mode), ""
             error = mc.immediate_apply_error(old, new)
             if mode != "AUTO":
-                raise RPCFailure("INVALID_ARGUMENT", error)
+                raise RPCFailure(StatusCode.INVALID_ARGUMENT, error)
             return "REBOOT", error
         return mode, ""
 

@@ -15,6 +15,7 @@ from typing import Protocol
 from pytest_talos.emulator.clock import Cancellable, Clock
 from pytest_talos.emulator.errors import RPCFailure
 from pytest_talos.emulator.node.events import Payload, SequencePayload
+from pytest_talos.errors import StatusCode
 
 __all__ = [
     "CONTAINER_ONLY",
@@ -72,7 +73,7 @@ class Lifecycle:
 
     def _require_metal(self) -> None:
         if self._node.container:
-            raise RPCFailure("FAILED_PRECONDITION", CONTAINER_ONLY)
+            raise RPCFailure(StatusCode.FAILED_PRECONDITION, CONTAINER_ONLY)
 
     def reboot(self) -> str:
         self._require_metal()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from pytest_talos.emulator.errors import RPCFailure
+from pytest_talos.errors import StatusCode
 from pytest_talos.talos_api import ADMIN, CHANGING_METHODS, ROLE_RULES, allowed_roles
 
 if TYPE_CHECKING:
@@ -58,7 +59,9 @@ def require_control_plane(call: Call) -> None:
     """Unimplemented on workers for the methods of :data:`CONTROL_PLANE_ONLY`."""
     api = CONTROL_PLANE_ONLY.get(call.method)
     if api is not None and not call.state.identity.controlplane:
-        raise RPCFailure("UNIMPLEMENTED", f"{api} is only available on control plane nodes")
+        raise RPCFailure(
+            StatusCode.UNIMPLEMENTED, f"{api} is only available on control plane nodes"
+        )
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from pytest_talos._proto.cluster import cluster_pb2 as c
 from pytest_talos.emulator.apid.servicers import Call, RPCFailure, require_control_plane
 from pytest_talos.emulator.cosi.registry import T
 from pytest_talos.emulator.node.state import NodeState
+from pytest_talos.errors import StatusCode
 
 __all__ = ["CONDITIONS", "ClusterServicer"]
 
@@ -250,7 +251,7 @@ def _parse_ip(text: str) -> str:
     try:
         return str(ipaddress.ip_address(text))
     except ValueError:
-        raise RPCFailure("UNKNOWN", f'ParseAddr("{text}"): unable to parse IP') from None
+        raise RPCFailure(StatusCode.UNKNOWN, f'ParseAddr("{text}"): unable to parse IP') from None
 
 
 def _infos(ips: Sequence[str]) -> list[NodeInfo]:
@@ -269,7 +270,7 @@ def _member_infos(call: Call) -> tuple[list[NodeInfo], list[NodeInfo]] | None:
         spec = member.spec if isinstance(member.spec, dict) else {}
         ips = [_parse_ip(str(a)) for a in spec.get("addresses") or ()]
         if not ips:
-            raise RPCFailure("UNKNOWN", f"no IP address found for member: {member.id}")
+            raise RPCFailure(StatusCode.UNKNOWN, f"no IP address found for member: {member.id}")
         role = spec.get("machineType")
         (controlplanes if role in ("controlplane", "init") else workers).append(
             NodeInfo(ips[0], tuple(ips))
@@ -281,7 +282,7 @@ def _kube_cluster_info(call: Call, nodes: Sequence[NodeState]) -> tuple[list[Nod
     """The last resort of buildClusterInfo: the Kubernetes Nodes, read with the caller's
     roles (a non-admin caller gets no kubeconfig, and the request fails)."""
     if not call.admin:
-        raise RPCFailure("PERMISSION_DENIED", "not authorized")  # INFERRED: passed through
+        raise RPCFailure(StatusCode.PERMISSION_DENIED, "not authorized")  # INFERRED: passed through
     kube = [n.kube_node() for n in nodes]
     return (
         [NodeInfo(k.address, (k.address,)) for k in kube if CONTROL_PLANE_LABEL in k.labels],
@@ -343,6 +344,6 @@ class ClusterServicer:
                     yield c.HealthCheckProgress(message=f"waiting for {name}: {problem}")
                     last = problem
                 if clock.monotonic() >= deadline:
-                    raise RPCFailure("DEADLINE_EXCEEDED", f"{name}: {problem}")  # INFERRED
+                    raise RPCFailure(StatusCode.DEADLINE_EXCEEDED, f"{name}: {problem}")  # INFERRED
                 await clock.sleep(POLL_INTERVAL)
             yield c.HealthCheckProgress(message=f"waiting for {name}: OK")

@@ -20,6 +20,7 @@ from pytest_talos.emulator.cosi.decode import decode_written
 from pytest_talos.emulator.cosi.registry import DEFINITIONS, NAMESPACES, ResourceDefinition
 from pytest_talos.emulator.cosi.store import RawSpec, Resource, StoreEvent
 from pytest_talos.emulator.faults import Quirk
+from pytest_talos.errors import StatusCode
 
 __all__ = ["StateServicer", "encode_resource", "matches_label_query"]
 
@@ -94,7 +95,9 @@ UNLISTABLE_TYPE = "HostnameStatuses.net.talos.dev"  # Quirk.COSI_HOSTNAME_STATUS
 
 def _not_found(namespace: str, type_: str, id_: str) -> RPCFailure:
     # INFERRED wording of cosi's not-found error.
-    return RPCFailure("NOT_FOUND", f"resource {type_}({namespace}/{id_}@undefined) doesn't exist")
+    return RPCFailure(
+        StatusCode.NOT_FOUND, f"resource {type_}({namespace}/{id_}@undefined) doesn't exist"
+    )
 
 
 _DEFINITIONS_BY_ID = {definition.id: definition for definition in DEFINITIONS.values()}
@@ -120,19 +123,23 @@ class StateServicer:
         namespace must exist."""
         state = call.state
         if write and not state.quirk(Quirk.COSI_ACCEPTS_WRITES):
-            raise RPCFailure("PERMISSION_DENIED", "write access is not allowed")
+            raise RPCFailure(StatusCode.PERMISSION_DENIED, "write access is not allowed")
         definition = _DEFINITIONS_BY_ID.get(type_.lower())
         if definition is None and state.quirk(Quirk.COSI_SERVES_UNLISTED_SECRETS):
             definition = _UNLISTED.get(type_.lower())
         if definition is None:
-            raise RPCFailure("PERMISSION_DENIED", f'resource type "{type_}" is not supported')
+            raise RPCFailure(
+                StatusCode.PERMISSION_DENIED, f'resource type "{type_}" is not supported'
+            )
         leaky = state.quirk(Quirk.COSI_SHOWS_SENSITIVE_TO_READERS)
         # only Watch forgets the sensitivity rule
         leaky = leaky or (watch and state.quirk(Quirk.COSI_WATCH_SHOWS_SENSITIVE_TO_READERS))
         if definition.sensitive and not call.admin and not leaky:
-            raise RPCFailure("PERMISSION_DENIED", "not authorized")
+            raise RPCFailure(StatusCode.PERMISSION_DENIED, "not authorized")
         if namespace not in NAMESPACES:
-            raise RPCFailure("PERMISSION_DENIED", f'namespace "{namespace}" is not supported')
+            raise RPCFailure(
+                StatusCode.PERMISSION_DENIED, f'namespace "{namespace}" is not supported'
+            )
         return definition
 
     async def Get(self, request: s.GetRequest, call: Call) -> s.GetResponse:
@@ -147,7 +154,9 @@ class StateServicer:
         state = call.state
         broken = state.quirk(Quirk.COSI_HOSTNAME_STATUS_UNLISTABLE)
         if broken and request.type == UNLISTABLE_TYPE:
-            raise RPCFailure("INTERNAL", f"failed to list {request.type}: controller not running")
+            raise RPCFailure(
+                StatusCode.INTERNAL, f"failed to list {request.type}: controller not running"
+            )
         options = request.options
         for resource in call.state.store.list(request.namespace, request.type):
             if _matches(resource, options.label_query, options.id_query.regexp):
@@ -166,7 +175,7 @@ class StateServicer:
         if state.quirk(Quirk.COSI_CREATE_WRITES_THEN_DENIES):
             # the write goes through, the reply says it was refused
             self._store_raw(call, request.resource)
-            raise RPCFailure("PERMISSION_DENIED", "write access is not allowed")
+            raise RPCFailure(StatusCode.PERMISSION_DENIED, "write access is not allowed")
         self._check_write(call, md.namespace, md.type, request.resource.spec)
         created = self._store_raw(call, request.resource)
         return s.CreateResponse(resource=encode_resource(created))
@@ -185,7 +194,7 @@ class StateServicer:
         turns away only a write whose spec is empty, so a well-formed one goes through."""
         if call.state.quirk(Quirk.COSI_REFUSES_ONLY_EMPTY_WRITES):
             if not spec.proto_spec:
-                raise RPCFailure("PERMISSION_DENIED", "write access is not allowed")
+                raise RPCFailure(StatusCode.PERMISSION_DENIED, "write access is not allowed")
             self._check_access(call, namespace, type_)  # type, sensitivity, namespace only
             return
         self._check_access(call, namespace, type_, write=True)
@@ -219,11 +228,11 @@ class StateServicer:
         single = request.HasField("id")
         if single and (options.bootstrap_contents or len(options.label_query)):
             raise RPCFailure(  # cosi pkg/state/protobuf/server (wording INFERRED)
-                "UNIMPLEMENTED",
+                StatusCode.UNIMPLEMENTED,
                 "bootstrap contents and label queries are not supported for single resource watch",
             )
         if options.HasField("start_from_bookmark"):
-            raise RPCFailure("FAILED_PRECONDITION", "invalid bookmark")  # cosi server
+            raise RPCFailure(StatusCode.FAILED_PRECONDITION, "invalid bookmark")  # cosi server
         store = call.state.store
         queue: asyncio.Queue[StoreEvent] = asyncio.Queue()
         unsubscribe = store.subscribe(queue.put_nowait)

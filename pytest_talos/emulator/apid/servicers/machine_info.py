@@ -30,6 +30,7 @@ from pytest_talos.emulator.node.events import (
     new_xid,
 )
 from pytest_talos.emulator.node.host import system
+from pytest_talos.errors import StatusCode
 from pytest_talos.releases import Release
 from pytest_talos.talos_api import EMULATOR_BUILT
 
@@ -132,7 +133,7 @@ class MachineInfoMixin:
         # (NoHostNetwork = !hostnetwork), pod namespaces with allnetns or by name.
         listening = (m.NetstatRequest.ALL, m.NetstatRequest.LISTENING)
         if request.filter not in (*listening, m.NetstatRequest.CONNECTED):
-            raise RPCFailure("INVALID_ARGUMENT", f"invalid filter: {request.filter}")
+            raise RPCFailure(StatusCode.INVALID_ARGUMENT, f"invalid filter: {request.filter}")
         netns = request.netns
         records: list[m.ConnectRecord] = []
         if request.filter in listening:  # the node has only listeners, no connections
@@ -160,7 +161,7 @@ class MachineInfoMixin:
     def _entry(self, call: Call, path: str) -> system.FileEntry:
         entry = call.state.file(path)
         if entry is None:
-            raise RPCFailure("NOT_FOUND", f"lstat {path}: no such file or directory")
+            raise RPCFailure(StatusCode.NOT_FOUND, f"lstat {path}: no such file or directory")
         return entry
 
     async def List(self, request: m.ListRequest, call: Call) -> AsyncIterator[m.FileInfo]:
@@ -170,12 +171,12 @@ class MachineInfoMixin:
         root = root.rstrip("/") or "/"
         top = call.state.file(root)
         if top is None:
-            raise RPCFailure("UNKNOWN", f"lstat {root}: no such file or directory")
+            raise RPCFailure(StatusCode.UNKNOWN, f"lstat {root}: no such file or directory")
         if top.kind == "symlink":  # walker.go: a symlinked root is followed (EvalSymlinks)
             resolved = system.resolve(call.state.rootfs, root)
             found = call.state.rootfs.get(resolved)
             if found is None:
-                raise RPCFailure("UNKNOWN", f"lstat {resolved}: no such file or directory")
+                raise RPCFailure(StatusCode.UNKNOWN, f"lstat {resolved}: no such file or directory")
             root, top = resolved, found
         # recurse with depth 0 = unlimited (-1); without recurse the walker's depth is 0
         depth = (request.recursion_depth or -1) if request.recurse else 0
@@ -204,15 +205,19 @@ class MachineInfoMixin:
         # stat error, anything but a regular file -> a plain error (code Unknown)
         entry = call.state.file(request.path, follow=True)
         if entry is None:
-            raise RPCFailure("NOT_FOUND", f"stat {request.path}: no such file or directory")
+            raise RPCFailure(
+                StatusCode.NOT_FOUND, f"stat {request.path}: no such file or directory"
+            )
         if entry.kind != "file":
-            raise RPCFailure("UNKNOWN", "path must be a regular file")
+            raise RPCFailure(StatusCode.UNKNOWN, "path must be a regular file")
         for chunk in _chunks(entry.content):
             yield common_pb2.Data(bytes=chunk)
 
     async def Copy(self, request: m.CopyRequest, call: Call) -> AsyncIterator[common_pb2.Data]:
         if not request.root_path.startswith("/"):
-            raise RPCFailure("INVALID_ARGUMENT", "path must be absolute")  # v1alpha1_server.go Copy
+            raise RPCFailure(
+                StatusCode.INVALID_ARGUMENT, "path must be absolute"
+            )  # v1alpha1_server.go Copy
         self._entry(call, request.root_path)
         archive = self._tar_gz(call, request.root_path)
         for chunk in _chunks(archive):
@@ -287,8 +292,10 @@ class MachineInfoMixin:
         # v1alpha1_server.go Logs: namespace "system" or id "kubelet" -> the service log.
         if request.namespace != "system" and request.id != "kubelet":
             if not request.namespace:
-                raise RPCFailure("INVALID_ARGUMENT", "namespace can't be empty")
-            raise RPCFailure("NOT_FOUND", f'container "{request.id}" not found')  # INFERRED
+                raise RPCFailure(StatusCode.INVALID_ARGUMENT, "namespace can't be empty")
+            raise RPCFailure(
+                StatusCode.NOT_FOUND, f'container "{request.id}" not found'
+            )  # INFERRED
         lines = call.state.service_log(request.id)
         if request.tail_lines >= 0:
             lines = lines[-request.tail_lines :] if request.tail_lines else []
@@ -313,7 +320,8 @@ class MachineInfoMixin:
         options = [request.tail_events != 0, bool(request.tail_id), request.tail_seconds != 0]
         if sum(options) > 1:  # v1alpha1_server.go Events: one tail option (wording INFERRED)
             raise RPCFailure(
-                "INVALID_ARGUMENT", "only one of tail_events, tail_id, tail_seconds can be set"
+                StatusCode.INVALID_ARGUMENT,
+                "only one of tail_events, tail_id, tail_seconds can be set",
             )
         state = call.state
         queue: asyncio.Queue[RuntimeEvent] = asyncio.Queue()

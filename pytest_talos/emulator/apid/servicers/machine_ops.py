@@ -18,6 +18,7 @@ from pytest_talos.emulator.apid.servicers import Call, RPCFailure, require_contr
 from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.node.apply import ApplyRequest
 from pytest_talos.emulator.node.identity import etcd_member_id
+from pytest_talos.errors import StatusCode
 
 __all__ = ["MachineOpsMixin", "kubeconfig_archive"]
 
@@ -65,7 +66,7 @@ class MachineOpsMixin:
     async def Bootstrap(self, request: m.BootstrapRequest, call: Call) -> m.BootstrapResponse:
         require_control_plane(call)
         # The emulated cluster is bootstrapped when it starts (the etcd error text).
-        raise RPCFailure("ALREADY_EXISTS", "etcd data directory is not empty")
+        raise RPCFailure(StatusCode.ALREADY_EXISTS, "etcd data directory is not empty")
 
     async def EtcdMemberList(
         self, request: m.EtcdMemberListRequest, call: Call
@@ -99,7 +100,7 @@ class MachineOpsMixin:
         require_control_plane(call)
         ttl = request.crt_ttl.ToTimedelta().total_seconds()
         if ttl <= 0:
-            raise RPCFailure("INVALID_ARGUMENT", "crt_ttl should be positive")
+            raise RPCFailure(StatusCode.INVALID_ARGUMENT, "crt_ttl should be positive")
         generated = call.node.client_configuration(list(request.roles), ttl)
         reply = m.GenerateClientConfiguration(
             ca=generated.ca,

@@ -12,6 +12,7 @@ from pytest_talos.emulator.errors import RPCFailure
 from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.node.events import ServiceStatePayload
 from pytest_talos.emulator.node.services.runner import Service, ServiceManager
+from pytest_talos.errors import StatusCode
 
 __all__ = [
     "OWNER_SERVICES",
@@ -87,7 +88,7 @@ def service_log(
     # containerd runs, but its log is not registered
     broken = service_id == "containerd" and quirk(Quirk.CONTAINERD_LOG_UNREGISTERED)
     if service is None or not service.log_registered or broken:
-        raise RPCFailure("UNKNOWN", f'log "{service_id}" was not registered')
+        raise RPCFailure(StatusCode.UNKNOWN, f'log "{service_id}" was not registered')
     if service_id == "apid" and quirk(Quirk.APID_LOG_EMPTY):
         return []  # apid runs, but its log holds nothing
     return list(service.log)
