@@ -126,7 +126,7 @@ def read_rules(node: TalosNode) -> tuple[list[dict[str, Any]], str]:
         documents = node.machine_config.documents  # os:admin
         return rules_of_config(documents), (
             f"MachineConfig config/v1alpha1 ({ADMIN}): {IMAGE_VERIFICATION_KIND} rules; "
-            f"the node has no {kind.split('.')[0]}"
+            f"the node does not define the type {kind.split('.')[0]}"
         )
     ordered = sorted(items, key=lambda item: item.id)  # ids 0000, 0001...: the config's order
     rules = [canonical_rule(item.spec or {}) for item in ordered if isinstance(item.spec, dict)]
