@@ -6,9 +6,10 @@ Each check skips, naming the profile key, when the profile does not ask for it.
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -23,9 +24,17 @@ from conformance.kubernetes.node_lookup import registered_node
 from conformance.upgrade.test_upgrade import installed_extensions
 from pytest_talos.checks.kubernetes import read_kube_node
 from pytest_talos.cluster import KubernetesAccess
-from pytest_talos.errors import ConformanceFailure, NotFound
+from pytest_talos.errors import ConformanceFailure, NotFound, PermissionDenied
 from pytest_talos.node import TalosNode
 from pytest_talos.plugin.conformance import not_applicable
+from pytest_talos.plugin.conformance.security_settings import (
+    CONFIG_RESOURCE,
+    plain,
+    read_rules,
+    read_settings,
+    render_rule,
+)
+from pytest_talos.talos_api import ADMIN
 
 IMAGE_VERIFICATION_KIND = "ImageVerificationConfig"
 
@@ -370,3 +379,90 @@ def test_image_verification_is_configured(
             expected="a reachable rule with a keyless or publicKey verifier",
             observed="; ".join(talos_evidence["rules"]) or "no rules",
         )
+
+
+@pytest.mark.talos_check(
+    "vendor.image-verification-rules",
+    severity="high",
+    claim="The node's image-verification rules are, in order, the rules the profile names",
+)
+def test_image_verification_rules_match_profile(
+    talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
+) -> None:
+    profile = _profile(
+        talos_suite,
+        "image_verification.rules",
+        lambda p: p.image_verification_rules is not None,
+    )
+    try:
+        rules, where = read_rules(talos_node)
+    except PermissionDenied as exc:
+        _skip_needs_admin(talos_node, f"{IMAGE_VERIFICATION_KIND} rules", exc)
+    wanted = [dict(rule) for rule in profile.image_verification_rules or ()]
+    talos_evidence.update(
+        read_from=where,
+        expected=[render_rule(r) for r in wanted] or "none",
+        rules=[render_rule(r) for r in rules] or "none",
+    )
+    if rules != wanted:  # order matters: the first matching rule decides
+        raise ConformanceFailure(
+            "vendor.image-verification-rules",
+            "the image-verification rules differ from the profile's",
+            node=talos_node.name,
+            expected="; ".join(render_rule(r) for r in wanted) or "no rule",
+            observed="; ".join(render_rule(r) for r in rules) or "no rule",
+        )
+
+
+def _skip_needs_admin(node: TalosNode, what: str, exc: PermissionDenied) -> NoReturn:
+    """Skip naming the identity that reads ``what``; with os:admin a refusal is the node's."""
+    roles = node.client.roles
+    if ADMIN in roles:
+        raise exc
+    pytest.skip(
+        f"needs {ADMIN}: {what} are read from the MachineConfig resource ({CONFIG_RESOURCE}, "
+        f"sensitive); this talosconfig has {', '.join(roles) or 'no role'} ({exc.details})"
+    )
+
+
+@pytest.mark.talos_check(
+    "vendor.security-settings",
+    severity="high",
+    claim="The machine config's security-relevant settings are those the profile names for "
+    "the node's role",
+)
+def test_security_settings_match_profile(
+    talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
+) -> None:
+    profile = _profile(talos_suite, "security_settings", lambda p: p.security_settings is not None)
+    wanted = (profile.security_settings or {}).get(talos_node.role)
+    if wanted is None:
+        pytest.skip(
+            f"the vendor profile {profile.name} sets no security_settings.{talos_node.role}"
+        )
+    try:
+        documents = talos_node.machine_config.documents
+    except PermissionDenied as exc:
+        _skip_needs_admin(talos_node, "the security settings", exc)
+    found = read_settings(documents, talos_node.role)
+    differ = {}
+    for key, value in wanted.items():
+        observed = found[key][0] if key in found else None  # another role's setting: unset
+        if plain(value) != observed:
+            differ[key] = (plain(value), observed)
+    talos_evidence.update(read_from=f"{CONFIG_RESOURCE} ({ADMIN})", judged=sorted(wanted))
+    if differ:
+        talos_evidence["differ"] = {
+            k: {"expected": e, "observed": o} for k, (e, o) in differ.items()
+        }
+        raise ConformanceFailure(
+            "vendor.security-settings",
+            f"{len(differ)} security setting(s) differ from the profile: {', '.join(differ)}",
+            node=talos_node.name,
+            expected="; ".join(f"{k}: {_shown(e)}" for k, (e, _) in differ.items()),
+            observed="; ".join(f"{k}: {_shown(o)}" for k, (_, o) in differ.items()),
+        )
+
+
+def _shown(value: Any) -> str:
+    return "null (not set)" if value is None else json.dumps(value, sort_keys=True)

@@ -532,6 +532,8 @@ PROVED_ELSEWHERE: Mapping[str, str] = {
     "vendor.expected-ports": "test_conformance_vendor.py (mismatching profile)",
     "vendor.forbidden-ports": "test_conformance_vendor.py (mismatching profile)",
     "vendor.image-verification": "test_conformance_vendor.py (verification required)",
+    "vendor.image-verification-rules": "test_record_profile.py (a rule added after recording)",
+    "vendor.security-settings": "test_record_profile.py (a sysctl weakened after recording)",
 }
 
 # Checks that pass on a healthy emulator but that no emulator fault can break yet.

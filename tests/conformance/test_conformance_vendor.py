@@ -3,9 +3,12 @@ emulator, and every vendor check failing when the node differs from the profile.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -18,7 +21,13 @@ from conformance._support.vendor_profile import (
 from pytest_talos.emulator.cluster.emulated import EmulatedCluster
 from pytest_talos.emulator.node.host.system import FileEntry
 from pytest_talos.emulator.node.state import NodeState
-from pytest_talos.errors import ConfigError
+from pytest_talos.errors import ConfigError, NotFound, PermissionDenied
+from pytest_talos.node import TalosNode
+from pytest_talos.plugin.conformance.security_settings import (
+    key_fingerprint,
+    read_rules,
+    read_settings,
+)
 from tests.conformance.suite_runner import REPO, SUITE, SuiteRun, run_suite, target_args
 
 VENDOR = str(SUITE / "vendor")
@@ -246,3 +255,160 @@ def test_kernel_and_extension_checks_fail_on_a_mismatching_metal_node(
         ["vendor.kernel-version", "vendor.kernel-args", "vendor.forbidden-extensions"], "failed"
     ), result.describe()
     assert "missing: lockdown=confidentiality; forbidden present: pti" in result.output
+
+
+# ------------------------------------------- image-verification rules and security settings
+
+
+PEM = (
+    "-----BEGIN PUBLIC KEY-----\n"
+    "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEqYVzcP5bK4fYXzWj0l7JiFf0iF3m\n"
+    "2S6Tc5C0lFJr1m0r9m7yqvD0C3bJ1l2B6gqYy2c1e1h3qk8l4n0fJ9yX4A==\n"
+    "-----END PUBLIC KEY-----\n"
+)
+
+
+def test_a_public_key_is_pinned_by_the_sha256_of_its_der_bytes() -> None:
+    der = base64.b64decode("".join(PEM.splitlines()[1:-1]))
+    assert key_fingerprint(PEM) == hashlib.sha256(der).hexdigest()
+    rewrapped = PEM.replace("\n", "\n\n").replace("m\n", "m\r\n")  # another wrapping, same key
+    assert key_fingerprint(rewrapped) == key_fingerprint(PEM)
+    profile = parse_vendor_profile(
+        {"image_verification": {"rules": [{"image": "r/*", "publicKey": {"certificate": PEM}}]}},
+        "v.yaml",
+    )
+    assert profile.image_verification_rules == (
+        {"image": "r/*", "publicKey": {"sha256": key_fingerprint(PEM)}},
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"image_verification": {"rules": {"image": "*"}}}, r"rules: must be a list of rules"),
+        ({"image_verification": {"rules": [{"skip": True}]}}, r"rules\[0\]\.image: must be"),
+        (
+            {"image_verification": {"rules": [{"image": "*", "verify": True}]}},
+            r"rules\[0\]: unknown keys \['verify'\]",
+        ),
+        ({"security_settings": {"master": {}}}, r"security_settings: unknown keys \['master'\]"),
+        (
+            {"security_settings": {"worker": {"machine.sysctl.kernel.kptr_restrict": "2"}}},
+            r"security_settings.worker: unknown keys \['machine.sysctl.kernel.kptr_restrict'\]",
+        ),
+    ],
+)
+def test_invalid_rules_and_settings_are_refused_naming_the_key(data: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_vendor_profile(data, "vendor.yaml")
+
+
+def test_unset_rules_and_settings_are_not_expectations_and_empty_ones_are() -> None:
+    unset = parse_vendor_profile({}, "v.yaml")
+    assert unset.image_verification_rules is None
+    assert unset.security_settings is None
+    empty = parse_vendor_profile(
+        {"image_verification": {"rules": []}, "security_settings": {"worker": {}}}, "v.yaml"
+    )
+    assert empty.image_verification_rules == ()
+    assert empty.security_settings == {"worker": {}}
+
+
+class _Node:
+    """The two reads read_rules makes, answered as a node would."""
+
+    def __init__(self, items: list[Any] | Exception, documents: list[dict[str, Any]]):
+        self.items, self.documents, self.config_reads = items, documents, 0
+
+    def resources(self, kind: str, namespace: str | None = None) -> list[Any]:
+        assert (kind, namespace) == ("ImageVerificationRules.security.talos.dev", "security")
+        if isinstance(self.items, Exception):
+            raise self.items
+        return self.items
+
+    @property
+    def machine_config(self) -> Any:
+        self.config_reads += 1
+        return SimpleNamespace(documents=self.documents)
+
+
+CONFIG_RULES = [
+    {
+        "apiVersion": "v1alpha1",
+        "kind": "ImageVerificationConfig",
+        "rules": [{"image": "*", "deny": True}],
+    }
+]
+
+
+def test_rules_are_read_from_the_resource_an_os_reader_can_read_in_id_order() -> None:
+    spec = {
+        "imagePattern": "registry.k8s.io/*",
+        "skip": False,
+        "deny": False,
+        "keylessVerifier": {"issuer": "https://i", "subject": "s", "subjectRegex": ""},
+    }
+    items = [
+        SimpleNamespace(id="0001", spec={"imagePattern": "*", "skip": True, "deny": False}),
+        SimpleNamespace(id="0000", spec=spec),
+    ]
+    node = _Node(items, CONFIG_RULES)
+    rules, where = read_rules(cast(TalosNode, node))
+    assert rules == [
+        {"image": "registry.k8s.io/*", "keyless": {"issuer": "https://i", "subject": "s"}},
+        {"image": "*", "skip": True},
+    ]
+    assert where == "ImageVerificationRules.security.talos.dev security/* (os:reader)"
+    assert node.config_reads == 0  # the sensitive MachineConfig was not needed
+
+
+@pytest.mark.parametrize(
+    "absent",
+    [
+        NotFound('resource "ImageVerificationRules.security.talos.dev" is not registered'),
+        PermissionDenied(
+            'resource type "ImageVerificationRules.security.talos.dev" is not supported'
+        ),
+    ],
+    ids=["client-resolution", "access-filter"],
+)
+def test_a_node_without_the_rule_type_is_read_from_its_machine_config(absent: Exception) -> None:
+    node = _Node(absent, CONFIG_RULES)
+    rules, where = read_rules(cast(TalosNode, node))
+    assert rules == [{"image": "*", "deny": True}]
+    assert where.startswith("MachineConfig config/v1alpha1 (os:admin): ImageVerificationConfig")
+    assert node.config_reads == 1
+
+
+def test_another_refusal_of_the_rules_is_not_taken_for_a_missing_type() -> None:
+    with pytest.raises(PermissionDenied):
+        read_rules(cast(TalosNode, _Node(PermissionDenied("not authorized"), CONFIG_RULES)))
+
+
+def test_encryption_is_read_as_talos_picks_it_and_never_with_its_keys() -> None:
+    v1alpha1 = {
+        "version": "v1alpha1",
+        "machine": {
+            "type": "worker",
+            "systemDiskEncryption": {
+                "ephemeral": {"provider": "luks2", "keys": [{"slot": 0, "nodeID": {}}]}
+            },
+        },
+    }
+    volume = {
+        "apiVersion": "v1alpha1",
+        "kind": "VolumeConfig",
+        "name": "STATE",
+        "encryption": {
+            "provider": "luks2",
+            "keys": [{"slot": 0, "tpm": {}}, {"slot": 1, "static": {"passphrase": "secret"}}],
+        },
+    }
+    found = read_settings([v1alpha1, volume], "worker")
+    assert found["encryption.STATE"] == (
+        {"provider": "luks2", "keys": ["tpm", "static"]},
+        "VolumeConfig STATE encryption (provider, key kinds)",
+    )
+    assert found["encryption.EPHEMERAL"][0] == {"provider": "luks2", "keys": ["nodeID"]}
+    assert "secret" not in repr(found)
+    assert "cluster.apiServer.extraArgs" not in found  # a control-plane setting

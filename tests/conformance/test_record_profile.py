@@ -10,15 +10,20 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import yaml
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from pytest_talos.client import TalosClient
 from pytest_talos.emulator.cluster.emulated import EmulatedCluster
 from pytest_talos.emulator.node.host.system import FileEntry
 from pytest_talos.emulator.node.state import NodeState
 from pytest_talos.errors import ConfigError
+from pytest_talos.patches import apply_patches
+from pytest_talos.plugin.conformance.security_settings import key_fingerprint
 from pytest_talos.plugin.conformance.vendor_profile import load_vendor_profile
 from tests.conformance.suite_runner import run_suite, target_args
 
@@ -31,6 +36,8 @@ JUDGED = {
     "vendor.platform": ("platform",),
     "vendor.expected-ports": ("ports", "expected"),
     "vendor.image-verification": ("image_verification", "required"),
+    "vendor.image-verification-rules": ("image_verification", "rules"),
+    "vendor.security-settings": ("security_settings",),
 }
 
 pytestmark = pytest.mark.slow
@@ -193,3 +200,144 @@ def test_a_metal_node_that_shows_its_kernel_gets_it_recorded_and_judged(tmp_path
             cluster.node(node.hostname).run(serve(cmdline.replace(" pti=on", ""), "/proc/cmdline"))
         differs = run_suite([*target_args(cluster), *vendor], tmp_path / "differs")
         assert differs.broken() == {"vendor.kernel-args": "failed"}, differs.describe()
+
+
+# ------------------------------------------------- image-verification rules, security settings
+
+
+def _public_key_pem() -> str:
+    key = ec.generate_private_key(ec.SECP256R1())
+    return key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo).decode()
+
+
+KEYLESS = {"issuer": "https://token.actions.githubusercontent.com", "subject": "ci@example.com"}
+
+
+def _apply(cluster: EmulatedCluster, originals: dict[str, bytes], *patches: Any) -> None:
+    """Every node: its generated config plus ``patches``, applied without a reboot (a real
+    ApplyConfiguration; sysctls and extra documents apply immediately)."""
+    with TalosClient.from_talosconfig(cluster.talosconfig_path, env={}) as client:
+        for node in cluster.nodes:
+            target = client.with_node(node.address)
+            original = originals.setdefault(node.address, target.machine_config().raw)
+            target.apply_configuration(apply_patches(original, list(patches)), "no-reboot")
+
+
+def _rules(*rules: dict[str, Any]) -> str:
+    return yaml.safe_dump(
+        {"apiVersion": "v1alpha1", "kind": "ImageVerificationConfig", "rules": list(rules)}
+    )
+
+
+def _sysctl(value: str) -> dict[str, Any]:
+    return {"machine": {"sysctls": {"kernel.kptr_restrict": value}}}
+
+
+@pytest.mark.parametrize("platform", ["container", "metal"])
+def test_recorded_rules_and_settings_pass_where_recorded_and_fail_when_they_differ(
+    tmp_path: Path, platform: Literal["container", "metal"]
+) -> None:
+    """The node's own image-verification rules and security settings are recorded (each with
+    where it was read), pass on that node, and fail once the node is changed (a real apply
+    after recording, not an edited profile): a weakened sysctl fails vendor.security-settings
+    only, a dropped rule vendor.image-verification-rules only."""
+    pem = _public_key_pem()
+    keyless = {"image": "registry.k8s.io/*", "keyless": KEYLESS}
+    keyed = {"image": "my-registry.example.com/*", "publicKey": {"certificate": pem}}
+    skip_rest = {"image": "*", "skip": True}
+    originals: dict[str, bytes] = {}
+    with EmulatedCluster(1, 1, platform=platform, time_scale=20) as cluster:
+        _apply(cluster, originals, _rules(keyless, keyed, skip_rest), _sysctl("2"))
+        profile = tmp_path / "golden.yaml"
+        done = run_suite(
+            [*target_args(cluster), "--talos-record-profile", str(profile)], tmp_path / "unused"
+        )
+        assert done.returncode == 0, done.describe()
+        text = profile.read_text()
+        recorded = yaml.safe_load(text)
+        assert recorded["image_verification"] == {
+            "required": True,
+            "rules": [
+                {"image": "registry.k8s.io/*", "keyless": KEYLESS},
+                {
+                    "image": "my-registry.example.com/*",
+                    "publicKey": {"sha256": key_fingerprint(pem)},
+                },
+                {"image": "*", "skip": True},
+            ],
+        }
+        assert "BEGIN PUBLIC KEY" not in text  # a key by its fingerprint, never the PEM
+        assert "0001: my-registry.example.com/*: publicKey sha256=" in text
+        for role in ("controlplane", "worker"):
+            settings = recorded["security_settings"][role]
+            assert settings["machine.sysctls.kernel.kptr_restrict"] == "2"
+            assert settings["machine.sysctls.kernel.dmesg_restrict"] is None  # not set
+            assert settings["machine.install.extraKernelArgs"] == []  # expected none
+        assert "cluster.apiServer.admissionControl" in recorded["security_settings"]["controlplane"]
+        assert "cluster.apiServer.admissionControl" not in recorded["security_settings"]["worker"]
+        line = next(t for t in text.splitlines() if "kernel.kptr_restrict" in t)
+        assert line.endswith(
+            '# MachineConfig config/v1alpha1 (os:admin): machine.sysctls."kernel.kptr_restrict"'
+        )
+        vendor = [
+            *target_args(cluster),
+            "--talos-suite=vendor-image",
+            "--talos-profile",
+            str(profile),
+        ]
+        accepted = run_suite(vendor, tmp_path / "accepted")
+        assert not accepted.broken(), accepted.describe()
+        for check_id in ("vendor.image-verification-rules", "vendor.security-settings"):
+            assert accepted.outcomes()[check_id] == {"passed"}, check_id
+
+        _apply(cluster, originals, _rules(keyless, keyed, skip_rest), _sysctl("0"))
+        weakened = run_suite(vendor, tmp_path / "weakened")
+        assert weakened.broken() == {"vendor.security-settings": "failed"}, weakened.describe()
+        failure = next(c for c in weakened.checks if c["outcome"] == "failed")
+        assert (
+            "1 security setting(s) differ from the profile: machine.sysctls.kernel.kptr_restrict"
+            in failure["message"]
+        )
+        assert failure["evidence"]["differ"] == {
+            "machine.sysctls.kernel.kptr_restrict": {"expected": "2", "observed": "0"}
+        }
+
+        _apply(cluster, originals, _rules(keyed, skip_rest), _sysctl("2"))
+        dropped = run_suite(vendor, tmp_path / "dropped")
+        assert dropped.broken() == {"vendor.image-verification-rules": "failed"}, dropped.describe()
+        assert "the image-verification rules differ from the profile's" in dropped.output
+
+
+def test_a_reader_records_what_it_can_and_is_told_what_needs_admin(tmp_path: Path) -> None:
+    """os:reader cannot read the MachineConfig resource (sensitive): the recorder leaves the
+    settings out saying which identity records them, and the checks skip naming os:admin
+    (not run: needs os:admin, not a failure)."""
+    with EmulatedCluster(1, 1, time_scale=20) as cluster:
+        admin_profile = tmp_path / "admin.yaml"
+        done = run_suite(
+            [*target_args(cluster), "--talos-record-profile", str(admin_profile)],
+            tmp_path / "unused",
+        )
+        assert done.returncode == 0, done.describe()
+        reader = cluster.issue_client(["os:reader"], path=tmp_path / "reader-talosconfig")
+        args = target_args(cluster)
+        args[1] = str(reader.path)
+        reader_profile = tmp_path / "reader.yaml"
+        done = run_suite([*args, "--talos-record-profile", str(reader_profile)], tmp_path / "r")
+        assert done.returncode == 0, done.describe()
+        text = reader_profile.read_text()
+        recorded = yaml.safe_load(text)
+        assert "security_settings" not in recorded
+        assert "# security_settings not recorded: they are read from the MachineConfig" in text
+        assert "record with an os:admin talosconfig" in text
+        # the emulator keeps the rules only in the machine config (no ImageVerificationRules)
+        assert "image_verification" not in recorded
+        assert "# image_verification not recorded" in text
+        load_vendor_profile(reader_profile)
+        vendor = [*args, "--talos-suite=vendor-image", "--talos-profile", str(admin_profile)]
+        judged = run_suite(vendor, tmp_path / "judged")
+        assert not judged.broken(), judged.describe()
+        for check_id in ("vendor.image-verification-rules", "vendor.security-settings"):
+            found = [c for c in judged.checks if c["id"] == check_id]
+            assert {c["skip_kind"] for c in found} == {"needs-admin"}, check_id
+            assert all("read from the MachineConfig resource" in c["message"] for c in found)

@@ -7,8 +7,10 @@ check judges are recorded (``talos.version``, ``kubernetes.version``, ``kernel.v
 ``kernel.args.present``, ``platform``, ``extensions.required`` and ``extensions.versions``
 (an Image Factory image's schematic is its ``schematic`` extension's version),
 ``ports.expected``,
-``image_verification.required``); what a node does not show (the kernel of a container
-platform, Kubernetes without os:admin) is left out with a comment saying why. What a node
+``image_verification.required`` and ``.rules``, and per role the ``security_settings`` of
+its machine config, :mod:`.security_settings`); what a node does not show (the kernel of a container
+platform, Kubernetes or the machine config's settings without os:admin) is left out with a
+comment saying why and which identity would record it. What a node
 cannot show (forbidden extensions, forbidden ports, forbidden kernel arguments) is the
 profile writer's to add: the two forbidden lists are recorded empty (none forbidden, a met
 expectation), so the recorded profile passes on the node it came from. Nodes that disagree
@@ -30,12 +32,19 @@ from pytest_talos.checks.kubernetes import read_kube_node
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import ConformanceFailure, NotFound, PermissionDenied, TalosError
 from pytest_talos.node import TalosNode, expected_ports_for
-from pytest_talos.plugin.conformance.vendor_profile import VerificationPolicy
+from pytest_talos.plugin.conformance.security_settings import (
+    CONFIG_RESOURCE,
+    SETTINGS,
+    read_rules,
+    read_settings,
+    render_rule,
+)
 
 __all__ = ["RecordRefused", "record_profile", "write_profile"]
 
 EXTENSIONS = ("ExtensionStatuses.runtime.talos.dev", "runtime")
-IMAGE_VERIFICATION_KIND = "ImageVerificationConfig"
+ADMIN = "os:admin"
+_CONFIG_AT = f"MachineConfig config/v1alpha1 ({ADMIN})"
 _COMMENT_AT = 34  # the column the entries' comments start at
 
 
@@ -113,18 +122,6 @@ def _kubelet(cluster: TalosCluster, node: TalosNode) -> str | None:
     return str(kube_node.status.node_info.kubelet_version)
 
 
-def _verifies(node: TalosNode) -> bool:
-    documents = node.machine_config.documents
-    rules = [
-        rule
-        for doc in documents
-        if isinstance(doc, dict) and doc.get("kind") == IMAGE_VERIFICATION_KIND
-        for rule in (doc.get("rules") or [])
-        if isinstance(rule, dict)
-    ]
-    return bool(VerificationPolicy.of(rules).verifying)
-
-
 def record_profile(cluster: TalosCluster, nodes: Sequence[TalosNode], name: str) -> str:
     """The profile's text (see the module)."""
     if not nodes:
@@ -149,13 +146,8 @@ def record_profile(cluster: TalosCluster, nodes: Sequence[TalosNode], name: str)
     out.entry(0, f"platform: {_scalar(platform)}", "Version API: platform name")
     _record_extensions(out, {n.name: _extensions(n) for n in nodes})
     _record_ports(out, nodes)
-    verifying = all(_verifies(n) for n in nodes)
-    out.lines.append("image_verification:")
-    out.entry(
-        2,
-        f"required: {_scalar(verifying)}",
-        "ImageVerificationConfig rules of the machine config (COSI MachineConfig)",
-    )
+    _record_image_verification(out, nodes)
+    _record_settings(out, nodes)
     return "\n".join(out.lines) + "\n"
 
 
@@ -234,6 +226,61 @@ def _record_ports(out: _Profile, nodes: Sequence[TalosNode]) -> None:
         common = sorted(set.intersection(*by_role[role]))
         out.entry(4, f"{role}: {_scalar(common)}", f"{len(by_role[role])} {role} node(s)")
     out.entry(2, "forbidden: []", "none recorded: name the ports that must never be open")
+
+
+def _roles_of(node: TalosNode) -> str:
+    return ", ".join(node.client.roles) or "no role"
+
+
+def _record_image_verification(out: _Profile, nodes: Sequence[TalosNode]) -> None:
+    """``required`` (a rule verifies) and every rule, in order; one rule a line."""
+    try:
+        read = {n.name: read_rules(n) for n in nodes}
+    except PermissionDenied as exc:
+        out.note(0, "image_verification not recorded: this node keeps its rules only in the")
+        out.note(0, f"machine config, which needs {ADMIN} ({exc.details}; this talosconfig has")
+        out.note(0, f"{_roles_of(nodes[0])})")
+        return
+    text = {name: _scalar(rules) for name, (rules, _) in read.items()}
+    _one("image-verification rules", text)
+    rules, where = next(iter(read.values()))
+    verifying = any("keyless" in rule or "publicKey" in rule for rule in rules)
+    out.lines.append("image_verification:")
+    out.entry(2, f"required: {_scalar(verifying)}", f"a rule verifies signatures: {where}")
+    if not rules:
+        out.entry(2, "rules: []", f"none, expected none: {where}")
+        return
+    out.entry(2, "rules:", f"{where}: in order, the first match decides")
+    for index, rule in enumerate(rules):
+        out.entry(4, f"- {_scalar(rule)}", f"{index:04d}: {render_rule(rule)}")
+
+
+def _record_settings(out: _Profile, nodes: Sequence[TalosNode]) -> None:
+    """Per role, each setting every node of the role agrees on (os:admin)."""
+    by_role: dict[str, list[dict[str, tuple[object, str]]]] = {}
+    try:
+        for node in nodes:
+            documents = node.machine_config.documents
+            by_role.setdefault(node.role, []).append(read_settings(documents, node.role))
+    except PermissionDenied as exc:
+        out.note(0, "security_settings not recorded: they are read from the MachineConfig")
+        out.note(0, f"resource, which is sensitive: it needs {ADMIN} ({exc.details}; this")
+        out.note(0, f"talosconfig has {_roles_of(nodes[0])}); record with an {ADMIN} talosconfig")
+        return
+    out.lines.append("security_settings:")
+    out.note(2, f"read from {CONFIG_RESOURCE} (sensitive: needs {ADMIN}); null: not set")
+    out.note(2, "(Talos's default applies); []: expected none")
+    for role in sorted(by_role):
+        out.lines.append(f"  {role}:")
+        for setting in SETTINGS:
+            if setting.key not in by_role[role][0]:
+                continue  # not a setting of this role
+            seen = {_scalar(found[setting.key][0]) for found in by_role[role]}
+            if len(seen) != 1:
+                out.note(4, f"{setting.key} not recorded: the {role} nodes differ in it")
+                continue
+            value, where = by_role[role][0][setting.key]
+            out.entry(4, f"{setting.key}: {_scalar(value)}", f"{_CONFIG_AT}: {where}")
 
 
 def write_profile(path: str | os.PathLike[str], text: str) -> Path:

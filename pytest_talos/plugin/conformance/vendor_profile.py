@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from pytest_talos.errors import ConfigError
+from pytest_talos.plugin.conformance.security_settings import SETTING_KEYS, canonical_rule
 
 __all__ = [
     "VERIFIERS",
@@ -41,6 +42,7 @@ _TOP_KEYS = frozenset(
         "extensions",
         "ports",
         "image_verification",
+        "security_settings",
     }
 )
 _ROLES = ("controlplane", "worker")
@@ -115,6 +117,11 @@ class VendorProfile:
     extensions_versions: tuple[tuple[str, str], ...] = ()
     ports: PortExpectations = field(default_factory=PortExpectations)
     image_verification_required: bool | None = None
+    # None: the profile sets no image_verification.rules; (): the node must have none.
+    # Each rule canonical (security_settings.canonical_rule), in order.
+    image_verification_rules: tuple[Mapping[str, Any], ...] | None = None
+    # role -> {setting key: value}; None: the profile sets no security_settings
+    security_settings: Mapping[str, Mapping[str, Any]] | None = None
 
     @property
     def has_kernel_args(self) -> bool:
@@ -220,11 +227,44 @@ def _parse_versions(r: _Reader, value: Any) -> tuple[tuple[str, str], ...]:
 
 def _parse_image_verification(r: _Reader, data: Mapping[str, Any]) -> bool | None:
     section = r.mapping(data.get("image_verification"), "image_verification")
-    r.only_keys(section, frozenset({"required"}), "image_verification")
+    r.only_keys(section, frozenset({"required", "rules"}), "image_verification")
     required = section.get("required")
     if required is not None and not isinstance(required, bool):
         raise r.fail("image_verification.required", "must be true or false")
     return required
+
+
+_RULE_KEYS = frozenset({"image", "skip", "deny", "keyless", "publicKey"})
+
+
+def _parse_rules(r: _Reader, data: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...] | None:
+    raw = r.mapping(data.get("image_verification"), "image_verification").get("rules")
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise r.fail("image_verification.rules", "must be a list of rules ([]: none expected)")
+    rules = []
+    for index, rule in enumerate(raw):
+        key = f"image_verification.rules[{index}]"
+        rule = r.mapping(rule, key)
+        r.only_keys(rule, _RULE_KEYS, key)
+        if not isinstance(rule.get("image"), str) or not rule["image"]:
+            raise r.fail(f"{key}.image", "must be the rule's image pattern")
+        rules.append(canonical_rule(rule))
+    return tuple(rules)
+
+
+def _parse_settings(r: _Reader, data: Mapping[str, Any]) -> Mapping[str, Mapping[str, Any]] | None:
+    if data.get("security_settings") is None:
+        return None
+    section = r.mapping(data["security_settings"], "security_settings")
+    r.only_keys(section, frozenset(_ROLES), "security_settings")
+    settings = {}
+    for role, values in section.items():
+        values = r.mapping(values, f"security_settings.{role}")
+        r.only_keys(values, SETTING_KEYS, f"security_settings.{role}")
+        settings[str(role)] = dict(values)
+    return settings
 
 
 def parse_vendor_profile(data: Any, source: str) -> VendorProfile:
@@ -264,6 +304,8 @@ def parse_vendor_profile(data: Any, source: str) -> VendorProfile:
         extensions_versions=_parse_versions(r, extensions.get("versions")),
         ports=_parse_ports(r, data),
         image_verification_required=_parse_image_verification(r, data),
+        image_verification_rules=_parse_rules(r, data),
+        security_settings=_parse_settings(r, data),
     )
 
 
