@@ -52,6 +52,12 @@ class Release:
     # document enables workloadIsolation (internal/app/machined/pkg/sandboxd/enabled.go,
     # v1alpha1_sequencer_tasks.go StartAllServices)
     has_sandboxd: bool
+    # whether the release has image verification: the ImageVerificationConfig document and
+    # its ImageVerificationRules.security.talos.dev resources
+    # (pkg/machinery/resources/security/image_verification_rule.go,
+    # internal/app/machined/pkg/controllers/security/image_verification_config.go; first in
+    # v1.13.0-beta.0, absent at v1.12.11)
+    has_image_verification: bool
     # every ``Sensitivity: meta.Sensitive`` type (pkg/machinery/resources/**) -> its default
     # namespace
     sensitive_types: Mapping[str, str]
@@ -147,6 +153,7 @@ V1_12: Final = Release(
     etcd_version="v3.6.11",
     etcd_extra_ports=frozenset(),
     has_sandboxd=False,
+    has_image_verification=False,
     sensitive_types=MappingProxyType(_SENSITIVE_V1_12),
 )
 V1_13: Final = Release(
@@ -158,6 +165,7 @@ V1_13: Final = Release(
     etcd_version="v3.6.12",
     etcd_extra_ports=frozenset(),
     has_sandboxd=False,
+    has_image_verification=True,
     sensitive_types=MappingProxyType(_SENSITIVE_V1_13),
 )
 V1_14: Final = Release(
@@ -169,6 +177,7 @@ V1_14: Final = Release(
     etcd_version="3.7.1",
     etcd_extra_ports=frozenset({ETCD_CLIENT_HTTP_PORT}),
     has_sandboxd=True,
+    has_image_verification=True,
     sensitive_types=MappingProxyType(_SENSITIVE_V1_14),
 )
 

@@ -132,6 +132,8 @@ class ResourceType:
     RESOURCE_DEFINITIONS: Final = "ResourceDefinitions.meta.cosi.dev"
     NAMESPACES: Final = "Namespaces.meta.cosi.dev"
     MACHINE_CONFIGS: Final = "MachineConfigs.config.talos.dev"
+    # security/image_verification_rule.go (v1.13 and later; namespace `security`)
+    IMAGE_VERIFICATION_RULES: Final = "ImageVerificationRules.security.talos.dev"
     MACHINE_TYPES: Final = "MachineTypes.config.talos.dev"
     SERVICES: Final = "Services.v1alpha1.talos.dev"
     MACHINE_STATUSES: Final = "MachineStatuses.runtime.talos.dev"

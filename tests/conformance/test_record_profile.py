@@ -310,8 +310,9 @@ def test_recorded_rules_and_settings_pass_where_recorded_and_fail_when_they_diff
 
 def test_a_reader_records_what_it_can_and_is_told_what_needs_admin(tmp_path: Path) -> None:
     """os:reader cannot read the MachineConfig resource (sensitive): the recorder leaves the
-    settings out saying which identity records them, and the checks skip naming os:admin
-    (not run: needs os:admin, not a failure)."""
+    settings out saying which identity records them, and their check skips naming os:admin
+    (not run: needs os:admin, not a failure); the image-verification rules are resources a
+    reader may list, so they are recorded and judged."""
     with EmulatedCluster(1, 1, time_scale=20) as cluster:
         admin_profile = tmp_path / "admin.yaml"
         done = run_suite(
@@ -330,14 +331,16 @@ def test_a_reader_records_what_it_can_and_is_told_what_needs_admin(tmp_path: Pat
         assert "security_settings" not in recorded
         assert "# security_settings not recorded: they are read from the MachineConfig" in text
         assert "record with an os:admin talosconfig" in text
-        # the emulator keeps the rules only in the machine config (no ImageVerificationRules)
-        assert "image_verification" not in recorded
-        assert "# image_verification not recorded" in text
+        # the rules are ImageVerificationRules resources (not sensitive): a reader records
+        # them (none here: the generated config has no ImageVerificationConfig)
+        assert recorded["image_verification"]["rules"] == []
         load_vendor_profile(reader_profile)
         vendor = [*args, "--talos-suite=vendor-image", "--talos-profile", str(admin_profile)]
         judged = run_suite(vendor, tmp_path / "judged")
         assert not judged.broken(), judged.describe()
-        for check_id in ("vendor.image-verification-rules", "vendor.security-settings"):
+        rules = [c for c in judged.checks if c["id"] == "vendor.image-verification-rules"]
+        assert rules and {c["outcome"] for c in rules} == {"passed"}, judged.describe()
+        for check_id in ("vendor.security-settings",):
             found = [c for c in judged.checks if c["id"] == check_id]
             assert {c["skip_kind"] for c in found} == {"needs-admin"}, check_id
             assert all("read from the MachineConfig resource" in c["message"] for c in found)

@@ -21,6 +21,7 @@ from pytest_talos.emulator.cosi.specs import (
     encode_etcd_member,
     encode_hostname_status,
     encode_identity,
+    encode_image_verification_rule,
     encode_info,
     encode_link_status,
     encode_machine_config,
@@ -35,6 +36,7 @@ from pytest_talos.emulator.cosi.specs import (
     encode_service,
     encode_version,
 )
+from pytest_talos.releases import Release
 from pytest_talos.talos_api import ResourceType as T  # the one table of type names
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "ResourceDefinition",
     "T",
     "definition_for",
+    "definitions_on",
 ]
 
 
@@ -304,10 +307,32 @@ _DEFINITION_LIST = (
             ("Link State", "{.linkState}"),
         ],
     ),
+    # security/image_verification_rule.go: explicit empty aliases, not sensitive
+    _definition(
+        T.IMAGE_VERIFICATION_RULES,
+        "ImageVerificationRule",
+        "security",
+        encode_image_verification_rule,
+        columns=[("Pattern", "{.imagePattern}"), ("Skip", "{.skip}"), ("Deny", "{.deny}")],
+    ),
 )
 
 DEFINITIONS: Mapping[str, ResourceDefinition] = {d.type: d for d in _DEFINITION_LIST}
 
+# Types a release line lacks (the release table says which), by the release fact that says so.
+_LATER_TYPES: Mapping[str, Callable[[Release], bool]] = {
+    T.IMAGE_VERIFICATION_RULES: lambda release: release.has_image_verification,
+}
+
 
 def definition_for(type_: str) -> ResourceDefinition | None:
     return DEFINITIONS.get(type_)
+
+
+def definitions_on(release: Release) -> Mapping[str, ResourceDefinition]:
+    """The definitions a node of ``release`` registers (v1.12 has no image verification)."""
+    return {
+        type_: definition
+        for type_, definition in DEFINITIONS.items()
+        if type_ not in _LATER_TYPES or _LATER_TYPES[type_](release)
+    }

@@ -13,6 +13,7 @@ from pytest_talos._proto.resource.definitions.enums import enums_pb2
 from pytest_talos._proto.resource.definitions.k8s import k8s_pb2
 from pytest_talos._proto.resource.definitions.network import network_pb2
 from pytest_talos._proto.resource.definitions.runtime import runtime_pb2
+from pytest_talos._proto.resource.definitions.security import security_pb2
 from pytest_talos._proto.resource.definitions.v1alpha1 import v1alpha1_pb2
 from pytest_talos._proto.v1alpha1 import meta_pb2
 
@@ -21,6 +22,7 @@ __all__ = [
     "encode_etcd_member",
     "encode_hostname_status",
     "encode_identity",
+    "encode_image_verification_rule",
     "encode_info",
     "encode_link_status",
     "encode_machine_config",
@@ -307,6 +309,24 @@ def encode_link_status(spec: Mapping[str, Any]) -> bytes:
                 firewall_mark=wireguard.get("firewallMark", 0),
             )
         )
+    return message.SerializeToString()
+
+
+def encode_image_verification_rule(spec: Mapping[str, Any]) -> bytes:
+    """ImageVerificationRuleSpec (resources/security/image_verification_rule.go tags 2-6)."""
+    message = security_pb2.ImageVerificationRuleSpec(
+        image_pattern=spec.get("imagePattern", ""), skip=spec["skip"], deny=spec["deny"]
+    )
+    keyless = spec.get("keylessVerifier")
+    if keyless is not None:
+        message.keyless_verifier.SetInParent()  # present even with empty fields (a pointer)
+        message.keyless_verifier.issuer = keyless["issuer"]
+        message.keyless_verifier.subject = keyless.get("subject", "")
+        message.keyless_verifier.subject_regex = keyless.get("subjectRegex", "")
+    public_key = spec.get("publicKeyVerifier")
+    if public_key is not None:
+        message.public_key_verifier.SetInParent()
+        message.public_key_verifier.certificate = public_key["certificate"]
     return message.SerializeToString()
 
 

@@ -205,3 +205,43 @@ def kubelet_extra_config(data: bytes) -> dict[str, Any]:
     """``machine.kubelet.extraConfig`` (merged into KubeletConfiguration by kubelet_spec.go)."""
     found = _dig(main_document(data), "machine", "kubelet", "extraConfig")
     return dict(found) if isinstance(found, Mapping) else {}
+
+
+IMAGE_VERIFICATION_KIND = "ImageVerificationConfig"
+
+
+def image_verification_rules(data: bytes) -> list[dict[str, Any]]:
+    """The ImageVerificationRule specs the controller makes of the config's
+    ``ImageVerificationConfig`` rules, in order (controllers/security/
+    image_verification_config.go; the spec's YAML keys and omitempty as in
+    resources/security/image_verification_rule.go; config keys from
+    config/types/security/image_verification.go). None without such a document."""
+    for doc in lenient_documents(data):
+        if doc.get("kind") == IMAGE_VERIFICATION_KIND:
+            rules = doc.get("rules")
+            return (
+                [_rule_spec(rule) for rule in rules if isinstance(rule, Mapping)]
+                if isinstance(rules, list)
+                else []
+            )
+    return []
+
+
+def _rule_spec(rule: Mapping[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if rule.get("image"):
+        spec["imagePattern"] = str(rule["image"])
+    spec["skip"] = bool(rule.get("skip"))  # *bool: nil is false
+    spec["deny"] = bool(rule.get("deny"))
+    keyless = rule.get("keyless")
+    if isinstance(keyless, Mapping):
+        verifier: dict[str, Any] = {"issuer": str(keyless.get("issuer") or "")}
+        if keyless.get("subject"):
+            verifier["subject"] = str(keyless["subject"])
+        if keyless.get("subjectRegex"):
+            verifier["subjectRegex"] = str(keyless["subjectRegex"])
+        spec["keylessVerifier"] = verifier
+    public_key = rule.get("publicKey")
+    if isinstance(public_key, Mapping):
+        spec["publicKeyVerifier"] = {"certificate": str(public_key.get("certificate") or "")}
+    return spec

@@ -9,8 +9,9 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import ClassVar, Protocol
 
+from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.clock import Cancellable, Clock
-from pytest_talos.emulator.cosi.registry import DEFINITIONS, NAMESPACES, T
+from pytest_talos.emulator.cosi.registry import NAMESPACES, T, definitions_on
 from pytest_talos.emulator.cosi.store import ResourceStore, StoreEvent
 from pytest_talos.emulator.faults import Quirk
 from pytest_talos.emulator.node.apply import CONFIG_ANNOTATIONS
@@ -30,6 +31,7 @@ from pytest_talos.emulator.node.kubelet import (
 )
 from pytest_talos.emulator.node.net.place import NodeNetworking
 from pytest_talos.emulator.node.services.runner import ServiceManager, go_quote
+from pytest_talos.releases import Release, release_of
 
 __all__ = [
     "MachineStatus",
@@ -37,6 +39,7 @@ __all__ = [
     "StatusSource",
     "next_ready_flap",
     "publish_boot_resources",
+    "publish_image_verification_rules",
     "publish_machine_config",
     "readiness",
     "service_problems",
@@ -48,7 +51,7 @@ def publish_boot_resources(
     store: ResourceStore, identity: NodeIdentity, *, talos_version: str, networking: NodeNetworking
 ) -> None:
     """What a freshly booted node's controllers publish, in the order they do it."""
-    for definition in DEFINITIONS.values():
+    for definition in definitions_on(release_of(talos_version).release).values():
         store.put("meta", T.RESOURCE_DEFINITIONS, definition.id, definition.spec())
     for name, description in NAMESPACES.items():
         store.put("meta", T.NAMESPACES, name, {"description": description})
@@ -169,6 +172,21 @@ def publish_machine_config(
             annotations=CONFIG_ANNOTATIONS,
             always_bump=True,
         )
+
+
+def publish_image_verification_rules(
+    store: ResourceStore, *, active: bytes, release: Release
+) -> None:
+    """ImageVerificationConfigController (controllers/security/image_verification_config.go):
+    one ImageVerificationRule per rule of the active config, ids ``0000``, ``0001``… in the
+    config's order, the rest cleaned up; nothing on a release without image verification."""
+    rules = mc.image_verification_rules(active) if release.has_image_verification else []
+    wanted = {f"{index:04d}": spec for index, spec in enumerate(rules)}
+    for resource in store.list("security", T.IMAGE_VERIFICATION_RULES):
+        if resource.id not in wanted:
+            store.destroy("security", T.IMAGE_VERIFICATION_RULES, resource.id)
+    for id_, spec in wanted.items():
+        store.put("security", T.IMAGE_VERIFICATION_RULES, id_, spec)
 
 
 def unhealthy(services: ServiceManager, *, controlplane: bool) -> list[str]:

@@ -53,6 +53,7 @@ from pytest_talos.emulator.node.net.place import NodeNetworking
 from pytest_talos.emulator.node.published import (
     MachineStatus,
     publish_boot_resources,
+    publish_image_verification_rules,
     publish_machine_config,
     unhealthy,
 )
@@ -247,6 +248,9 @@ class NodeState:
             persisted=self.machine_config.persisted_config,
             from_state=self.machine_config.boot_config_from_state(),
         )
+        publish_image_verification_rules(
+            self.store, active=self.active_config, release=self.release
+        )
         self.services.set_health_fault("machined", None)
         with self._status_held_back():  # then one status: the stage the boot reached
             run_boot_sequence(
@@ -291,6 +295,7 @@ class NodeState:
         return self.machine_config.apply_configuration(request)
 
     def _on_active_changed(self, old: bytes, new: bytes) -> None:
+        publish_image_verification_rules(self.store, active=new, release=self.release)
         if mc.kubelet_extra_args(old) != mc.kubelet_extra_args(new):
             # kubelet is restarted with its new arguments (so it fails, or heals).
             self.services.restart_if_running("kubelet")

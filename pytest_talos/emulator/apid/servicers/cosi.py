@@ -9,6 +9,7 @@ refused by the filter.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 
@@ -17,10 +18,11 @@ from pytest_talos._proto.v1alpha1 import state_pb2 as s
 from pytest_talos.emulator.apid.servicers import Call, RPCFailure
 from pytest_talos.emulator.apid.servicers.messages import timestamp
 from pytest_talos.emulator.cosi.decode import decode_written
-from pytest_talos.emulator.cosi.registry import DEFINITIONS, NAMESPACES, ResourceDefinition
+from pytest_talos.emulator.cosi.registry import NAMESPACES, ResourceDefinition, definitions_on
 from pytest_talos.emulator.cosi.store import RawSpec, Resource, StoreEvent
 from pytest_talos.emulator.faults import Quirk
 from pytest_talos.errors import StatusCode
+from pytest_talos.releases import RELEASES, Release
 
 __all__ = ["StateServicer", "encode_resource", "matches_label_query"]
 
@@ -100,7 +102,16 @@ def _not_found(namespace: str, type_: str, id_: str) -> RPCFailure:
     )
 
 
-_DEFINITIONS_BY_ID = {definition.id: definition for definition in DEFINITIONS.values()}
+@functools.cache
+def _definitions_by_line(line: str) -> Mapping[str, ResourceDefinition]:
+    return {definition.id: definition for definition in definitions_on(RELEASES[line]).values()}
+
+
+def _definitions_by_id(release: Release) -> Mapping[str, ResourceDefinition]:
+    """The node release's definitions by id (the lower-cased type), as access.go looks up."""
+    return _definitions_by_line(release.line)
+
+
 # Quirk.COSI_SERVES_UNLISTED_SECRETS: a type served although no ResourceDefinition lists it
 # (so the sensitivity rule, which reads the definition, never applies). Healthy Talos refuses
 # a type without a definition (access.go: resource type ... is not supported).
@@ -124,7 +135,7 @@ class StateServicer:
         state = call.state
         if write and not state.quirk(Quirk.COSI_ACCEPTS_WRITES):
             raise RPCFailure(StatusCode.PERMISSION_DENIED, "write access is not allowed")
-        definition = _DEFINITIONS_BY_ID.get(type_.lower())
+        definition = _definitions_by_id(state.release).get(type_.lower())
         if definition is None and state.quirk(Quirk.COSI_SERVES_UNLISTED_SECRETS):
             definition = _UNLISTED.get(type_.lower())
         if definition is None:
