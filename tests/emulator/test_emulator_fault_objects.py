@@ -156,3 +156,17 @@ def test_data_effects_are_declared_on_their_profiles() -> None:
     assert [listener.port for listener in ssh.listeners] == [22]
     assert [process.executable for process in ssh.host_processes] == ["/usr/bin/sshd"]
     assert FAULTS[Fault.HIDDEN_LISTENER].hidden_ports == (10250,)
+
+
+def test_each_machine_rpc_is_served_by_exactly_one_plain_group() -> None:
+    """No mixins: every MachineService RPC of the generated base comes from one servicer
+    group module, and no group serves a method the other serves."""
+    from pytest_talos._proto.machine import machine_grpc
+    from pytest_talos.emulator.apid.servicers.machine import GROUPS, machine_servicer
+
+    rpcs = set(machine_grpc.MachineServiceBase.__abstractmethods__)
+    served = [rpcs & set(dir(group)) for group in GROUPS]
+    assert set().union(*served) == rpcs
+    assert sum(len(names) for names in served) == len(rpcs)
+    assert all(group.__mro__ == (group, object) for group in GROUPS)
+    assert set(vars(machine_servicer())) == rpcs

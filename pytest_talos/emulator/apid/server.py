@@ -51,15 +51,15 @@ from pytest_talos.emulator.apid.routing import FORWARD_TIMEOUT, Directory, Route
 from pytest_talos.emulator.apid.servicers import MUTATING_METHODS, NodeContext
 from pytest_talos.emulator.apid.servicers.cluster import ClusterServicer
 from pytest_talos.emulator.apid.servicers.cosi import StateServicer
-from pytest_talos.emulator.apid.servicers.machine import MachineServicer
+from pytest_talos.emulator.apid.servicers.machine import machine_servicer
 from pytest_talos.emulator.apid.status import as_grpc_error
 from pytest_talos.emulator.faults import Quirk
 from pytest_talos.talos_api import APID_PORT, IMPERSONATOR, change_level
 
 __all__ = ["APID_PORT", "NodeServer", "method_table"]
 
-_SERVICES: tuple[tuple[Any, type[Any]], ...] = (
-    (machine_grpc.MachineServiceBase, MachineServicer),
+_SERVICES: tuple[tuple[Any, Callable[[], Any]], ...] = (
+    (machine_grpc.MachineServiceBase, machine_servicer),
     (cluster_grpc.ClusterServiceBase, ClusterServicer),
     (state_grpc.StateBase, StateServicer),
 )
@@ -68,8 +68,8 @@ _SERVICES: tuple[tuple[Any, type[Any]], ...] = (
 def method_table() -> MethodTable:
     """``{path: (generated handler spec, servicer method)}`` for every served RPC."""
     table: MethodTable = {}
-    for base, servicer_class in _SERVICES:
-        servicer = servicer_class()
+    for base, make_servicer in _SERVICES:
+        servicer = make_servicer()
         for path, handler in base.__mapping__(servicer).items():
             table[path] = (handler, handler.func)
     return table

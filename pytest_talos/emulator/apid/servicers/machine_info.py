@@ -37,7 +37,7 @@ from pytest_talos.talos_api import EMULATOR_BUILT
 if TYPE_CHECKING:
     from pytest_talos.emulator.node.state import NodeState
 
-__all__ = ["MachineInfoMixin"]
+__all__ = ["MachineInfoServicer"]
 
 CHUNK = 64 * 1024
 _KERNEL_LOG = (
@@ -66,7 +66,7 @@ def _sha_for(release: Release, tag: str) -> str:
     return hashlib.sha1(tag.encode(), usedforsecurity=False).hexdigest()[:9]
 
 
-class MachineInfoMixin:
+class MachineInfoServicer:
     """Version, system data, files, services, logs and events."""
 
     async def Version(self, request: empty_pb2.Empty, call: Call) -> m.VersionResponse:

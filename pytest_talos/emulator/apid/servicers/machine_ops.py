@@ -20,7 +20,7 @@ from pytest_talos.emulator.node.apply import ApplyRequest
 from pytest_talos.emulator.node.identity import etcd_member_id
 from pytest_talos.errors import StatusCode
 
-__all__ = ["MachineOpsMixin", "kubeconfig_archive"]
+__all__ = ["MachineOpsServicer", "kubeconfig_archive"]
 
 CHUNK = 64 * 1024
 
@@ -38,7 +38,7 @@ def kubeconfig_archive(kubeconfig: bytes | None) -> bytes:
     return gzip.compress(info.tobuf(tarfile.USTAR_FORMAT) + kubeconfig)
 
 
-class MachineOpsMixin:
+class MachineOpsServicer:
     """ApplyConfiguration, Bootstrap, EtcdMemberList, Kubeconfig, client config, lifecycle."""
 
     async def ApplyConfiguration(
