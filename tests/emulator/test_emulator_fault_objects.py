@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
+import itertools
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 from mypy import api as mypy_api
@@ -13,6 +16,7 @@ from pytest_talos.emulator.faults import (
     PROFILES,
     Fault,
     FaultSet,
+    KubeQuirk,
     describe_faults,
     resolve_faults,
 )
@@ -142,12 +146,11 @@ def test_converted_seams_name_no_fault() -> None:
 
 
 def test_a_quirk_is_on_where_its_profile_is() -> None:
-    from pytest_talos.emulator.faults import Quirk
 
     faults = FaultSet(resolve_faults(["node-not-ready"]), last_node="b")
-    assert faults.quirk(Quirk.KUBE_READY_FALSE, "b")
-    assert not faults.quirk(Quirk.KUBE_READY_FALSE, "a")
-    assert not faults.quirk(Quirk.KUBE_UNSCHEDULABLE, "b")
+    assert faults.quirk(KubeQuirk.KUBE_READY_FALSE, "b")
+    assert not faults.quirk(KubeQuirk.KUBE_READY_FALSE, "a")
+    assert not faults.quirk(KubeQuirk.KUBE_UNSCHEDULABLE, "b")
 
 
 def test_data_effects_are_declared_on_their_profiles() -> None:
@@ -170,3 +173,46 @@ def test_each_machine_rpc_is_served_by_exactly_one_plain_group() -> None:
     assert sum(len(names) for names in served) == len(rpcs)
     assert all(group.__mro__ == (group, object) for group in GROUPS)
     assert set(vars(machine_servicer())) == rpcs
+
+
+# Each seam owns its quirk kind: only these modules ask it (faults/ declares them).
+_QUIRK_OWNERS = {
+    "ApplyQuirk": {"node/apply.py"},
+    "AuthenticationQuirk": {"apid/gate.py", "apid/server.py", "cluster/member.py"},
+    "AuthorizationQuirk": {"apid/dispatch.py", "apid/unmodelled.py"},
+    "CosiQuirk": {"apid/servicers/cosi.py"},
+    "DiscoveryQuirk": {"node/net/place.py"},
+    "GeneratedConfigQuirk": {"cluster/emulated.py"},
+    "KubeQuirk": {"node/kubelet.py", "node/published.py"},
+    "MachineApiQuirk": {
+        "node/state.py",
+        "apid/servicers/machine_info.py",
+        "apid/servicers/machine_ops.py",
+    },
+    "ServiceQuirk": {"node/services/published.py"},
+}
+
+
+def _quirk_kinds_used(path: Path) -> set[str]:
+    """The quirk kinds a module's code (not its comments) names as ``Kind.MEMBER``."""
+    tokens = list(tokenize.generate_tokens(io.StringIO(path.read_text()).readline))
+    return {
+        token.string
+        for token, following in itertools.pairwise(tokens)
+        if token.type == tokenize.NAME and token.string in _QUIRK_OWNERS and following.string == "."
+    }
+
+
+def test_each_seam_asks_only_its_own_quirk_kind() -> None:
+    from pytest_talos.emulator.faults import QUIRK_KINDS
+
+    assert {kind.__name__ for kind in QUIRK_KINDS} == set(_QUIRK_OWNERS)
+    emulator = ROOT / "pytest_talos" / "emulator"
+    for path in sorted(emulator.rglob("*.py")):
+        name = path.relative_to(emulator).as_posix()
+        if name.startswith("faults/"):
+            continue  # where the kinds and the profiles that turn them on are declared
+        for kind in _quirk_kinds_used(path):
+            assert name in _QUIRK_OWNERS[kind], f"{name} asks {kind}, another seam's quirk"
+    members = [member.value for kind in QUIRK_KINDS for member in kind]
+    assert len(members) == len(set(members))  # one name for one switch, across the kinds

@@ -3,7 +3,7 @@
 The rules are those of :data:`~.servicers.ROLE_RULES`
 (``internal/app/machined/pkg/system/services/machined.go``; a refusal is ``PermissionDenied``
 ``not authorized``, ``pkg/grpc/middleware/authz``); some faults widen them
-(``FaultProfile.reader_grants``, ``Quirk.READER_REAL_APPLY_RUNS_AS_ADMIN``).
+(``FaultProfile.reader_grants``, ``AuthorizationQuirk.READER_REAL_APPLY_RUNS_AS_ADMIN``).
 
 The dispatcher completes the method table it is given with the methods outside the proto
 subset (:mod:`.unmodelled`), so the listener and the router, which share that
@@ -22,7 +22,7 @@ from pytest_talos.emulator.apid.servicers import Call, NodeContext, allowed_role
 from pytest_talos.emulator.apid.status import as_grpc_error
 from pytest_talos.emulator.apid.unmodelled import complete_method_table
 from pytest_talos.emulator.errors import ConfigRejected, RPCFailure, ServiceRefused
-from pytest_talos.emulator.faults import Quirk
+from pytest_talos.emulator.faults import AuthorizationQuirk
 from pytest_talos.talos_api import ADMIN, READER
 
 __all__ = ["LocalDispatcher", "MethodTable"]
@@ -75,5 +75,5 @@ class LocalDispatcher:
             and READER in roles
             and ADMIN not in roles
             and not getattr(request, "dry_run", True)
-            and state.quirk(Quirk.READER_REAL_APPLY_RUNS_AS_ADMIN)
+            and state.quirk(AuthorizationQuirk.READER_REAL_APPLY_RUNS_AS_ADMIN)
         )

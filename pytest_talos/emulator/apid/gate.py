@@ -30,7 +30,7 @@ from pytest_talos.emulator.apid.tls import (
     ignore_validity_period,
     trust_also,
 )
-from pytest_talos.emulator.faults import Quirk
+from pytest_talos.emulator.faults import AuthenticationQuirk, Quirk
 from pytest_talos.talos_api import ADMIN
 
 __all__ = [
@@ -53,7 +53,7 @@ class Identity:
 class PeerBook:
     """The open connections of one apid and the identity each one's certificate gave."""
 
-    lax_eku: Callable[[], bool]  # Quirk.APID_SKIPS_EKU_RULE
+    lax_eku: Callable[[], bool]  # AuthenticationQuirk.APID_SKIPS_EKU_RULE
     latency: Latency = field(default_factory=Latency)  # a new connection's set-up round trips
     transports: set[asyncio.Transport] = field(default_factory=set)
     peers: dict[Any, Identity] = field(default_factory=dict)
@@ -88,7 +88,8 @@ def certificate_identity(cert: Mapping[str, Any] | None) -> Identity:
 
 
 def _kubernetes_ca_pem(config: bytes) -> bytes | None:
-    """``cluster.ca.crt`` of a machine config (base64 PEM), for Quirk.APID_TRUSTS_KUBERNETES_CA."""
+    """``cluster.ca.crt`` of a machine config (base64 PEM), for the quirk
+    AuthenticationQuirk.APID_TRUSTS_KUBERNETES_CA."""
     for doc in yaml.safe_load_all(config):
         cluster = doc.get("cluster") if isinstance(doc, dict) else None
         ca = cluster.get("ca") if isinstance(cluster, dict) else None
@@ -110,9 +111,11 @@ def apply_tls_faults(tls: ssl.SSLContext, quirk: Callable[[Quirk], bool], config
     """Faults of apid's client-certificate verification (healthy apid: Go crypto/tls with
     the Talos OS CA as the only client CA, internal/app/apid/pkg/provider/provider.go)."""
     _NODE_QUIRKS[tls] = quirk
-    if quirk(Quirk.APID_IGNORES_CERT_VALIDITY) or quirk(Quirk.APID_IGNORES_NOT_BEFORE):
+    if quirk(AuthenticationQuirk.APID_IGNORES_CERT_VALIDITY) or quirk(
+        AuthenticationQuirk.APID_IGNORES_NOT_BEFORE
+    ):
         ignore_validity_period(tls)  # NotAfter alone is then judged after the handshake
-    if quirk(Quirk.APID_TRUSTS_KUBERNETES_CA):
+    if quirk(AuthenticationQuirk.APID_TRUSTS_KUBERNETES_CA):
         kube_ca = _kubernetes_ca_pem(config)
         if kube_ca is not None:
             trust_also(tls, kube_ca)
@@ -153,14 +156,14 @@ class _CheckedProtocol(H2Protocol):
         """apid's ``verifyExtKeyUsage`` (or a fault's weaker rule), and for fault
         ``not-yet-valid-certs-accepted`` the NotAfter check its TLS no longer makes."""
         if not self.book.lax_eku():
-            weak = quirk(Quirk.APID_EKU_RULE_ONLY_REFUSES_SERVER_AUTH)
+            weak = quirk(AuthenticationQuirk.APID_EKU_RULE_ONLY_REFUSES_SERVER_AUTH)
             rule = ext_key_usage_lacks_server_auth if weak else ext_key_usage_acceptable
             if not rule(der):
                 return False
-        only_not_after = quirk(Quirk.APID_IGNORES_NOT_BEFORE)
+        only_not_after = quirk(AuthenticationQuirk.APID_IGNORES_NOT_BEFORE)
         return not (
             only_not_after
-            and not quirk(Quirk.APID_IGNORES_CERT_VALIDITY)
+            and not quirk(AuthenticationQuirk.APID_IGNORES_CERT_VALIDITY)
             and certificate_expired(der)
         )
 

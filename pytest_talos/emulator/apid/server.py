@@ -53,7 +53,7 @@ from pytest_talos.emulator.apid.servicers.cluster import ClusterServicer
 from pytest_talos.emulator.apid.servicers.cosi import StateServicer
 from pytest_talos.emulator.apid.servicers.machine import machine_servicer
 from pytest_talos.emulator.apid.status import as_grpc_error
-from pytest_talos.emulator.faults import Quirk
+from pytest_talos.emulator.faults import AuthenticationQuirk
 from pytest_talos.talos_api import APID_PORT, IMPERSONATOR, change_level
 
 __all__ = ["APID_PORT", "NodeServer", "method_table"]
@@ -115,7 +115,8 @@ class NodeServer:
         self._server: CheckedServer | None = None
         self._down = asyncio.Event()  # set when the listener stops: in-process calls end
         self._peers = PeerBook(
-            lax_eku=lambda: context.state.quirk(Quirk.APID_SKIPS_EKU_RULE), latency=self.latency
+            lax_eku=lambda: context.state.quirk(AuthenticationQuirk.APID_SKIPS_EKU_RULE),
+            latency=self.latency,
         )
         self._table = method_table()
         self._local = LocalDispatcher(context, self._table)

@@ -36,7 +36,7 @@ from grpclib.const import Cardinality, Handler
 from pytest_talos._proto.common import common_pb2
 from pytest_talos.emulator.apid.servicers import Call
 from pytest_talos.emulator.errors import RPCFailure
-from pytest_talos.emulator.faults import Quirk
+from pytest_talos.emulator.faults import AuthorizationQuirk
 from pytest_talos.emulator.node.identity import etcd_member_id
 from pytest_talos.errors import StatusCode
 from pytest_talos.talos_api import ResourceType
@@ -129,7 +129,7 @@ async def _image_remove(request: Any, call: Call) -> Message:
 async def _block_device_wipe(request: Any, call: Call) -> Message:
     """storaged/server.go BlockDeviceWipe on a configured node: os:admin only (the rule's
     os:reader is for maintenance mode), then each device; no device: an empty success."""
-    if not call.admin and not call.state.quirk(Quirk.BLOCK_WIPE_SKIPS_ROLE_CHECK):
+    if not call.admin and not call.state.quirk(AuthorizationQuirk.BLOCK_WIPE_SKIPS_ROLE_CHECK):
         raise RPCFailure(StatusCode.PERMISSION_DENIED, "not authorized")
     if list(request.devices):
         raise _not_emulated(call)

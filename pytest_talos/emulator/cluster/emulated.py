@@ -55,7 +55,12 @@ from pytest_talos.emulator.cluster.kubeobjects import ClusterKubeProvider
 from pytest_talos.emulator.cluster.member import EmulatedNode
 from pytest_talos.emulator.cluster.pki import ClusterPKI, serial_of
 from pytest_talos.emulator.errors import CannotListen
-from pytest_talos.emulator.faults import FaultProfile, FaultSet, Quirk, resolve_faults
+from pytest_talos.emulator.faults import (
+    FaultProfile,
+    FaultSet,
+    GeneratedConfigQuirk,
+    resolve_faults,
+)
 from pytest_talos.emulator.faults.variants import (
     DEFAULT_EXTENSIONS,
     HA_CONTROLPLANES,
@@ -356,7 +361,9 @@ class EmulatedCluster:
     # ---- building ------------------------------------------------------------------------------
 
     def _prepare_pki(self) -> None:
-        expiring = any(Quirk.ADMIN_CERT_EXPIRES_SOON in p.quirks for p in self.faults)
+        expiring = any(
+            GeneratedConfigQuirk.ADMIN_CERT_EXPIRES_SOON in p.quirks for p in self.faults
+        )
         self.pki = ClusterPKI(client_expiring=expiring)
         self.ca, self.kube_ca = self.pki.ca, self.pki.kube_ca
         self._admin_cert = self.pki.admin
@@ -392,7 +399,9 @@ class EmulatedCluster:
     def _boot_nodes(self) -> None:
         for node in self._nodes:
             node.state.boot()
-            if self.fault_set.quirk(Quirk.CONFIG_CHANGE_STAGED_AT_START, node.hostname):
+            if self.fault_set.quirk(
+                GeneratedConfigQuirk.CONFIG_CHANGE_STAGED_AT_START, node.hostname
+            ):
                 staged = apply_patches(node.state.active_config, [desired.CONFIG_STAGED_PATCH])
                 node.state.apply_configuration(ApplyRequest(staged, "STAGED"))
 
@@ -424,8 +433,12 @@ class EmulatedCluster:
             endpoint=endpoint,
             ca_pem=self.ca.cert_pem,
             kube_ca_pem=self.kube_ca.cert_pem,
-            cidr_overlap=self.fault_set.quirk(Quirk.POD_CIDR_OVERLAPS_NODES, ident.hostname),
-            drift=self.fault_set.quirk(Quirk.CONFIG_DRIFTS_FROM_DESIRED, ident.hostname),
+            cidr_overlap=self.fault_set.quirk(
+                GeneratedConfigQuirk.POD_CIDR_OVERLAPS_NODES, ident.hostname
+            ),
+            drift=self.fault_set.quirk(
+                GeneratedConfigQuirk.CONFIG_DRIFTS_FROM_DESIRED, ident.hostname
+            ),
         )
 
     def _states(self) -> list[NodeState]:
@@ -469,7 +482,7 @@ class EmulatedCluster:
     def kube_server(self, node: EmulatedNode) -> kubeapi.KubeAPIServer:
         ident = node.state.identity
         expired = self.fault_set.quirk(
-            Quirk.KUBE_APISERVER_CERT_EXPIRED, ident.hostname, controlplane=True
+            GeneratedConfigQuirk.KUBE_APISERVER_CERT_EXPIRED, ident.hostname, controlplane=True
         )
         extra = link_ips(node.state.active_config, node_id=ident.node_id)
         cert = self.pki.kube_apiserver_cert(ident, expired=expired, extra_ips=extra)

@@ -18,7 +18,7 @@ from pytest_talos.emulator.apid.servicers import ClientConfiguration
 from pytest_talos.emulator.apid.tls import client_tls_context, server_tls_context
 from pytest_talos.emulator.clock import Clock
 from pytest_talos.emulator.cluster.pki import serial_of
-from pytest_talos.emulator.faults import FaultSet, Quirk
+from pytest_talos.emulator.faults import AuthenticationQuirk, FaultSet
 from pytest_talos.emulator.faults.variants import VariantSet
 from pytest_talos.emulator.node.identity import NodeHooks, NodeIdentity
 from pytest_talos.emulator.node.net.wireguard import link_ips
@@ -169,17 +169,19 @@ class EmulatedNode(NodeHooks):
             fqdn=ident.fqdn,
             ips=[ident.address, *link_ips(self.state.active_config, node_id=ident.node_id)],
             hostname_san=not cluster.fault_set.quirk(
-                Quirk.APID_CERT_LACKS_HOSTNAME_SAN, ident.hostname
+                AuthenticationQuirk.APID_CERT_LACKS_HOSTNAME_SAN, ident.hostname
             ),
         )
-        no_mtls = cluster.fault_set.quirk(Quirk.APID_CLIENT_CERT_OPTIONAL, ident.hostname)
+        no_mtls = cluster.fault_set.quirk(
+            AuthenticationQuirk.APID_CLIENT_CERT_OPTIONAL, ident.hostname
+        )
         tls = server_tls_context(
             ca_pem=cluster.ca.cert_pem,
             cert_pem=server_cert.cert_pem,
             key_pem=server_cert.key_pem,
             require_client_cert=not no_mtls,
             verify_client_cert=not cluster.fault_set.quirk(
-                Quirk.APID_SKIPS_CLIENT_CERT_VERIFY, ident.hostname
+                AuthenticationQuirk.APID_SKIPS_CLIENT_CERT_VERIFY, ident.hostname
             ),
         )
         forward_tls, forward_serial = None, ""

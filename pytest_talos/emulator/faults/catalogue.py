@@ -16,7 +16,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pytest_talos.emulator.faults.names import Fault, Quirk, Scope, Seam
+from pytest_talos.emulator.faults.names import (
+    ApplyQuirk,
+    AuthenticationQuirk,
+    AuthorizationQuirk,
+    CosiQuirk,
+    DiscoveryQuirk,
+    Fault,
+    GeneratedConfigQuirk,
+    KubeQuirk,
+    MachineApiQuirk,
+    Quirk,
+    Scope,
+    Seam,
+    ServiceQuirk,
+)
 from pytest_talos.emulator.faults.stages import Act, Stage
 
 __all__ = [
@@ -144,20 +158,20 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.LENIENT_VALIDATION,
         "ApplyConfiguration skips validation: bad label names, unknown keys, bad types pass",
         changes=(Seam.APPLY,),
-        quirks=(Quirk.VALIDATION_ACCEPTS_PARSEABLE,),
+        quirks=(ApplyQuirk.VALIDATION_ACCEPTS_PARSEABLE,),
     ),
     FaultProfile(
         Fault.VERSION_BUMP_ON_REJECT,
         "a rejected ApplyConfiguration still bumps the MachineConfig resource version",
         changes=(Seam.APPLY,),
-        quirks=(Quirk.REJECT_BUMPS_VERSION,),
+        quirks=(ApplyQuirk.REJECT_BUMPS_VERSION,),
     ),
     FaultProfile(
         Fault.KUBELET_CRASHLOOP,
         "kubelet exits right after every start whatever the machine config; the restart "
         "runner shows it Waiting and runs it again every 5 s, so the boot never ends",
         changes=(Seam.SERVICES,),
-        quirks=(Quirk.KUBELET_EXITS_AFTER_START,),
+        quirks=(ServiceQuirk.KUBELET_EXITS_AFTER_START,),
     ),
     FaultProfile(
         Fault.FLAPPING_SERVICE,
@@ -171,71 +185,71 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.TRY_NO_REVERT,
         "try-mode changes are never reverted when the timer fires",
         changes=(Seam.APPLY,),
-        quirks=(Quirk.TRY_TIMER_SKIPS_REVERT,),
+        quirks=(ApplyQuirk.TRY_TIMER_SKIPS_REVERT,),
     ),
     FaultProfile(
         Fault.TRY_NOT_CANCELLED,
         "a non-try ApplyConfiguration leaves a pending try revert armed",
         changes=(Seam.APPLY,),
-        quirks=(Quirk.APPLY_KEEPS_PENDING_TRY,),
+        quirks=(ApplyQuirk.APPLY_KEEPS_PENDING_TRY,),
     ),
     FaultProfile(
         Fault.DRY_RUN_APPLIES,
         "a dry-run ApplyConfiguration applies the config as well",
         changes=(Seam.APPLY,),
-        quirks=(Quirk.DRY_RUN_EXECUTES,),
+        quirks=(ApplyQuirk.DRY_RUN_EXECUTES,),
     ),
     FaultProfile(
         Fault.NO_KUBECONFIG,
         "Kubeconfig returns an archive without the kubeconfig file in it",
         changes=(Seam.MACHINE_API,),
-        quirks=(Quirk.KUBECONFIG_WITHHELD,),
+        quirks=(MachineApiQuirk.KUBECONFIG_WITHHELD,),
     ),
     FaultProfile(
         Fault.NODE_NOT_READY,
         "the last node's Kubernetes Node object reports Ready=False",
         changes=(Seam.KUBERNETES,),
         scope="last-node",
-        quirks=(Quirk.KUBE_READY_FALSE,),
+        quirks=(KubeQuirk.KUBE_READY_FALSE,),
     ),
     FaultProfile(
         Fault.WRONG_VERSION,
         "the last node's Version API reports v1.12.6 (its Versions resource does not)",
         changes=(Seam.MACHINE_API,),
         scope="last-node",
-        quirks=(Quirk.VERSION_TAG_WRONG,),
+        quirks=(MachineApiQuirk.VERSION_TAG_WRONG,),
     ),
     FaultProfile(
         Fault.LABELS_NOT_SYNCED,
         "machine.nodeLabels never reach the Kubernetes Node objects",
         changes=(Seam.KUBERNETES,),
-        quirks=(Quirk.KUBE_LABELS_NEVER_SYNC,),
+        quirks=(KubeQuirk.KUBE_LABELS_NEVER_SYNC,),
     ),
     FaultProfile(
         Fault.MEMBER_HIDDEN,
         "the last node's discovery (Members resources) does not list the first node",
         changes=(Seam.DISCOVERY,),
         scope="last-node",
-        quirks=(Quirk.DISCOVERY_MISSES_FIRST_NODE,),
+        quirks=(DiscoveryQuirk.DISCOVERY_MISSES_FIRST_NODE,),
     ),
     FaultProfile(
         Fault.MAINTENANCE_VERSION,
         "the last node's Version answers without features (rbac), as in maintenance mode",
         changes=(Seam.MACHINE_API,),
         scope="last-node",
-        quirks=(Quirk.VERSION_OMITS_FEATURES,),
+        quirks=(MachineApiQuirk.VERSION_OMITS_FEATURES,),
     ),
     FaultProfile(
         Fault.NO_MTLS,
         "apid accepts clients without a certificate and gives them os:admin",
         changes=(Seam.AUTHENTICATION,),
-        quirks=(Quirk.APID_CLIENT_CERT_OPTIONAL,),
+        quirks=(AuthenticationQuirk.APID_CLIENT_CERT_OPTIONAL,),
     ),
     FaultProfile(
         Fault.CLIENT_CERTS_UNVERIFIED,
         "apid never asks for a client certificate, so any CA's (or none) is accepted as os:admin",
         changes=(Seam.AUTHENTICATION,),
-        quirks=(Quirk.APID_SKIPS_CLIENT_CERT_VERIFY,),
+        quirks=(AuthenticationQuirk.APID_SKIPS_CLIENT_CERT_VERIFY,),
     ),
     FaultProfile(
         Fault.RW_ROOTFS,
@@ -291,21 +305,21 @@ PROFILES: tuple[FaultProfile, ...] = (
         "the last node's kubelet reports MemoryPressure=True (Ready stays True)",
         changes=(Seam.KUBERNETES,),
         scope="last-node",
-        quirks=(Quirk.KUBE_MEMORY_PRESSURE,),  # kubelet reports MemoryPressure=True
+        quirks=(KubeQuirk.KUBE_MEMORY_PRESSURE,),  # kubelet reports MemoryPressure=True
     ),
     FaultProfile(
         Fault.NODE_CORDONED,
         "the last node is cordoned: spec.unschedulable, Ready stays True",
         changes=(Seam.KUBERNETES,),
         scope="last-node",
-        quirks=(Quirk.KUBE_UNSCHEDULABLE,),
+        quirks=(KubeQuirk.KUBE_UNSCHEDULABLE,),
     ),
     FaultProfile(
         Fault.READY_FLAPPING,
         "the last node's Ready turns False for 2 s of every 8 s (node time)",
         changes=(Seam.KUBERNETES,),
         scope="last-node",
-        quirks=(Quirk.KUBE_READY_FLAPS,),
+        quirks=(KubeQuirk.KUBE_READY_FLAPS,),
     ),
     FaultProfile(
         Fault.PID1_NOT_MACHINED,
@@ -344,13 +358,13 @@ PROFILES: tuple[FaultProfile, ...] = (
         "the etcd member list on control planes lacks the last control plane",
         changes=(Seam.DISCOVERY,),
         scope="controlplanes",
-        quirks=(Quirk.ETCD_MEMBERS_LACK_LAST_CONTROLPLANE,),
+        quirks=(DiscoveryQuirk.ETCD_MEMBERS_LACK_LAST_CONTROLPLANE,),
     ),
     FaultProfile(
         Fault.CIDR_OVERLAP,
         "the pod subnet overlaps the node addresses (127.0.0.0/8 pod CIDR)",
         changes=(Seam.GENERATED_CONFIG,),
-        quirks=(Quirk.POD_CIDR_OVERLAPS_NODES,),
+        quirks=(GeneratedConfigQuirk.POD_CIDR_OVERLAPS_NODES,),
     ),
     FaultProfile(
         Fault.CONFIG_DRIFT,
@@ -358,7 +372,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "(machine.sysctls, changed outside git)",
         changes=(Seam.GENERATED_CONFIG,),
         scope="last-node",
-        quirks=(Quirk.CONFIG_DRIFTS_FROM_DESIRED,),
+        quirks=(GeneratedConfigQuirk.CONFIG_DRIFTS_FROM_DESIRED,),
     ),
     FaultProfile(
         Fault.CONFIG_STAGED,
@@ -366,75 +380,75 @@ PROFILES: tuple[FaultProfile, ...] = (
         "from the active one)",
         changes=(Seam.GENERATED_CONFIG,),
         scope="last-node",
-        quirks=(Quirk.CONFIG_CHANGE_STAGED_AT_START,),
+        quirks=(GeneratedConfigQuirk.CONFIG_CHANGE_STAGED_AT_START,),
     ),
     FaultProfile(
         Fault.CLIENT_CERT_EXPIRING,
         "the talosconfig's os:admin client certificate expires in 3 days",
         changes=(Seam.CERTIFICATES,),
-        quirks=(Quirk.ADMIN_CERT_EXPIRES_SOON,),
+        quirks=(GeneratedConfigQuirk.ADMIN_CERT_EXPIRES_SOON,),
     ),
     FaultProfile(
         Fault.APID_CERT_MISSING_SAN,
         "the last node's apid certificate lacks its hostname among the SANs",
         changes=(Seam.CERTIFICATES,),
         scope="last-node",
-        quirks=(Quirk.APID_CERT_LACKS_HOSTNAME_SAN,),
+        quirks=(AuthenticationQuirk.APID_CERT_LACKS_HOSTNAME_SAN,),
     ),
     FaultProfile(
         Fault.KUBE_CERT_EXPIRED,
         "kube-apiserver's serving certificate on the control planes expired a day ago",
         changes=(Seam.CERTIFICATES,),
         scope="controlplanes",
-        quirks=(Quirk.KUBE_APISERVER_CERT_EXPIRED,),
+        quirks=(GeneratedConfigQuirk.KUBE_APISERVER_CERT_EXPIRED,),
     ),
     FaultProfile(
         Fault.RESOURCES_UNLISTABLE,
         "COSI List of HostnameStatuses fails with an Internal error",
         changes=(Seam.COSI,),
-        quirks=(Quirk.COSI_HOSTNAME_STATUS_UNLISTABLE,),
+        quirks=(CosiQuirk.COSI_HOSTNAME_STATUS_UNLISTABLE,),
     ),
     FaultProfile(
         Fault.LOGS_BROKEN,
         "Logs of the listed, running containerd service fails: log not registered",
         changes=(Seam.SERVICES,),
-        quirks=(Quirk.CONTAINERD_LOG_UNREGISTERED,),
+        quirks=(ServiceQuirk.CONTAINERD_LOG_UNREGISTERED,),
     ),
     FaultProfile(
         Fault.COSI_WRITABLE,
         "COSI Create/Update/Destroy are accepted instead of refused",
         changes=(Seam.COSI,),
-        quirks=(Quirk.COSI_ACCEPTS_WRITES,),
+        quirks=(CosiQuirk.COSI_ACCEPTS_WRITES,),
     ),
     FaultProfile(
         Fault.READER_CAN_APPLY,
         "ApplyConfiguration accepts os:reader clients",
         changes=(Seam.APPLY,),
-        quirks=(Quirk.APPLY_SKIPS_ROLE_CHECK,),
+        quirks=(ApplyQuirk.APPLY_SKIPS_ROLE_CHECK,),
     ),
     FaultProfile(
         Fault.READER_READS_SECRETS,
         "os:reader clients may Get/List sensitive resources (MachineConfig)",
         changes=(Seam.AUTHORIZATION,),
-        quirks=(Quirk.COSI_SHOWS_SENSITIVE_TO_READERS,),
+        quirks=(CosiQuirk.COSI_SHOWS_SENSITIVE_TO_READERS,),
     ),
     FaultProfile(
         Fault.EVENTS_NO_HELLO,
         "the Events stream does not send the empty hello event first",
         changes=(Seam.MACHINE_API,),
-        quirks=(Quirk.EVENTS_SKIP_HELLO,),
+        quirks=(MachineApiQuirk.EVENTS_SKIP_HELLO,),
     ),
     FaultProfile(
         Fault.SERVICES_RESOURCE_STALE,
         "Services resources stay behind when a service stops (COSI disagrees with ServiceList)",
         changes=(Seam.SERVICES,),
-        quirks=(Quirk.SERVICE_RESOURCE_OUTLIVES_STOP,),
+        quirks=(ServiceQuirk.SERVICE_RESOURCE_OUTLIVES_STOP,),
     ),
     FaultProfile(
         Fault.READER_WATCHES_SECRETS,
         "os:reader clients may Watch sensitive resources (MachineConfig); Get and List are refused",
         changes=(Seam.AUTHORIZATION,),
-        quirks=(Quirk.COSI_WATCH_SHOWS_SENSITIVE_TO_READERS,),
+        quirks=(CosiQuirk.COSI_WATCH_SHOWS_SENSITIVE_TO_READERS,),
     ),
     FaultProfile(
         Fault.READER_GETS_KUBECONFIG,
@@ -452,51 +466,51 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.READER_APPLIES_FOR_REAL,
         "ApplyConfiguration refuses an os:reader dry run but carries out its real apply",
         changes=(Seam.AUTHORIZATION,),
-        quirks=(Quirk.READER_REAL_APPLY_RUNS_AS_ADMIN,),
+        quirks=(AuthorizationQuirk.READER_REAL_APPLY_RUNS_AS_ADMIN,),
     ),
     FaultProfile(
         Fault.EXPIRED_CERTS_ACCEPTED,
         "apid accepts client certificates outside their validity",
         changes=(Seam.AUTHENTICATION,),
-        quirks=(Quirk.APID_IGNORES_CERT_VALIDITY,),
+        quirks=(AuthenticationQuirk.APID_IGNORES_CERT_VALIDITY,),
     ),
     FaultProfile(
         Fault.ANY_EKU_ACCEPTED,
         "apid skips its ExtKeyUsage rule: a Talos-CA certificate without ClientAuth usage passes",
         changes=(Seam.AUTHENTICATION,),
-        quirks=(Quirk.APID_SKIPS_EKU_RULE,),
+        quirks=(AuthenticationQuirk.APID_SKIPS_EKU_RULE,),
     ),
     FaultProfile(
         Fault.KUBE_CA_TRUSTED,
         "apid also trusts the cluster's Kubernetes CA (cluster.ca) for client certificates",
         changes=(Seam.AUTHENTICATION,),
-        quirks=(Quirk.APID_TRUSTS_KUBERNETES_CA,),
+        quirks=(AuthenticationQuirk.APID_TRUSTS_KUBERNETES_CA,),
     ),
     FaultProfile(
         Fault.COSI_CREATE_LIES,
         "COSI Create replies PermissionDenied but stores the resource all the same",
         changes=(Seam.COSI,),
-        quirks=(Quirk.COSI_CREATE_WRITES_THEN_DENIES,),
+        quirks=(CosiQuirk.COSI_CREATE_WRITES_THEN_DENIES,),
     ),
     FaultProfile(
         Fault.COSI_WRITE_ACCEPTED_AFTER_DECODING,
         "COSI refuses a Create or Update only when its spec is empty: a well-formed resource "
         "is decoded and written (Destroy stays refused)",
         changes=(Seam.COSI,),
-        quirks=(Quirk.COSI_REFUSES_ONLY_EMPTY_WRITES,),
+        quirks=(CosiQuirk.COSI_REFUSES_ONLY_EMPTY_WRITES,),
     ),
     FaultProfile(
         Fault.LATE_APPLY_ON_REJECT,
         "ApplyConfiguration refuses a config that fails validation, then applies it "
         "(no-reboot) 2 s later anyway",
         changes=(Seam.APPLY,),
-        quirks=(Quirk.REJECTED_APPLY_LANDS_LATE,),
+        quirks=(ApplyQuirk.REJECTED_APPLY_LANDS_LATE,),
     ),
     FaultProfile(
         Fault.DRY_RUN_APPLIES_LATE,
         "a dry-run ApplyConfiguration changes nothing at once, but applies the config 2 s later",
         changes=(Seam.APPLY,),
-        quirks=(Quirk.DRY_RUN_EXECUTES_LATE,),
+        quirks=(ApplyQuirk.DRY_RUN_EXECUTES_LATE,),
     ),
     FaultProfile(
         Fault.TRY_REVERT_KEEPS_LABEL,
@@ -506,14 +520,14 @@ PROFILES: tuple[FaultProfile, ...] = (
             Seam.APPLY,
             Seam.KUBERNETES,
         ),
-        quirks=(Quirk.TRY_REVERT_KEEPS_NODE_LABELS,),
+        quirks=(ApplyQuirk.TRY_REVERT_KEEPS_NODE_LABELS,),
     ),
     FaultProfile(
         Fault.NO_REBOOT_ACCEPTS_REBOOT_FIELDS,
         "no-reboot and try applies accept machine.env and machine.files changes, which need a"
         " reboot",
         changes=(Seam.APPLY,),
-        quirks=(Quirk.IMMEDIATE_ALLOWS_ENV_AND_FILES,),
+        quirks=(ApplyQuirk.IMMEDIATE_ALLOWS_ENV_AND_FILES,),
     ),
     FaultProfile(
         Fault.HIDDEN_LISTENER,
@@ -581,13 +595,13 @@ PROFILES: tuple[FaultProfile, ...] = (
         Fault.EMPTY_LOGS,
         "the log of the running apid service reads back empty (nothing written)",
         changes=(Seam.SERVICES,),
-        quirks=(Quirk.APID_LOG_EMPTY,),
+        quirks=(ServiceQuirk.APID_LOG_EMPTY,),
     ),
     FaultProfile(
         Fault.EVENTS_IGNORE_TAIL_SECONDS,
         "the Events stream ignores tail_seconds: it sends no history, only new events",
         changes=(Seam.MACHINE_API,),
-        quirks=(Quirk.EVENTS_TAIL_SECONDS_DROPS_HISTORY,),
+        quirks=(MachineApiQuirk.EVENTS_TAIL_SECONDS_DROPS_HISTORY,),
     ),
     FaultProfile(
         Fault.SERVICE_STUCK_PREPARING,
@@ -602,55 +616,55 @@ PROFILES: tuple[FaultProfile, ...] = (
         "a refused or dry-run ApplyConfiguration leaves the active config alone but writes the "
         "config for the next boot (persistent) all the same",
         changes=(Seam.APPLY,),
-        quirks=(Quirk.REFUSED_APPLY_PERSISTS,),
+        quirks=(ApplyQuirk.REFUSED_APPLY_PERSISTS,),
     ),
     FaultProfile(
         Fault.TRY_REVERTS_EARLY,
         "the try-mode rollback timer fires at half the timeout the apply asked for",
         changes=(Seam.APPLY,),
-        quirks=(Quirk.TRY_TIMER_FIRES_EARLY,),
+        quirks=(ApplyQuirk.TRY_TIMER_FIRES_EARLY,),
     ),
     FaultProfile(
         Fault.TRY_PERSISTS_CONFIG,
         "a try-mode apply also writes the tried config for the next boot (persistent); the "
         "revert restores only the active config",
         changes=(Seam.APPLY,),
-        quirks=(Quirk.TRY_WRITES_PERSISTENT,),
+        quirks=(ApplyQuirk.TRY_WRITES_PERSISTENT,),
     ),
     FaultProfile(
         Fault.STAGED_SKIPS_VALIDATION,
         "a staged ApplyConfiguration skips validation: an invalid config that parses is "
         "staged for the next boot",
         changes=(Seam.APPLY,),
-        quirks=(Quirk.STAGED_SKIPS_VALIDATION,),
+        quirks=(ApplyQuirk.STAGED_SKIPS_VALIDATION,),
     ),
     FaultProfile(
         Fault.TRY_ACCEPTS_REBOOT_FIELDS,
         "a try-mode apply skips the immediate-apply check: machine.env and machine.files "
         "changes pass (no-reboot still refuses them)",
         changes=(Seam.APPLY,),
-        quirks=(Quirk.TRY_SKIPS_IMMEDIATE_CHECK,),
+        quirks=(ApplyQuirk.TRY_SKIPS_IMMEDIATE_CHECK,),
     ),
     FaultProfile(
         Fault.STAGED_DRY_RUN_APPLIES,
         "a dry-run ApplyConfiguration in staged mode stages the config for the next boot "
         "(dry runs of the other modes change nothing)",
         changes=(Seam.APPLY,),
-        quirks=(Quirk.STAGED_DRY_RUN_PERSISTS,),
+        quirks=(ApplyQuirk.STAGED_DRY_RUN_PERSISTS,),
     ),
     FaultProfile(
         Fault.NO_REBOOT_NOT_PERSISTED,
         "a no-reboot apply changes only the active config: the persistent one, the next "
         "boot's, keeps the old config",
         changes=(Seam.APPLY,),
-        quirks=(Quirk.NO_REBOOT_SKIPS_PERSISTENT,),
+        quirks=(ApplyQuirk.NO_REBOOT_SKIPS_PERSISTENT,),
     ),
     FaultProfile(
         Fault.APPLY_DURING_TRY_DROPPED,
         "a regular apply during a try window cancels the revert but is not applied (the "
         "reply says it was)",
         changes=(Seam.APPLY,),
-        quirks=(Quirk.APPLY_DURING_TRY_DROPPED,),
+        quirks=(ApplyQuirk.APPLY_DURING_TRY_DROPPED,),
     ),
     FaultProfile(
         Fault.READER_READS_FILES,
@@ -670,27 +684,27 @@ PROFILES: tuple[FaultProfile, ...] = (
         "BlockDeviceWipe skips its handler's os:admin check on a configured node: os:reader "
         "clients may wipe disks (its rule admits them for maintenance only)",
         changes=(Seam.AUTHORIZATION,),
-        quirks=(Quirk.BLOCK_WIPE_SKIPS_ROLE_CHECK,),
+        quirks=(AuthorizationQuirk.BLOCK_WIPE_SKIPS_ROLE_CHECK,),
     ),
     FaultProfile(
         Fault.UNLISTED_SECRETS_SERVED,
         "the COSI API serves OSRootSecrets (the OS CA key) to every role although the node's "
         "ResourceDefinitions do not list the type",
         changes=(Seam.COSI, Seam.AUTHORIZATION),
-        quirks=(Quirk.COSI_SERVES_UNLISTED_SECRETS,),
+        quirks=(CosiQuirk.COSI_SERVES_UNLISTED_SECRETS,),
     ),
     FaultProfile(
         Fault.EKU_RULE_ONLY_REFUSES_SERVER_AUTH,
         "apid's ExtKeyUsage rule refuses only a certificate without the extension or with "
         "ServerAuth: [ClientAuth, CodeSigning] passes",
         changes=(Seam.AUTHENTICATION,),
-        quirks=(Quirk.APID_EKU_RULE_ONLY_REFUSES_SERVER_AUTH,),
+        quirks=(AuthenticationQuirk.APID_EKU_RULE_ONLY_REFUSES_SERVER_AUTH,),
     ),
     FaultProfile(
         Fault.NOT_YET_VALID_CERTS_ACCEPTED,
         "apid checks only a client certificate's NotAfter: one whose NotBefore lies ahead passes",
         changes=(Seam.AUTHENTICATION,),
-        quirks=(Quirk.APID_IGNORES_NOT_BEFORE,),
+        quirks=(AuthenticationQuirk.APID_IGNORES_NOT_BEFORE,),
     ),
     FaultProfile(
         Fault.NODE_UNINITIALIZED,
@@ -699,7 +713,7 @@ PROFILES: tuple[FaultProfile, ...] = (
         "every condition stay clean",
         changes=(Seam.KUBERNETES,),
         scope="last-node",
-        quirks=(Quirk.KUBE_CLOUD_TAINT_STAYS,),
+        quirks=(KubeQuirk.KUBE_CLOUD_TAINT_STAYS,),
     ),
     FaultProfile(
         Fault.PID1_INIT_WRAPPER,

@@ -8,9 +8,25 @@ the conformance fault matrix keep working wherever a name is expected.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, TypeAlias
 
-__all__ = ["SEAM_WHERE", "Fault", "Quirk", "Scope", "Seam"]
+__all__ = [
+    "QUIRK_KINDS",
+    "SEAM_WHERE",
+    "ApplyQuirk",
+    "AuthenticationQuirk",
+    "AuthorizationQuirk",
+    "CosiQuirk",
+    "DiscoveryQuirk",
+    "Fault",
+    "GeneratedConfigQuirk",
+    "KubeQuirk",
+    "MachineApiQuirk",
+    "Quirk",
+    "Scope",
+    "Seam",
+    "ServiceQuirk",
+]
 
 # Which nodes a profile affects: every node, only the last node of the cluster (so that a
 # check comparing nodes with each other has something to compare against), or the control
@@ -111,11 +127,9 @@ class Fault(StrEnum):
     SHELL_IN_LIBEXEC_SUBDIR = "shell-in-libexec-subdir"
 
 
-class Quirk(StrEnum):
-    """A behaviour switch inside a seam's pipeline: the seam asks ``node.quirk(Quirk.X)``,
-    a fault profile lists the quirks it turns on (``FaultProfile.quirks``)."""
+class ApplyQuirk(StrEnum):
+    """Seam.APPLY: the ApplyConfiguration pipeline and try mode (node.apply.MachineConfigState)."""
 
-    # Seam.APPLY (node.apply.MachineConfigState)
     APPLY_SKIPS_ROLE_CHECK = "apply-skips-role-check"
     APPLY_KEEPS_PENDING_TRY = "apply-keeps-pending-try"
     REJECTED_APPLY_LANDS_LATE = "rejected-apply-lands-late"
@@ -134,26 +148,46 @@ class Quirk(StrEnum):
     STAGED_DRY_RUN_PERSISTS = "staged-dry-run-persists"
     NO_REBOOT_SKIPS_PERSISTENT = "no-reboot-skips-persistent"
     APPLY_DURING_TRY_DROPPED = "apply-during-try-dropped"
-    # Seam.KUBERNETES (node.kubelet.kube_node_info)
+
+
+class KubeQuirk(StrEnum):
+    """Seam.KUBERNETES: the node's Kubernetes Node object (node.kubelet)."""
+
     KUBE_LABELS_NEVER_SYNC = "kube-labels-never-sync"
     KUBE_READY_FLAPS = "kube-ready-flaps"
     KUBE_READY_FALSE = "kube-ready-false"
     KUBE_MEMORY_PRESSURE = "kube-memory-pressure"
     KUBE_UNSCHEDULABLE = "kube-unschedulable"
     KUBE_CLOUD_TAINT_STAYS = "kube-cloud-taint-stays"
-    # Seam.AUTHORIZATION (apid.dispatch.LocalDispatcher)
+
+
+class AuthorizationQuirk(StrEnum):
+    """Seam.AUTHORIZATION: apid's role rules (apid.dispatch) and storaged's BlockDeviceWipe
+    handler (apid.unmodelled)."""
+
     READER_REAL_APPLY_RUNS_AS_ADMIN = "reader-real-apply-runs-as-admin"
-    # Seam.AUTHORIZATION (apid.unmodelled: storaged's BlockDeviceWipe handler)
     BLOCK_WIPE_SKIPS_ROLE_CHECK = "block-wipe-skips-role-check"
-    # Seam.SERVICES (node.services.published: the Services resource, failure reasons, logs)
+
+
+class ServiceQuirk(StrEnum):
+    """Seam.SERVICES: the Services resource, failure reasons and logs (node.services.published)."""
+
     SERVICE_RESOURCE_OUTLIVES_STOP = "service-resource-outlives-stop"
     KUBELET_EXITS_AFTER_START = "kubelet-exits-after-start"
     CONTAINERD_LOG_UNREGISTERED = "containerd-log-unregistered"
     APID_LOG_EMPTY = "apid-log-empty"
-    # Seam.DISCOVERY (node.net.place.NodeNetworking)
+
+
+class DiscoveryQuirk(StrEnum):
+    """Seam.DISCOVERY: discovery Members and the etcd member list (node.net.place)."""
+
     DISCOVERY_MISSES_FIRST_NODE = "discovery-misses-first-node"
     ETCD_MEMBERS_LACK_LAST_CONTROLPLANE = "etcd-members-lack-last-controlplane"
-    # Seam.COSI, Seam.AUTHORIZATION (apid.servicers.cosi.StateServicer)
+
+
+class CosiQuirk(StrEnum):
+    """Seam.COSI, Seam.AUTHORIZATION: the COSI resource API (apid.servicers.cosi.StateServicer)."""
+
     COSI_ACCEPTS_WRITES = "cosi-accepts-writes"
     COSI_SHOWS_SENSITIVE_TO_READERS = "cosi-shows-sensitive-to-readers"
     COSI_WATCH_SHOWS_SENSITIVE_TO_READERS = "cosi-watch-shows-sensitive-to-readers"
@@ -161,29 +195,68 @@ class Quirk(StrEnum):
     COSI_CREATE_WRITES_THEN_DENIES = "cosi-create-writes-then-denies"
     COSI_SERVES_UNLISTED_SECRETS = "cosi-serves-unlisted-secrets"
     COSI_REFUSES_ONLY_EMPTY_WRITES = "cosi-refuses-only-empty-writes"
-    # Seam.MACHINE_API (apid.servicers.machine_info, apid.servicers.machine_ops)
+
+
+class MachineApiQuirk(StrEnum):
+    """Seam.MACHINE_API: the machine API's replies (apid.servicers, node.state.api_version_tag)."""
+
     VERSION_OMITS_FEATURES = "version-omits-features"
     EVENTS_TAIL_SECONDS_DROPS_HISTORY = "events-tail-seconds-drops-history"
     EVENTS_SKIP_HELLO = "events-skip-hello"
     KUBECONFIG_WITHHELD = "kubeconfig-withheld"
-    # Seam.AUTHENTICATION (apid.gate, apid.server)
+    VERSION_TAG_WRONG = "version-tag-wrong"
+
+
+class AuthenticationQuirk(StrEnum):
+    """Seam.AUTHENTICATION, Seam.CERTIFICATES: apid's TLS handshake, client-certificate rules
+    and its own certificate (apid.gate, apid.server, cluster.member)."""
+
     APID_SKIPS_EKU_RULE = "apid-skips-eku-rule"
     APID_IGNORES_CERT_VALIDITY = "apid-ignores-cert-validity"
     APID_TRUSTS_KUBERNETES_CA = "apid-trusts-kubernetes-ca"
     APID_EKU_RULE_ONLY_REFUSES_SERVER_AUTH = "apid-eku-rule-only-refuses-server-auth"
     APID_IGNORES_NOT_BEFORE = "apid-ignores-not-before"
-    # Seam.AUTHENTICATION, Seam.CERTIFICATES (cluster.member.EmulatedNode: apid cert and TLS)
     APID_CERT_LACKS_HOSTNAME_SAN = "apid-cert-lacks-hostname-san"
     APID_CLIENT_CERT_OPTIONAL = "apid-client-cert-optional"
     APID_SKIPS_CLIENT_CERT_VERIFY = "apid-skips-client-cert-verify"
-    # Seam.MACHINE_API (node.state.NodeState.api_version_tag)
-    VERSION_TAG_WRONG = "version-tag-wrong"
-    # Seam.GENERATED_CONFIG, Seam.CERTIFICATES (cluster.emulated.EmulatedCluster)
+
+
+class GeneratedConfigQuirk(StrEnum):
+    """Seam.GENERATED_CONFIG, Seam.CERTIFICATES: what the cluster generates at start
+    (cluster.emulated.EmulatedCluster)."""
+
     ADMIN_CERT_EXPIRES_SOON = "admin-cert-expires-soon"
     CONFIG_CHANGE_STAGED_AT_START = "config-change-staged-at-start"
     POD_CIDR_OVERLAPS_NODES = "pod-cidr-overlaps-nodes"
     CONFIG_DRIFTS_FROM_DESIRED = "config-drifts-from-desired"
     KUBE_APISERVER_CERT_EXPIRED = "kube-apiserver-cert-expired"
+
+
+# A behaviour switch inside a seam's pipeline: each seam owns its enum and asks only its own
+# (``node.quirk(ApplyQuirk.X)``; the seam's ``quirk`` callable is typed to its enum); a fault
+# profile lists the quirks it turns on (``FaultProfile.quirks``).
+Quirk: TypeAlias = (
+    ApplyQuirk
+    | KubeQuirk
+    | AuthorizationQuirk
+    | ServiceQuirk
+    | DiscoveryQuirk
+    | CosiQuirk
+    | MachineApiQuirk
+    | AuthenticationQuirk
+    | GeneratedConfigQuirk
+)
+QUIRK_KINDS: tuple[type[StrEnum], ...] = (
+    ApplyQuirk,
+    KubeQuirk,
+    AuthorizationQuirk,
+    ServiceQuirk,
+    DiscoveryQuirk,
+    CosiQuirk,
+    MachineApiQuirk,
+    AuthenticationQuirk,
+    GeneratedConfigQuirk,
+)
 
 
 class Seam(StrEnum):

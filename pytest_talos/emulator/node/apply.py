@@ -21,7 +21,7 @@ from pytest_talos.emulator.clock import Cancellable, Clock
 from pytest_talos.emulator.cosi.registry import T
 from pytest_talos.emulator.cosi.store import ResourceStore
 from pytest_talos.emulator.errors import RPCFailure
-from pytest_talos.emulator.faults import Quirk
+from pytest_talos.emulator.faults import ApplyQuirk
 from pytest_talos.errors import StatusCode
 from pytest_talos.patches import PatchError, load_documents
 
@@ -99,7 +99,7 @@ class MachineConfigState:
         clock: Clock,
         store: ResourceStore,
         container: bool,
-        quirk: Callable[[Quirk], bool],
+        quirk: Callable[[ApplyQuirk], bool],
         on_active_changed: Callable[[bytes, bytes], None],
         reboot: Callable[[str, str], None],
     ) -> None:
@@ -140,7 +140,7 @@ class MachineConfigState:
                 "configuration changes until next reboot",
             )
         # os:admin only, outside maintenance
-        if not request.admin and not self._quirk(Quirk.APPLY_SKIPS_ROLE_CHECK):
+        if not request.admin and not self._quirk(ApplyQuirk.APPLY_SKIPS_ROLE_CHECK):
             raise RPCFailure(StatusCode.PERMISSION_DENIED, "not authorized")
         self._applying = True
         try:
@@ -155,17 +155,17 @@ class MachineConfigState:
             request.mode != "TRY"
             and not request.dry_run
             and self.try_pending
-            and self._quirk(Quirk.APPLY_DURING_TRY_DROPPED)
+            and self._quirk(ApplyQuirk.APPLY_DURING_TRY_DROPPED)
         )
         # Any non-TRY request cancels a pending rollback first, even a dry run or one that
         # fails later.
-        if request.mode != "TRY" and not self._quirk(Quirk.APPLY_KEEPS_PENDING_TRY):
+        if request.mode != "TRY" and not self._quirk(ApplyQuirk.APPLY_KEEPS_PENDING_TRY):
             self.cancel_try()
         old, new = self.active_config, request.data
         try:
             warnings = self._validate(request.data, staged=request.mode == "STAGED")
         except RPCFailure:
-            if self._quirk(Quirk.REJECTED_APPLY_LANDS_LATE) and _parses_with_v1alpha1(new):
+            if self._quirk(ApplyQuirk.REJECTED_APPLY_LANDS_LATE) and _parses_with_v1alpha1(new):
                 # refused in the reply, applied 2 s later anyway
                 self._clock.call_later(LATE_APPLY_DELAY, lambda: self._execute("NO_REBOOT", new, 0))
             self._persist_if_quirk(new)
@@ -180,11 +180,11 @@ class MachineConfigState:
         timeout = DEFAULT_TRY_TIMEOUT if request.try_timeout is None else request.try_timeout
         if request.dry_run:
             # No warnings and no AUTO `: <reason>` in a dry run; nothing changes.
-            if self._quirk(Quirk.DRY_RUN_EXECUTES):
+            if self._quirk(ApplyQuirk.DRY_RUN_EXECUTES):
                 self._execute(mode, new, timeout)
-            elif self._quirk(Quirk.DRY_RUN_EXECUTES_LATE):
+            elif self._quirk(ApplyQuirk.DRY_RUN_EXECUTES_LATE):
                 self._clock.call_later(LATE_APPLY_DELAY, lambda: self._execute(mode, new, timeout))
-            elif mode == "STAGED" and self._quirk(Quirk.STAGED_DRY_RUN_PERSISTS):
+            elif mode == "STAGED" and self._quirk(ApplyQuirk.STAGED_DRY_RUN_PERSISTS):
                 self._execute(mode, new, timeout)  # the dry-run flag honoured for no-reboot only
             self._persist_if_quirk(new)
             return ApplyResult(mode, mc.dry_run_details(mode, old, new))
@@ -197,7 +197,7 @@ class MachineConfigState:
     def _persist_if_quirk(self, data: bytes) -> None:
         """Quirk REFUSED_APPLY_PERSISTS: a refused or dry-run request is staged for the next
         boot all the same (Talos returns before SetPersistedConfig in both cases)."""
-        if self._quirk(Quirk.REFUSED_APPLY_PERSISTS):
+        if self._quirk(ApplyQuirk.REFUSED_APPLY_PERSISTS):
             self._set_persisted(data)
 
     def _validate(self, data: bytes, *, staged: bool = False) -> list[str]:
@@ -207,23 +207,23 @@ class MachineConfigState:
         try:
             return list(mc.validate(data, container_mode=self._container).warnings)
         except mc.ConfigRejected as exc:
-            lenient = self._quirk(Quirk.VALIDATION_ACCEPTS_PARSEABLE) or (
-                staged and self._quirk(Quirk.STAGED_SKIPS_VALIDATION)
+            lenient = self._quirk(ApplyQuirk.VALIDATION_ACCEPTS_PARSEABLE) or (
+                staged and self._quirk(ApplyQuirk.STAGED_SKIPS_VALIDATION)
             )
             if lenient and _parses_with_v1alpha1(data):
                 return []
-            if self._quirk(Quirk.REJECT_BUMPS_VERSION):
+            if self._quirk(ApplyQuirk.REJECT_BUMPS_VERSION):
                 self._store.bump("config", T.MACHINE_CONFIGS, "v1alpha1")
             raise RPCFailure(exc.code, exc.message) from None
 
     def _resolve_mode(self, mode: str, old: bytes, new: bytes) -> tuple[str, str]:
         """TRY/NO_REBOOT must pass CanApplyImmediate (TRY falls through to NO_REBOOT's case);
         AUTO picks NO_REBOOT or REBOOT."""
-        if mode == "TRY" and self._quirk(Quirk.TRY_SKIPS_IMMEDIATE_CHECK):
+        if mode == "TRY" and self._quirk(ApplyQuirk.TRY_SKIPS_IMMEDIATE_CHECK):
             return mode, ""  # try mode takes anything
         if mode in ("TRY", "NO_REBOOT", "AUTO"):
             blockers = mc.immediate_apply_blockers(old, new)
-            if self._quirk(Quirk.IMMEDIATE_ALLOWS_ENV_AND_FILES):
+            if self._quirk(ApplyQuirk.IMMEDIATE_ALLOWS_ENV_AND_FILES):
                 # env and files pass as immediate
                 blockers = [b for b in blockers if b not in ("machine.env", "machine.files")]
             if not blockers:
@@ -239,11 +239,11 @@ class MachineConfigState:
         persisted; REBOOT: persisted, then reboot. Each set bumps that resource's version."""
         if mode == "TRY":  # SetConfig only: the next boot loads the config it had
             self._arm_try(try_timeout)
-            if self._quirk(Quirk.TRY_WRITES_PERSISTENT):
+            if self._quirk(ApplyQuirk.TRY_WRITES_PERSISTENT):
                 self._set_persisted(new)  # the tried config would boot next time
             self._set_active(new)
         elif mode == "NO_REBOOT":
-            if not self._quirk(Quirk.NO_REBOOT_SKIPS_PERSISTENT):
+            if not self._quirk(ApplyQuirk.NO_REBOOT_SKIPS_PERSISTENT):
                 self._set_persisted(new)
             self._set_active(new)
         elif mode == "STAGED":
@@ -309,15 +309,15 @@ class MachineConfigState:
         self._try_target = self.active_config
         if self._try_timer is not None:
             self._try_timer.cancel()
-        if self._quirk(Quirk.TRY_TIMER_FIRES_EARLY):
+        if self._quirk(ApplyQuirk.TRY_TIMER_FIRES_EARLY):
             timeout *= EARLY_TRY_FRACTION
         self._try_timer = self._clock.call_later(max(timeout, 0.0), self._try_expired)
 
     def _try_expired(self) -> None:
         target, self._try_target, self._try_timer = self._try_target, None, None
-        if target is None or self._quirk(Quirk.TRY_TIMER_SKIPS_REVERT):
+        if target is None or self._quirk(ApplyQuirk.TRY_TIMER_SKIPS_REVERT):
             return
-        if self._quirk(Quirk.TRY_REVERT_KEEPS_NODE_LABELS):
+        if self._quirk(ApplyQuirk.TRY_REVERT_KEEPS_NODE_LABELS):
             # the Node keeps the labels the tried config added
             tried = mc.node_labels(self.active_config)
             kept = {k: v for k, v in tried.items() if k not in mc.node_labels(target)}

@@ -17,7 +17,7 @@ from typing import Any
 
 from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.clock import Cancellable, Clock
-from pytest_talos.emulator.faults import Quirk
+from pytest_talos.emulator.faults import KubeQuirk
 from pytest_talos.emulator.machineconfig.loader import main_document
 from pytest_talos.emulator.node.identity import KubeNodeInfo, NodeIdentity, node_pod_cidr
 from pytest_talos.emulator.node.services.runner import Service
@@ -173,7 +173,7 @@ def _control_plane_taint() -> dict[str, str]:
 
 
 def node_taints(
-    info: KubeNodeInfo, config: bytes, quirk: Callable[[Quirk], bool]
+    info: KubeNodeInfo, config: bytes, quirk: Callable[[KubeQuirk], bool]
 ) -> tuple[list[dict[str, str]], dict[str, str]]:
     """The Node's ``spec.taints`` and the annotations Talos keeps for them: its own
     (:func:`talos_taints`, their keys owned in ``talos.dev/owned-taints`` as a sorted JSON
@@ -183,7 +183,7 @@ def node_taints(
     taints += [{"key": _CONDITION_TAINTS[kind], "effect": "NoSchedule"} for kind in info.pressure]
     if info.unschedulable:
         taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
-    if quirk(Quirk.KUBE_CLOUD_TAINT_STAYS):
+    if quirk(KubeQuirk.KUBE_CLOUD_TAINT_STAYS):
         taints.append(dict(CLOUD_UNINITIALIZED_TAINT))
     keys = sorted({t["key"] for t in own})
     annotations = {OWNED_TAINTS_ANNOTATION: json.dumps(keys, separators=(",", ":"))} if keys else {}
@@ -232,7 +232,7 @@ def kube_node_info(
     config: bytes,
     powered: bool,
     monitor: NodeMonitor,
-    quirk: Callable[[Quirk], bool],
+    quirk: Callable[[KubeQuirk], bool],
     booted_at: float,
     now: float,
     talos_version: str,
@@ -249,21 +249,21 @@ def kube_node_info(
     }
     if identity.controlplane:
         labels["node-role.kubernetes.io/control-plane"] = ""
-    if not quirk(Quirk.KUBE_LABELS_NEVER_SYNC):
+    if not quirk(KubeQuirk.KUBE_LABELS_NEVER_SYNC):
         # NodeLabelSpec (node_label_spec.go): machine.nodeLabels, then the extensions
         labels.update(mc.node_labels(config))  # issue #3: labels from the config
         labels.update(extension_node_labels(extension_versions(identity, talos_version)))
-        labels.update(labels_kept_after_revert)  # Quirk.TRY_REVERT_KEEPS_NODE_LABELS
+        labels.update(labels_kept_after_revert)  # ApplyQuirk.TRY_REVERT_KEEPS_NODE_LABELS
     pods = mc.pod_subnets(config)
     unknown = powered and monitor.unknown_since is not None
     flap_ready, flap_since = (
-        ready_flap(booted_at, now) if quirk(Quirk.KUBE_READY_FLAPS) else (True, None)
+        ready_flap(booted_at, now) if quirk(KubeQuirk.KUBE_READY_FLAPS) else (True, None)
     )
     return KubeNodeInfo(
         name=name,
         address=identity.address,
         labels=labels,
-        ready=powered and not unknown and not quirk(Quirk.KUBE_READY_FALSE) and flap_ready,
+        ready=powered and not unknown and not quirk(KubeQuirk.KUBE_READY_FALSE) and flap_ready,
         controlplane=identity.controlplane,
         kubelet_version=f"v{identity.kubernetes_version}",
         os_image=f"Talos ({talos_version})",
@@ -273,6 +273,6 @@ def kube_node_info(
         last_heartbeat=monitor.silent_since if unknown else None,
         unknown_since=monitor.unknown_since if unknown else None,
         ready_since=flap_since,
-        pressure=("MemoryPressure",) if quirk(Quirk.KUBE_MEMORY_PRESSURE) else (),
-        unschedulable=quirk(Quirk.KUBE_UNSCHEDULABLE),
+        pressure=("MemoryPressure",) if quirk(KubeQuirk.KUBE_MEMORY_PRESSURE) else (),
+        unschedulable=quirk(KubeQuirk.KUBE_UNSCHEDULABLE),
     )

@@ -13,7 +13,7 @@ from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.clock import Cancellable, Clock
 from pytest_talos.emulator.cosi.registry import NAMESPACES, T, definitions_on
 from pytest_talos.emulator.cosi.store import ResourceStore, StoreEvent
-from pytest_talos.emulator.faults import Quirk
+from pytest_talos.emulator.faults import KubeQuirk, Quirk
 from pytest_talos.emulator.node.apply import CONFIG_ANNOTATIONS
 from pytest_talos.emulator.node.events import MachineStatusPayload, Payload
 from pytest_talos.emulator.node.identity import (
@@ -323,7 +323,7 @@ class MachineStatus:
         """Fault ready-flapping: the Node's Ready changes with time alone, and the
         controller follows each change of its NodeStatus input: look again then."""
         node = self._node
-        if self._recheck is not None or not node.quirk(Quirk.KUBE_READY_FLAPS):
+        if self._recheck is not None or not node.quirk(KubeQuirk.KUBE_READY_FLAPS):
             return
 
         def again() -> None:

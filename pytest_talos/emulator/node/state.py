@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.clock import Clock
 from pytest_talos.emulator.cosi.store import ResourceStore
-from pytest_talos.emulator.faults import FaultProfile, FaultSet, Quirk
+from pytest_talos.emulator.faults import FaultProfile, FaultSet, MachineApiQuirk, Quirk
 from pytest_talos.emulator.faults.variants import CLOCK_STEPPED_AHEAD, Variant, VariantSet
 from pytest_talos.emulator.node.apply import (
     ApplyRequest,
@@ -71,7 +71,7 @@ from pytest_talos.releases import Release, release_of
 
 __all__ = ["NodeState"]
 
-WRONG_VERSION = "v1.12.6"  # Quirk.VERSION_TAG_WRONG
+WRONG_VERSION = "v1.12.6"  # MachineApiQuirk.VERSION_TAG_WRONG
 
 
 class NodeState:
@@ -342,7 +342,9 @@ class NodeState:
     # ---- version, host and Kubernetes views ------------------------------------------------
 
     def api_version_tag(self) -> str:
-        return WRONG_VERSION if self.quirk(Quirk.VERSION_TAG_WRONG) else self.talos_version
+        return (
+            WRONG_VERSION if self.quirk(MachineApiQuirk.VERSION_TAG_WRONG) else self.talos_version
+        )
 
     def processes(self) -> list[system.ProcessEntry]:
         return self.host.processes(

@@ -20,7 +20,7 @@ from pytest_talos.emulator.apid.servicers.messages import timestamp
 from pytest_talos.emulator.cosi.decode import decode_written
 from pytest_talos.emulator.cosi.registry import NAMESPACES, ResourceDefinition, definitions_on
 from pytest_talos.emulator.cosi.store import RawSpec, Resource, StoreEvent
-from pytest_talos.emulator.faults import Quirk
+from pytest_talos.emulator.faults import CosiQuirk
 from pytest_talos.errors import StatusCode
 from pytest_talos.releases import RELEASES, Release
 
@@ -92,7 +92,7 @@ def _matches(resource: Resource, queries: Iterable[r.LabelQuery], id_regexp: str
     return matches_label_query(queries, resource.labels)
 
 
-UNLISTABLE_TYPE = "HostnameStatuses.net.talos.dev"  # Quirk.COSI_HOSTNAME_STATUS_UNLISTABLE
+UNLISTABLE_TYPE = "HostnameStatuses.net.talos.dev"  # CosiQuirk.COSI_HOSTNAME_STATUS_UNLISTABLE
 
 
 def _not_found(namespace: str, type_: str, id_: str) -> RPCFailure:
@@ -112,7 +112,7 @@ def _definitions_by_id(release: Release) -> Mapping[str, ResourceDefinition]:
     return _definitions_by_line(release.line)
 
 
-# Quirk.COSI_SERVES_UNLISTED_SECRETS: a type served although no ResourceDefinition lists it
+# CosiQuirk.COSI_SERVES_UNLISTED_SECRETS: a type served although no ResourceDefinition lists it
 # (so the sensitivity rule, which reads the definition, never applies). Healthy Talos refuses
 # a type without a definition (access.go: resource type ... is not supported).
 _UNLISTED = {
@@ -133,18 +133,18 @@ class StateServicer:
         lower-cased type, the definition's id); a sensitive type needs os:admin; last the
         namespace must exist."""
         state = call.state
-        if write and not state.quirk(Quirk.COSI_ACCEPTS_WRITES):
+        if write and not state.quirk(CosiQuirk.COSI_ACCEPTS_WRITES):
             raise RPCFailure(StatusCode.PERMISSION_DENIED, "write access is not allowed")
         definition = _definitions_by_id(state.release).get(type_.lower())
-        if definition is None and state.quirk(Quirk.COSI_SERVES_UNLISTED_SECRETS):
+        if definition is None and state.quirk(CosiQuirk.COSI_SERVES_UNLISTED_SECRETS):
             definition = _UNLISTED.get(type_.lower())
         if definition is None:
             raise RPCFailure(
                 StatusCode.PERMISSION_DENIED, f'resource type "{type_}" is not supported'
             )
-        leaky = state.quirk(Quirk.COSI_SHOWS_SENSITIVE_TO_READERS)
+        leaky = state.quirk(CosiQuirk.COSI_SHOWS_SENSITIVE_TO_READERS)
         # only Watch forgets the sensitivity rule
-        leaky = leaky or (watch and state.quirk(Quirk.COSI_WATCH_SHOWS_SENSITIVE_TO_READERS))
+        leaky = leaky or (watch and state.quirk(CosiQuirk.COSI_WATCH_SHOWS_SENSITIVE_TO_READERS))
         if definition.sensitive and not call.admin and not leaky:
             raise RPCFailure(StatusCode.PERMISSION_DENIED, "not authorized")
         if namespace not in NAMESPACES:
@@ -163,7 +163,7 @@ class StateServicer:
     async def List(self, request: s.ListRequest, call: Call) -> AsyncIterator[s.ListResponse]:
         self._check_access(call, request.namespace, request.type)
         state = call.state
-        broken = state.quirk(Quirk.COSI_HOSTNAME_STATUS_UNLISTABLE)
+        broken = state.quirk(CosiQuirk.COSI_HOSTNAME_STATUS_UNLISTABLE)
         if broken and request.type == UNLISTABLE_TYPE:
             raise RPCFailure(
                 StatusCode.INTERNAL, f"failed to list {request.type}: controller not running"
@@ -173,7 +173,7 @@ class StateServicer:
             if _matches(resource, options.label_query, options.id_query.regexp):
                 yield s.ListResponse(resource=encode_resource(resource))
 
-    # ---- writes: refused unless Quirk.COSI_ACCEPTS_WRITES ---------------------------------
+    # ---- writes: refused unless CosiQuirk.COSI_ACCEPTS_WRITES ---------------------------------
 
     # cosi's State server decodes the written resource first (cosidecode), then calls the
     # state that Talos's access filter wraps: a resource that does not decode is answered
@@ -183,7 +183,7 @@ class StateServicer:
         decode_written(request.resource, present=request.HasField("resource"))
         md = request.resource.metadata
         state = call.state
-        if state.quirk(Quirk.COSI_CREATE_WRITES_THEN_DENIES):
+        if state.quirk(CosiQuirk.COSI_CREATE_WRITES_THEN_DENIES):
             # the write goes through, the reply says it was refused
             self._store_raw(call, request.resource)
             raise RPCFailure(StatusCode.PERMISSION_DENIED, "write access is not allowed")
@@ -203,7 +203,7 @@ class StateServicer:
     def _check_write(self, call: Call, namespace: str, type_: str, spec: r.Spec) -> None:
         """The access policy of a decoded write. Fault ``cosi-write-accepted-after-decoding``
         turns away only a write whose spec is empty, so a well-formed one goes through."""
-        if call.state.quirk(Quirk.COSI_REFUSES_ONLY_EMPTY_WRITES):
+        if call.state.quirk(CosiQuirk.COSI_REFUSES_ONLY_EMPTY_WRITES):
             if not spec.proto_spec:
                 raise RPCFailure(StatusCode.PERMISSION_DENIED, "write access is not allowed")
             self._check_access(call, namespace, type_)  # type, sensitivity, namespace only

@@ -24,7 +24,7 @@ from pytest_talos.emulator.apid.servicers.messages import (
     listen_record,
     service_info,
 )
-from pytest_talos.emulator.faults import Quirk
+from pytest_talos.emulator.faults import MachineApiQuirk
 from pytest_talos.emulator.node.events import (
     RuntimeEvent,
     new_xid,
@@ -87,7 +87,7 @@ class MachineInfoServicer:
             platform=m.PlatformInfo(name=platform, mode=platform),
             features=m.FeaturesInfo(rbac=True),  # a config is loaded: rbac on
         )
-        if state.quirk(Quirk.VERSION_OMITS_FEATURES):
+        if state.quirk(MachineApiQuirk.VERSION_OMITS_FEATURES):
             version.ClearField("features")  # answers like maintenance mode
         return m.VersionResponse(messages=[version])
 
@@ -332,11 +332,11 @@ class MachineInfoServicer:
             tail_seconds=request.tail_seconds,
             now=call.node.clock.time(),
         )
-        if request.tail_seconds and state.quirk(Quirk.EVENTS_TAIL_SECONDS_DROPS_HISTORY):
+        if request.tail_seconds and state.quirk(MachineApiQuirk.EVENTS_TAIL_SECONDS_DROPS_HISTORY):
             backlog = []  # no history, only new events
         actor = request.with_actor_id
         try:
-            if not state.quirk(Quirk.EVENTS_SKIP_HELLO):
+            if not state.quirk(MachineApiQuirk.EVENTS_SKIP_HELLO):
                 # v1alpha1_server.go Events: an empty "hello" event first (actor id as asked)
                 yield m.Event(
                     data=any_pb2.Any(), id=new_xid(call.node.clock.time()), actor_id=actor

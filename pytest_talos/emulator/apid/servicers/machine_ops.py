@@ -15,7 +15,7 @@ from google.protobuf import empty_pb2
 from pytest_talos._proto.common import common_pb2
 from pytest_talos._proto.machine import machine_pb2 as m
 from pytest_talos.emulator.apid.servicers import Call, RPCFailure, require_control_plane
-from pytest_talos.emulator.faults import Quirk
+from pytest_talos.emulator.faults import MachineApiQuirk
 from pytest_talos.emulator.node.apply import ApplyRequest
 from pytest_talos.emulator.node.identity import etcd_member_id
 from pytest_talos.errors import StatusCode
@@ -89,7 +89,7 @@ class MachineOpsServicer:
     ) -> AsyncIterator[common_pb2.Data]:
         require_control_plane(call)
         state = call.state
-        withheld = state.quirk(Quirk.KUBECONFIG_WITHHELD)
+        withheld = state.quirk(MachineApiQuirk.KUBECONFIG_WITHHELD)
         archive = kubeconfig_archive(None if withheld else call.node.kubeconfig())
         for start in range(0, len(archive), CHUNK):
             yield common_pb2.Data(bytes=archive[start : start + CHUNK])

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.cosi.registry import T
 from pytest_talos.emulator.cosi.store import ResourceStore, StoreEvent
-from pytest_talos.emulator.faults import Quirk
+from pytest_talos.emulator.faults import DiscoveryQuirk
 from pytest_talos.emulator.machineconfig.accessors import (
     cni_name,
     coredns_enabled,
@@ -43,7 +43,7 @@ class NodeNetworking:
         store: ResourceStore,
         config: Callable[[], bytes],
         peers: Callable[[], Sequence[NodeIdentity]],
-        quirk: Callable[[Quirk], bool],
+        quirk: Callable[[DiscoveryQuirk], bool],
         discovery_reachable: bool,
         talos_version: Callable[[], str],
     ) -> None:
@@ -141,7 +141,7 @@ class NodeNetworking:
         peers = list(self._peers())
         if not self._discovery_reachable:
             peers = [peer for peer in peers if peer.hostname == self._hostname]
-        if self._quirk(Quirk.DISCOVERY_MISSES_FIRST_NODE):
+        if self._quirk(DiscoveryQuirk.DISCOVERY_MISSES_FIRST_NODE):
             first = self._peers()[0].hostname
             peers = [peer for peer in peers if peer.hostname != first]
         for peer in peers:
@@ -163,6 +163,6 @@ class NodeNetworking:
         """The etcd members: the control planes, named by their short hostname
         (controllers/etcd/spec.go names the member after HostnameStatus.hostname)."""
         members = [peer for peer in self._peers() if peer.controlplane]
-        if self._quirk(Quirk.ETCD_MEMBERS_LACK_LAST_CONTROLPLANE) and members:
+        if self._quirk(DiscoveryQuirk.ETCD_MEMBERS_LACK_LAST_CONTROLPLANE) and members:
             members = members[:-1]
         return members

@@ -9,7 +9,7 @@ from pytest_talos.emulator import machineconfig as mc
 from pytest_talos.emulator.cosi.registry import T
 from pytest_talos.emulator.cosi.store import ResourceStore
 from pytest_talos.emulator.errors import RPCFailure
-from pytest_talos.emulator.faults import Quirk
+from pytest_talos.emulator.faults import ServiceQuirk
 from pytest_talos.emulator.node.events import ServiceStatePayload
 from pytest_talos.emulator.node.services.runner import Service, ServiceManager
 from pytest_talos.errors import StatusCode
@@ -41,7 +41,7 @@ def service_event(service: Service, message: str) -> ServiceStatePayload:
 
 
 def publish_service_resource(
-    store: ResourceStore, service: Service, *, quirk: Callable[[Quirk], bool]
+    store: ResourceStore, service: Service, *, quirk: Callable[[ServiceQuirk], bool]
 ) -> None:
     """controllers/v1alpha1/service.go: the Services resource exists only while the service is
     Running (created or updated on each RUNNING event, else destroyed)."""
@@ -52,11 +52,13 @@ def publish_service_resource(
             "unknown": service.health.unknown,
         }
         store.put("runtime", T.SERVICES, service.id, spec, owner=OWNER_SERVICES)
-    elif not quirk(Quirk.SERVICE_RESOURCE_OUTLIVES_STOP):
+    elif not quirk(ServiceQuirk.SERVICE_RESOURCE_OUTLIVES_STOP):
         store.destroy("runtime", T.SERVICES, service.id)
 
 
-def failure_reason(service_id: str, *, config: bytes, quirk: Callable[[Quirk], bool]) -> str | None:
+def failure_reason(
+    service_id: str, *, config: bytes, quirk: Callable[[ServiceQuirk], bool]
+) -> str | None:
     """Why a service cannot run right now, as the lines it logs before it exits.
 
     A kubelet given an unknown flag exits at once and is restarted every 5 s; the cause
@@ -71,7 +73,7 @@ def failure_reason(service_id: str, *, config: bytes, quirk: Callable[[Quirk], b
             f"Error: failed to parse kubelet flag: unknown flag: --{flag}\n"
             f'E0000 command failed err="failed to parse kubelet flag: unknown flag: --{flag}"'
         )
-    if quirk(Quirk.KUBELET_EXITS_AFTER_START):
+    if quirk(ServiceQuirk.KUBELET_EXITS_AFTER_START):
         return (
             'E0000 command failed err="failed to run Kubelet: validate service connection: '
             'CRI v1 runtime API is not implemented for endpoint"'
@@ -80,16 +82,16 @@ def failure_reason(service_id: str, *, config: bytes, quirk: Callable[[Quirk], b
 
 
 def service_log(
-    services: ServiceManager, service_id: str, *, quirk: Callable[[Quirk], bool]
+    services: ServiceManager, service_id: str, *, quirk: Callable[[ServiceQuirk], bool]
 ) -> list[str]:
     """A service's log; runtime/logging/circular.go: a log exists once the service's
     runner first wrote to it, else `log "<id>" was not registered`."""
     service = services.services.get(service_id)
     # containerd runs, but its log is not registered
-    broken = service_id == "containerd" and quirk(Quirk.CONTAINERD_LOG_UNREGISTERED)
+    broken = service_id == "containerd" and quirk(ServiceQuirk.CONTAINERD_LOG_UNREGISTERED)
     if service is None or not service.log_registered or broken:
         raise RPCFailure(StatusCode.UNKNOWN, f'log "{service_id}" was not registered')
-    if service_id == "apid" and quirk(Quirk.APID_LOG_EMPTY):
+    if service_id == "apid" and quirk(ServiceQuirk.APID_LOG_EMPTY):
         return []  # apid runs, but its log holds nothing
     return list(service.log)
 
