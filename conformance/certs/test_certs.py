@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from conformance._support.reach import KUBE_API_AT_NODE_NEEDS, DirectReach
-from conformance._support.settings import SuiteSettings
 from pytest_talos.certs import (
     CertificateReport,
     ExpiryPolicy,
@@ -30,6 +29,7 @@ from pytest_talos.certs import (
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import ConformanceFailure, PermissionDenied, TalosError
 from pytest_talos.node import TalosNode
+from pytest_talos.plugin.conformance.settings import SuiteSettings
 from pytest_talos.talosconfig import Context
 
 ADMIN = "os:admin"

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from conformance._support.settings import DESIRED_FROM_EMULATOR, SuiteSettings
 from pytest_talos.checks.config import read_persisted_config
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.drift import DesiredState, check_node, compare_configs, load_desired
 from pytest_talos.errors import ConfigError, ConformanceFailure
 from pytest_talos.node import TalosNode
+from pytest_talos.plugin.conformance.settings import DESIRED_FROM_EMULATOR, SuiteSettings
 
 NO_DESIRED_STATE = "no desired state to compare with"
 NO_PERSISTENT = (

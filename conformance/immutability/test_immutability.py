@@ -16,7 +16,6 @@ import pytest
 from conformance._support.fanout import FanOut
 from conformance._support.fixtures import nodes_checked_by
 from conformance._support.reach import PORT_22_NEEDS, DirectReach
-from conformance._support.settings import SuiteSettings
 from conformance.immutability.port_reads import (
     PortRead,
     expected_pod_ports,
@@ -42,6 +41,7 @@ from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import ConformanceFailure, TalosError
 from pytest_talos.node import TalosNode
 from pytest_talos.plugin.conformance import is_worker
+from pytest_talos.plugin.conformance.settings import SuiteSettings
 
 
 @pytest.mark.talos_check(

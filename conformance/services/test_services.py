@@ -33,7 +33,6 @@ import pytest
 from conformance._support.context import Timing
 from conformance._support.fanout import FanOut
 from conformance._support.observe import Observation
-from conformance._support.settings import SuiteSettings
 from conformance.services.logs import QUIET_SERVICES, log_problem
 from pytest_talos import models
 from pytest_talos.cluster import TalosCluster
@@ -47,6 +46,7 @@ from pytest_talos.errors import (
 )
 from pytest_talos.node import TalosNode, node_release
 from pytest_talos.plugin.conformance.outcomes import collapse_repeats
+from pytest_talos.plugin.conformance.settings import SuiteSettings
 from pytest_talos.releases import Release
 from pytest_talos.restarts import (
     SERVICE_EVENTS_KEPT,

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from conformance._support.observe import READY_STABLE_FOR, STAGE_SETTLE, WatchWindow
-from conformance._support.settings import SuiteSettings
 from conformance._support.snapshot import (
     NodeSnapshot,
     Snapshot,
@@ -32,12 +31,13 @@ from conformance._support.snapshot import (
     section_digests,
     without_extension_labels,
 )
-from conformance._support.vendor_profile import version_matches
 from conformance.kubernetes.node_lookup import registered_node
 from pytest_talos.checks.kubernetes import read_kube_node
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
 from pytest_talos.errors import ConfigError, ConformanceFailure, TalosError, WaitTimeout
 from pytest_talos.node import TalosNode
+from pytest_talos.plugin.conformance.settings import SuiteSettings
+from pytest_talos.plugin.conformance.vendor_profile import version_matches
 
 EXTENSIONS = ("ExtensionStatuses.runtime.talos.dev", "runtime")
 

@@ -14,12 +14,6 @@ from typing import Any, NoReturn
 import pytest
 
 from conformance._support.reach import VENDOR_SCAN_NEEDS, DirectReach
-from conformance._support.settings import SuiteSettings
-from conformance._support.vendor_profile import (
-    VendorProfile,
-    VerificationPolicy,
-    version_matches,
-)
 from conformance.kubernetes.node_lookup import registered_node
 from conformance.upgrade.test_upgrade import installed_extensions
 from pytest_talos.checks.kubernetes import read_kube_node
@@ -33,6 +27,12 @@ from pytest_talos.plugin.conformance.security_settings import (
     read_rules,
     read_settings,
     render_rule,
+)
+from pytest_talos.plugin.conformance.settings import SuiteSettings
+from pytest_talos.plugin.conformance.vendor_profile import (
+    VendorProfile,
+    VerificationPolicy,
+    version_matches,
 )
 from pytest_talos.talos_api import ADMIN
 
