@@ -111,30 +111,6 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
-    parser.getgroup("talos-conformance").addoption(
-        "--talos-leave-out",
-        action="append",
-        default=[],
-        choices=sorted(PARTS),
-        metavar="PART",
-        help="leave out a part of the suite that needs an input this run "
-        "does not give (repeatable): "
-        + "; ".join(f"{name} (needs {part.needs})" for name, part in sorted(PARTS.items()))
-        + "; ini/env: comma-separated [ini talos_leave_out; env $TALOS_LEAVE_OUT]",
-    )
-    parser.getgroup("talos-conformance").addoption(
-        "--talos-record-profile",
-        default=None,
-        metavar="PATH",
-        help="record a vendor profile of what the target nodes run (nodes you trust) into "
-        "PATH, then stop; accept a new image with --talos-suite=vendor-image "
-        "--talos-profile PATH",
-    )
-    parser.addini(
-        "talos_leave_out",
-        "comma-separated parts of the suite left out (--talos-leave-out)",
-        default=None,
-    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
