@@ -37,6 +37,7 @@ from pytest_talos.plugin.conformance.collector import ResultCollector
 from pytest_talos.plugin.conformance.fixtures import (
     conformance_item,
     conformance_targets,
+    talos_check_spec,
     talos_evidence,
     talos_suite,
 )
@@ -88,11 +89,12 @@ __all__ = [
     "progress",
     "suite_settings",
     "summary_table",
+    "talos_check_spec",
     "talos_evidence",
     "talos_suite",
 ]
 
-_FIXTURES = (conformance_item, conformance_targets, talos_evidence, talos_suite)
+_FIXTURES = (conformance_item, conformance_targets, talos_check_spec, talos_evidence, talos_suite)
 SUITE_MARKERS = (  # what the suite's test modules are marked with
     "talos_check(id, severity, claim): a conformance check: its id (area.claim), severity "
     "(critical, high, medium, low) and the claim it proves",
