@@ -37,11 +37,17 @@ sys.path.insert(0, str(ROOT))
 
 from conformance._support.context import Timing  # noqa: E402
 from conformance._support.node_runs import NodeRun, NodeRuns  # noqa: E402
-from conformance.config.test_config import _try_reverts  # noqa: E402
+from conformance.config.test_config import (  # noqa: E402
+    _try_reverts,
+    test_try_mode_change_reverts,
+)
 from pytest_talos.cluster import TalosCluster  # noqa: E402
 from pytest_talos.emulator import EmulatedCluster  # noqa: E402
 from pytest_talos.guard import ConfigGuard  # noqa: E402
 from pytest_talos.node import TalosNode  # noqa: E402
+from pytest_talos.plugin.conformance.catalogue import marked_check  # noqa: E402
+
+CHECK = marked_check(test_try_mode_change_reverts).id
 
 
 def guards(state_dir: Path) -> Any:
@@ -61,14 +67,16 @@ def in_turn(nodes: list[TalosNode], cluster: TalosCluster, timing: Timing, state
     guarded = guards(state)
     for node in nodes:
         with guarded(node.name) as guard:
-            _try_reverts(node.with_guard(guard), NodeRun(), cluster=cluster, timing=timing)
+            _try_reverts(
+                node.with_guard(guard), NodeRun(check_id=CHECK), cluster=cluster, timing=timing
+            )
     return time.perf_counter() - started
 
 
 def at_once(nodes: list[TalosNode], cluster: TalosCluster, timing: Timing, state: Path) -> float:
     started = time.perf_counter()
     check = partial(_try_reverts, cluster=cluster, timing=timing)
-    runs = NodeRuns(nodes, check, guards(state), label="the try-mode revert")
+    runs = NodeRuns(nodes, check, guards(state), check_id=CHECK, label="the try-mode revert")
     for node in nodes:
         runs.outcome(node, {})
     runs.close(30.0)

@@ -78,43 +78,15 @@ def _private_bytecode_cache() -> None:
 
 _private_bytecode_cache()
 
-# A developer's own talosconfig or TALOS_* settings must never leak into the kit's tests.
-_TALOS_ENVIRONMENT = (
-    "TALOSCONFIG",
-    "TALOS_HOME",
-    "TALOS_CONTEXT",
-    "TALOS_ENDPOINTS",
-    "TALOS_NODES",
-    "TALOS_EMULATOR",
-    "TALOS_EMULATOR_FAULTS",
-    "TALOS_EMULATOR_TIME_SCALE",
-    "TALOS_ALLOW",
-    "TALOS_TIMEOUT",
-    "TALOS_EMULATOR_VARIANTS",
-    "TALOS_STATE_DIR",
-    "TALOS_LOCK_TIMEOUT",
-    # the conformance suite's options
-    "TALOS_SUITE",
-    "TALOS_PROFILE",
-    "TALOS_EXPECT_VERSION",
-    "TALOS_EXPECT_KUBERNETES_VERSION",
-    "TALOS_SNAPSHOT",
-    "TALOS_WAIVERS",
-    "TALOS_FAIL_UNDER",
-    "TALOS_REPORT",
-    "TALOS_OBSERVE",
-    "TALOS_RESTART_WINDOW",
-    "TALOS_LEAVE_OUT",
-    "TALOS_CHECK",
-    "TALOS_DESIRED",
-    "TALOS_CERT_WARN_DAYS",
-    "TALOS_CERT_FAIL_DAYS",
-)
-
 
 @pytest.fixture(autouse=True)
 def _no_talos_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in _TALOS_ENVIRONMENT:
+    # A developer's own talosconfig or TALOS_* settings must never leak into the kit's tests.
+    # (Imported here, not at the top: the bytecode cache above is set up before this process
+    # imports the kit.)
+    from pytest_talos.plugin.environment import TALOS_ENVIRONMENT
+
+    for name in TALOS_ENVIRONMENT:
         monkeypatch.delenv(name, raising=False)
     # Each test its own state directory: a journal one test leaves on purpose (a node left
     # changed) must not turn up in the next test's run.

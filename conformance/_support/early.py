@@ -26,11 +26,11 @@ import pytest
 
 from conformance._support import probes
 from conformance._support.context import Timing
-from conformance._support.settings import SuiteSettings
 from conformance.kubernetes.ready_watch import READY_SETTLE, ReadyWatches
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
 from pytest_talos.errors import TalosError
 from pytest_talos.plugin.conformance import check_spec
+from pytest_talos.plugin.conformance.settings import SuiteSettings
 from pytest_talos.plugin.items import changes_level
 
 __all__ = ["READY_TEST", "Expired", "ready_targets"]

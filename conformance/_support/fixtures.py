@@ -20,6 +20,7 @@ from pytest_talos.errors import TalosError
 from pytest_talos.guard import SignalShield
 from pytest_talos.node import TalosNode
 from pytest_talos.plugin.conformance import ADMIN, SuiteSettings, check_spec, is_worker, progress
+from pytest_talos.plugin.conformance.catalogue import marked_check
 from pytest_talos.plugin.items import changes_level, node_param
 from pytest_talos.wait import CANCEL_CHECK
 
@@ -219,6 +220,7 @@ def node_runs(
         check,
         request.getfixturevalue("talos_guarded"),
         label=label,
+        check_id=marked_check(test).id,
         cases=cases,
         announce=partial(progress, request.config),
     )

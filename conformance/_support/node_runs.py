@@ -56,12 +56,13 @@ def _never() -> bool:
 @dataclass
 class NodeRun:
     """What a check gets beside its node: the case it runs (``""`` for an unparametrized
-    check), whether to stop (pass ``cancelled`` to every wait), and where its evidence goes
-    (handed to its test whatever the outcome)."""
+    check), whether to stop (pass ``cancelled`` to every wait), where its evidence goes
+    (handed to its test whatever the outcome), and its check id (from the test's marker)."""
 
     case: str = ""
     cancelled: Cancelled = _never
     evidence: dict[str, Any] = field(default_factory=dict)
+    check_id: str = ""
 
 
 # The check: the node (its changes go through the guard it carries) and its run.
@@ -80,6 +81,7 @@ class NodeRuns(Generic[T]):
         guarded: GuardFactory,
         *,
         label: str,
+        check_id: str,
         cases: Sequence[str] = ("",),
         announce: Callable[[str], None] = lambda _text: None,
     ) -> None:
@@ -87,6 +89,7 @@ class NodeRuns(Generic[T]):
         self._check = check
         self._guarded = guarded
         self._label = label
+        self._check_id = check_id
         self._cases = tuple(cases)
         self._announce = announce
         self._stop = threading.Event()
@@ -112,7 +115,7 @@ class NodeRuns(Generic[T]):
         for a second time, runs here, on ``node`` (the test's own guarded node)."""
         key = (node.address, case)
         if node.address not in self._nodes or key in self._served or case not in self._cases:
-            return self._check(node, NodeRun(case, _never, evidence))
+            return self._check(node, NodeRun(case, _never, evidence, self._check_id))
         self._start()
         self._served.add(key)
         future, run = self._futures.get(key), self._runs.get(key)
@@ -138,7 +141,9 @@ class NodeRuns(Generic[T]):
                     future: Future[T] = Future()
                     future.set_running_or_notify_cancel()
                     self._futures[(address, case)] = future
-                    self._runs[(address, case)] = NodeRun(case, self._stop.is_set)
+                    self._runs[(address, case)] = NodeRun(
+                        case, self._stop.is_set, check_id=self._check_id
+                    )
                 thread = threading.Thread(
                     target=self._run_cases,
                     args=(node,),

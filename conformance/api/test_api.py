@@ -36,6 +36,7 @@ from pytest_talos.guard import ConfigGuard
 from pytest_talos.node import TalosNode, node_release
 from pytest_talos.pki import CertificateAuthority
 from pytest_talos.plugin.conformance import ADMIN, is_worker
+from pytest_talos.plugin.conformance.catalogue import CheckSpec
 from pytest_talos.reporting import natural_key
 from pytest_talos.talos_api import OPERATOR, READER
 
@@ -190,13 +191,13 @@ def admin_kubeconfig(talos_cluster: TalosCluster) -> bytes | str:
     claim="The Talos API answers Version on every node, with a configured (RBAC) machine",
 )
 def test_version_answers_on_every_node(
-    talos_node: TalosNode, talos_evidence: dict[str, Any]
+    talos_node: TalosNode, talos_evidence: dict[str, Any], talos_check_spec: CheckSpec
 ) -> None:
     version = talos_node.version
     talos_evidence.update(tag=version.tag, platform=version.platform, arch=version.arch)
     if not version.tag.startswith("v") or version.rbac is not True:
         raise ConformanceFailure(
-            "api.version-answers",
+            talos_check_spec.id,
             "Version did not describe a configured Talos node",
             node=talos_node.name,
             expected="a v-tag and features.rbac = true",
@@ -210,7 +211,7 @@ def test_version_answers_on_every_node(
     claim="Every node runs the same Talos version (Version fanned out to all nodes)",
 )
 def test_all_nodes_run_one_talos_version(
-    talos_cluster: TalosCluster, talos_evidence: dict[str, Any]
+    talos_cluster: TalosCluster, talos_evidence: dict[str, Any], talos_check_spec: CheckSpec
 ) -> None:
     nodes = talos_cluster.reachable
     names = {node.address: node.name for node in nodes}
@@ -229,7 +230,7 @@ def test_all_nodes_run_one_talos_version(
     talos_evidence["versions"] = {tag: ", ".join(names) for tag, names in by_tag.items()}
     if silent or len(by_tag) > 1:
         raise ConformanceFailure(
-            "api.version-consistent",
+            talos_check_spec.id,
             "the nodes do not all answer with one Talos version",
             expected="one version on every node",
             observed=_odd_nodes(by_tag, silent),
@@ -255,7 +256,7 @@ def _odd_nodes(by_tag: dict[str, list[str]], silent: dict[str, str]) -> str:
     claim="The Version API and the Versions resource name the same Talos version",
 )
 def test_version_api_matches_versions_resource(
-    talos_node: TalosNode, talos_evidence: dict[str, Any]
+    talos_node: TalosNode, talos_evidence: dict[str, Any], talos_check_spec: CheckSpec
 ) -> None:
     api_tag = talos_node.version.tag
     resource = talos_node.resource("Versions.runtime.talos.dev", "version", "runtime")
@@ -268,7 +269,7 @@ def test_version_api_matches_versions_resource(
     talos_evidence.update(version_api=api_tag, versions_resource=resource_tag)
     if api_tag != resource_tag:
         raise ConformanceFailure(
-            "api.version-matches-resource",
+            talos_check_spec.id,
             "the node reports two different versions",
             node=talos_node.name,
             expected=f"Version API == Versions resource ({resource_tag})",
@@ -282,7 +283,10 @@ def test_version_api_matches_versions_resource(
     claim="apid refuses a client that presents no certificate",
 )
 def test_client_without_certificate_is_refused(
-    talos_node: TalosNode, talos_cluster: TalosCluster, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_cluster: TalosCluster,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     attempt = probes.connect_without_certificate(
         talos_node.host, _ca_pem(talos_cluster), talos_cluster.client.timeout
@@ -290,7 +294,7 @@ def test_client_without_certificate_is_refused(
     talos_evidence[attempt.what] = attempt.detail
     if attempt.accepted:
         raise ConformanceFailure(
-            "api.mtls-required",
+            talos_check_spec.id,
             "apid accepted a connection without a client certificate",
             node=talos_node.name,
             expected="the TLS handshake refused (certificate required)",
@@ -304,7 +308,10 @@ def test_client_without_certificate_is_refused(
     claim="apid refuses a client certificate issued by a CA other than the cluster's",
 )
 def test_certificate_from_foreign_ca_is_refused(
-    talos_node: TalosNode, talos_cluster: TalosCluster, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_cluster: TalosCluster,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     attempt = probes.foreign_ca_attempt(
         talos_node.host, _ca_pem(talos_cluster), talos_cluster.client.timeout
@@ -312,7 +319,7 @@ def test_certificate_from_foreign_ca_is_refused(
     talos_evidence[attempt.what] = attempt.detail
     if attempt.accepted:
         raise ConformanceFailure(
-            "api.foreign-ca-refused",
+            talos_check_spec.id,
             "apid accepted a certificate from a foreign CA",
             node=talos_node.name,
             expected="the TLS handshake refused",
@@ -332,6 +339,7 @@ def test_expired_certificate_is_refused(
     expired_credentials: tuple[bytes, bytes, str] | str,
     talos_ca_signer: CertificateAuthority | str,
     talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     if isinstance(expired_credentials, str) and isinstance(talos_ca_signer, str):
         pytest.skip(f"{expired_credentials}; {talos_ca_signer}")
@@ -349,7 +357,7 @@ def test_expired_certificate_is_refused(
     else:
         attempts += probes.not_yet_valid_attempts(talos_node.host, ca_pem, talos_ca_signer, timeout)
     _refused_or_fail(
-        "api.expired-cert-refused",
+        talos_check_spec.id,
         talos_node,
         attempts,
         talos_evidence,
@@ -368,6 +376,7 @@ def test_certificate_without_client_auth_usage_is_refused(
     talos_cluster: TalosCluster,
     talos_ca_signer: CertificateAuthority | str,
     talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     if isinstance(talos_ca_signer, str):
         pytest.skip(talos_ca_signer)
@@ -375,7 +384,7 @@ def test_certificate_without_client_auth_usage_is_refused(
         talos_node.host, _ca_pem(talos_cluster), talos_ca_signer, talos_cluster.client.timeout
     )
     _refused_or_fail(
-        "api.client-auth-eku-required",
+        talos_check_spec.id,
         talos_node,
         attempts,
         talos_evidence,
@@ -394,6 +403,7 @@ def test_kubernetes_ca_certificate_is_refused(
     talos_cluster: TalosCluster,
     admin_kubeconfig: bytes | str,
     talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     if isinstance(admin_kubeconfig, str):
         pytest.skip(admin_kubeconfig)
@@ -403,7 +413,7 @@ def test_kubernetes_ca_certificate_is_refused(
     if attempt is None:
         pytest.skip("the admin kubeconfig holds no client certificate")
     _refused_or_fail(
-        "api.kube-ca-refused",
+        talos_check_spec.id,
         talos_node,
         [attempt],
         talos_evidence,
@@ -418,7 +428,10 @@ def test_kubernetes_ca_certificate_is_refused(
     claim="An os:reader client cannot apply a machine configuration (PermissionDenied)",
 )
 def test_reader_cannot_apply_configuration(
-    talos_node: TalosNode, talos_reader: ReaderAccess, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_reader: ReaderAccess,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     reader = talos_reader.for_node(talos_node.address)
     current = talos_node.machine_config.raw
@@ -431,14 +444,14 @@ def test_reader_cannot_apply_configuration(
         return
     except APIError as exc:
         raise ConformanceFailure(
-            "api.reader-cannot-apply",
+            talos_check_spec.id,
             "the reader was refused, but not for lack of rights",
             node=talos_node.name,
             expected="PermissionDenied: not authorized",
             observed=f"{exc.code}: {exc.details}",
         ) from None
     raise ConformanceFailure(
-        "api.reader-cannot-apply",
+        talos_check_spec.id,
         "an os:reader client got through ApplyConfiguration",
         node=talos_node.name,
         expected="PermissionDenied: not authorized",
@@ -466,6 +479,7 @@ def test_reader_cannot_really_apply_configuration(
     talos_reader: ReaderAccess,
     talos_config_guard: ConfigGuard,
     talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     reader = talos_reader.for_node(talos_node.address)
     # The guard snapshots the config (active and persistent) first: whatever a defective
@@ -481,7 +495,7 @@ def test_reader_cannot_really_apply_configuration(
             continue
         except APIError as exc:
             raise ConformanceFailure(
-                "api.reader-cannot-apply-for-real",
+                talos_check_spec.id,
                 "the reader was refused, but not for lack of rights",
                 node=talos_node.name,
                 expected="PermissionDenied: not authorized",
@@ -495,7 +509,7 @@ def test_reader_cannot_really_apply_configuration(
     talos_evidence.update(version_before=before.version, version_after=after.version)
     talos_config_guard.restore_node(talos_node)  # a staged or tried config is taken back
     raise ConformanceFailure(
-        "api.reader-cannot-apply-for-real",
+        talos_check_spec.id,
         "an os:reader client's real apply was carried out",
         node=talos_node.name,
         expected="PermissionDenied: not authorized in every mode",
@@ -582,6 +596,7 @@ def test_reader_cannot_read_sensitive_resources(
     role_credentials: dict[str, models.ClientConfiguration | str],
     sensitive_reads: FanOut[SensitiveRead],
     talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     _credentials(role_credentials, READER)  # skipped without an os:reader certificate
     operator = role_credentials[OPERATOR]
@@ -599,7 +614,7 @@ def test_reader_cannot_read_sensitive_resources(
     talos_evidence["refused"] = len(attempts) - len(accepted)
     if accepted:
         raise ConformanceFailure(
-            "api.reader-cannot-read-secrets",
+            talos_check_spec.id,
             "a client without os:admin read what only os:admin may read",
             node=talos_node.name,
             expected="PermissionDenied for every Get, List, Watch, Read, Copy, EtcdSnapshot "
@@ -621,11 +636,12 @@ def test_reader_cannot_change_the_node(
     talos_cluster: TalosCluster,
     role_credentials: dict[str, models.ClientConfiguration | str],
     talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     # Each names a service or image no node has: even a node that lets the reader through
     # answers "not found" and changes nothing (probes.CHANGING_CALLS).
     _reader_refused(
-        "api.reader-cannot-change-node",
+        talos_check_spec.id,
         "a changing call",
         probes.CHANGING_CALLS,
         talos_node,
@@ -647,12 +663,13 @@ def test_reader_cannot_run_disruptive_calls(
     talos_cluster: TalosCluster,
     role_credentials: dict[str, models.ClientConfiguration | str],
     talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     # A wipe of no device and the removal of member 0 (no member has it) change nothing even
     # where the reader gets through (probes.DISRUPTIVE_CALLS); the methods are marked
     # disruptive because they are (pytest_talos.talos_api CHANGING_METHODS).
     _reader_refused(
-        "api.reader-cannot-run-disruptive-calls",
+        talos_check_spec.id,
         "a disruptive call",
         probes.DISRUPTIVE_CALLS,
         talos_node,
@@ -668,11 +685,14 @@ def test_reader_cannot_run_disruptive_calls(
     claim="An os:reader client is refused the Kubeconfig RPC (PermissionDenied)",
 )
 def test_reader_cannot_get_kubeconfig(
-    talos_node: TalosNode, talos_reader: ReaderAccess, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_reader: ReaderAccess,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     attempt = probes.reader_admin_attempts(talos_reader.for_node(talos_node.address))
     _refused_or_fail(
-        "api.reader-cannot-get-kubeconfig",
+        talos_check_spec.id,
         talos_node,
         [attempt["kubeconfig"]],
         talos_evidence,
@@ -688,11 +708,14 @@ def test_reader_cannot_get_kubeconfig(
     "(GenerateClientConfiguration is refused)",
 )
 def test_reader_cannot_mint_admin_configuration(
-    talos_node: TalosNode, talos_reader: ReaderAccess, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_reader: ReaderAccess,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     attempt = probes.reader_admin_attempts(talos_reader.for_node(talos_node.address))
     _refused_or_fail(
-        "api.reader-cannot-mint-roles",
+        talos_check_spec.id,
         talos_node,
         [attempt["mint"]],
         talos_evidence,
@@ -706,7 +729,9 @@ def test_reader_cannot_mint_admin_configuration(
     severity="medium",
     claim="The resource API lists its resource definitions and the core resources",
 )
-def test_core_resources_are_readable(talos_node: TalosNode, talos_evidence: dict[str, Any]) -> None:
+def test_core_resources_are_readable(
+    talos_node: TalosNode, talos_evidence: dict[str, Any], talos_check_spec: CheckSpec
+) -> None:
     definitions = talos_node.client.resource_definitions(refresh=True)
     known = {d.resource_type for d in definitions}
     counts: dict[str, int | str] = {}
@@ -730,7 +755,7 @@ def test_core_resources_are_readable(talos_node: TalosNode, talos_evidence: dict
     }
     if broken:
         raise ConformanceFailure(
-            "api.resources-readable",
+            talos_check_spec.id,
             "core resources cannot be listed",
             node=talos_node.name,
             expected="every core resource type defined and listed with at least one item",
@@ -746,7 +771,10 @@ def test_core_resources_are_readable(talos_node: TalosNode, talos_evidence: dict
     "in the runtime, config and network namespaces",
 )
 def test_resource_writes_are_refused(
-    talos_node: TalosNode, talos_cluster: TalosCluster, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_cluster: TalosCluster,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     if talos_cluster.talosconfig is None:
         pytest.skip("the talosconfig of this run is unknown")
@@ -770,7 +798,7 @@ def test_resource_writes_are_refused(
     accepted = [a for a in attempts if a.accepted]
     if accepted:
         raise ConformanceFailure(
-            "api.resource-writes-refused",
+            talos_check_spec.id,
             "the resource API let writes through",
             node=talos_node.name,
             expected="PermissionDenied: write access is not allowed",

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from conformance._support.reach import KUBE_API_AT_NODE_NEEDS, DirectReach
-from conformance._support.settings import SuiteSettings
 from pytest_talos.certs import (
     CertificateReport,
     ExpiryPolicy,
@@ -30,6 +29,8 @@ from pytest_talos.certs import (
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import ConformanceFailure, PermissionDenied, TalosError
 from pytest_talos.node import TalosNode
+from pytest_talos.plugin.conformance.catalogue import CheckSpec
+from pytest_talos.plugin.conformance.settings import SuiteSettings
 from pytest_talos.talosconfig import Context
 
 ADMIN = "os:admin"
@@ -93,6 +94,7 @@ def test_client_certificate_far_from_expiry(
     talos_suite: SuiteSettings,
     talos_evidence: dict[str, Any],
     request: pytest.FixtureRequest,
+    talos_check_spec: CheckSpec,
 ) -> None:
     report = client_certificate(_context(talos_cluster), _policy(talos_suite))
     roles = report.facts.organizations if report.facts else ()
@@ -108,7 +110,7 @@ def test_client_certificate_far_from_expiry(
             "--roles os:reader); the checks that need os:admin are then reported as "
             "not run (needs os:admin), named in the verdict, and do not fail the run"
         )
-    _verdict("certs.client-certificate", None, [report], talos_evidence, extra)
+    _verdict(talos_check_spec.id, None, [report], talos_evidence, extra)
 
 
 @pytest.mark.talos_check(
@@ -124,11 +126,12 @@ def test_apid_certificate_trusted_and_names_node(
     talos_cluster: TalosCluster,
     talos_suite: SuiteSettings,
     talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     context = _context(talos_cluster)
     report = apid_certificate(talos_node, context, timeout=talos_cluster.client.timeout)
     cas = ca_certificates(context, _policy(talos_suite))
-    _verdict("certs.api-certificate", talos_node.name, [report, *cas], talos_evidence)
+    _verdict(talos_check_spec.id, talos_node.name, [report, *cas], talos_evidence)
 
 
 @pytest.fixture
@@ -167,6 +170,7 @@ def test_kube_apiserver_certificates_valid_and_trusted(
     talos_suite: SuiteSettings,
     talos_evidence: dict[str, Any],
     talos_direct_reach: DirectReach,
+    talos_check_spec: CheckSpec,
 ) -> None:
     port, source = local_api_server_port(talos_node)
     talos_evidence["local API server port"] = f"{port} ({source})"
@@ -179,6 +183,6 @@ def test_kube_apiserver_certificates_valid_and_trusted(
         node_port=port,
         at_node=unreached is None,
     )
-    _verdict("certs.kubernetes-api", talos_node.name, reports, talos_evidence)
+    _verdict(talos_check_spec.id, talos_node.name, reports, talos_evidence)
     if unreached is not None:  # what the kubeconfig's server showed passed; the node's not
         pytest.skip(unreached)

@@ -22,6 +22,7 @@ from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import ConformanceFailure, TalosError
 from pytest_talos.node import TalosNode
 from pytest_talos.plugin.conformance import ADMIN
+from pytest_talos.plugin.conformance.catalogue import CheckSpec
 
 HEALTH_WAIT = 60.0  # node seconds the health check may wait for a condition
 _PROGRESS_LINES = 12
@@ -65,7 +66,7 @@ def _sees_only_itself(view: dict[str, Member], node: TalosNode) -> bool:
     claim="Every node's discovery lists the same members, including every target node",
 )
 def test_members_are_consistent_across_nodes(
-    talos_cluster: TalosCluster, talos_evidence: dict[str, Any]
+    talos_cluster: TalosCluster, talos_evidence: dict[str, Any], talos_check_spec: CheckSpec
 ) -> None:
     views, disabled = _views(talos_cluster)
     talos_evidence["members per node"] = {n: sorted(v) for n, v in views.items()}
@@ -91,7 +92,7 @@ def test_members_are_consistent_across_nodes(
         if alone:
             evidence["nodes whose discovery sees only themselves"] = alone
         raise ConformanceFailure(
-            "cluster.members-consistent",
+            talos_check_spec.id,
             "the nodes disagree about the cluster's members",
             expected="one member list on every node, naming every target node with its role",
             observed="; ".join(
@@ -119,7 +120,7 @@ def _discovered_controlplanes(cluster: TalosCluster, node: TalosNode) -> set[str
     claim="On every control plane, etcd's members are exactly the control plane nodes",
 )
 def test_etcd_members_are_the_control_planes(
-    talos_cluster: TalosCluster, talos_evidence: dict[str, Any]
+    talos_cluster: TalosCluster, talos_evidence: dict[str, Any], talos_check_spec: CheckSpec
 ) -> None:
     controlplanes = talos_cluster.controlplanes
     if not controlplanes:
@@ -152,7 +153,7 @@ def test_etcd_members_are_the_control_planes(
     stuck = {n: v for n, v in learners.items() if v}
     if wrong or stuck:
         raise ConformanceFailure(
-            "cluster.etcd-members-are-control-planes",
+            talos_check_spec.id,
             "etcd membership does not match the control planes",
             expected=", ".join(expected),
             observed="; ".join(f"{n}: {', '.join(v) or 'none'}" for n, v in sorted(wrong.items()))
@@ -195,7 +196,10 @@ def _health_cluster_info(
     claim="The server-side cluster health check (talosctl health) completes for the whole cluster",
 )
 def test_server_side_health_check_completes(
-    talos_cluster: TalosCluster, talos_timing: Timing, talos_evidence: dict[str, Any]
+    talos_cluster: TalosCluster,
+    talos_timing: Timing,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     if not talos_cluster.controlplanes:
         pytest.skip("no control plane among the target nodes: the health check runs there")
@@ -222,7 +226,7 @@ def test_server_side_health_check_completes(
             progress.append(line.message)
     except TalosError as exc:
         raise ConformanceFailure(
-            "cluster.health-check-passes",
+            talos_check_spec.id,
             "the cluster health check did not complete",
             node=runner.name,
             expected="every health condition OK",

@@ -46,6 +46,7 @@ from pytest_talos.errors import ConformanceFailure, InvalidArgument, WaitTimeout
 from pytest_talos.guard import ConfigGuard
 from pytest_talos.models import ApplyMode
 from pytest_talos.node import TalosNode
+from pytest_talos.plugin.conformance.catalogue import CheckSpec
 from pytest_talos.wait import (
     config_summary,
     wait_for_config,
@@ -138,7 +139,7 @@ def _invalid_patch_rejected(
     )
     run.evidence.update(mode=run.case, **result.evidence)
     _require_no_label(
-        "config.invalid-patch-rejected",
+        run.check_id,
         cluster,
         node,
         key,
@@ -213,7 +214,7 @@ def _reboot_field_refused(node: TalosNode, run: NodeRun, *, timing: Timing) -> N
         mode=mode,
         settle=timing.real(CONFIG_SETTLE),
         expect_rejection=IMMEDIATE_REFUSAL,
-        check_id="config.no-reboot-refuses-reboot-fields",
+        check_id=run.check_id,
         cancelled=run.cancelled,
         # A node that takes it reverts by itself within the settle time: the guard's
         # no-reboot restore of a reboot-only field would be refused as well.
@@ -255,7 +256,7 @@ def _label_applies(
     node: TalosNode, run: NodeRun, *, kubernetes: KubernetesAccess, timing: Timing
 ) -> None:
     """config.label-applies-without-reboot on one node."""
-    check = "config.label-applies-without-reboot"
+    check = run.check_id
     key = _label("applied")
     before = node.machine_config
     reply = node.apply_patch(_label_patch(key), mode="no-reboot")
@@ -282,7 +283,7 @@ def _label_applies(
             expected=f"version > {before.version} with the label",
             observed=config_summary(after.raw, after.version),
         )
-    _require_persisted_as_active(node, after.raw)
+    _require_persisted_as_active(node, after.raw, check)
     registration = node.kubernetes_registration
     run.evidence.update(registration.evidence())
     if not registration.registered:
@@ -306,7 +307,7 @@ def _label_applies(
         ) from None
 
 
-def _require_persisted_as_active(node: TalosNode, active: bytes) -> None:
+def _require_persisted_as_active(node: TalosNode, active: bytes, check: str) -> None:
     """A no-reboot apply writes the persistent config, then the active one, from the same
     config (``v1alpha1_server.go`` ApplyConfiguration NO_REBOOT: SetPersistedConfig, then
     SetConfig), both before it replies: the next boot keeps the change."""
@@ -321,7 +322,7 @@ def _require_persisted_as_active(node: TalosNode, active: bytes) -> None:
             return
         problem = "; ".join(comparison.lines(limit=5))
     raise ConformanceFailure(
-        "config.label-applies-without-reboot",
+        check,
         "the label was applied to the active config only: the next boot would load a "
         "config without it",
         node=node.name,
@@ -361,9 +362,12 @@ def test_label_patch_applies_without_reboot(
     "the cause, and $patch: delete heals it",
 )
 def test_unknown_kubelet_flag_is_detected_and_healed(
-    talos_node: TalosNode, talos_timing: Timing, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_timing: Timing,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
-    check = "config.kubelet-flag-failure-detected"
+    check = talos_check_spec.id
     bad = {"machine": {"kubelet": {"extraArgs": {UNKNOWN_KUBELET_FLAG: "true"}}}}
     try:
         reply = talos_node.apply_patch(bad, mode="no-reboot")
@@ -422,7 +426,7 @@ def _try_reverts(node: TalosNode, run: NodeRun, *, cluster: TalosCluster, timing
     # The revert must reach Kubernetes too: the tried label leaves the Node.
     try:
         wait_until(
-            lambda: _kube_labels(cluster, node, "config.try-mode-reverts"),
+            lambda: _kube_labels(cluster, node, run.check_id),
             lambda labels: isinstance(labels, str) or key not in labels,
             timeout=timing.real(LABEL_SETTLE),
             node=node.name,
@@ -431,7 +435,7 @@ def _try_reverts(node: TalosNode, run: NodeRun, *, cluster: TalosCluster, timing
         )
     except WaitTimeout:
         raise ConformanceFailure(
-            "config.try-mode-reverts",
+            run.check_id,
             "the config was reverted, but the Kubernetes Node kept the tried label",
             node=node.name,
             expected=f"no label {key} after the revert",
@@ -473,7 +477,7 @@ def _apply_cancels_revert(node: TalosNode, run: NodeRun, *, timing: Timing) -> N
     run.evidence["after both applies"] = config_summary(current.raw, current.version)
     if not _has_label(current.raw, kept):
         raise ConformanceFailure(
-            "config.apply-cancels-try-revert",
+            run.check_id,
             "the regular apply during the try window did not land: its label is not in the "
             "active config",
             node=node.name,
@@ -492,7 +496,7 @@ def _apply_cancels_revert(node: TalosNode, run: NodeRun, *, timing: Timing) -> N
     except WaitTimeout:
         return  # nothing moved through the whole try window and beyond: the revert was cancelled
     raise ConformanceFailure(
-        "config.apply-cancels-try-revert",
+        run.check_id,
         "the try-mode revert still happened",
         node=node.name,
         expected="the config stays as last applied",
@@ -526,7 +530,7 @@ def _dry_run_changes_nothing(
     node: TalosNode, run: NodeRun, *, cluster: TalosCluster, timing: Timing
 ) -> None:
     """config.dry-run-changes-nothing on one node, in the mode ``run.case``."""
-    check = "config.dry-run-changes-nothing"
+    check = run.check_id
     key = _label("dry-run")
     # A dry run is guarded like any change: a node that applies it anyway is put back.
     guard = node.guard

@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 
-from conformance._support.settings import DESIRED_FROM_EMULATOR, SuiteSettings
 from pytest_talos.checks.config import read_persisted_config
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.drift import DesiredState, check_node, compare_configs, load_desired
 from pytest_talos.errors import ConfigError, ConformanceFailure
 from pytest_talos.node import TalosNode
+from pytest_talos.plugin.conformance.catalogue import CheckSpec
+from pytest_talos.plugin.conformance.settings import DESIRED_FROM_EMULATOR, SuiteSettings
 
 NO_DESIRED_STATE = "no desired state to compare with"
 NO_PERSISTENT = (
@@ -70,6 +71,7 @@ def test_active_config_matches_desired_state(
     talos_desired: DesiredState,
     talos_unchanged: Callable[[TalosNode], AbstractContextManager[None]],
     talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     with talos_unchanged(talos_node):  # not mid-way through another worker's change
         drift = check_node(talos_node, talos_desired)
@@ -78,7 +80,7 @@ def test_active_config_matches_desired_state(
         return
     talos_evidence["differences"] = drift.active.to_json()
     raise ConformanceFailure(
-        "config.matches-desired",
+        talos_check_spec.id,
         f"the active config differs from the desired state in "
         f"{len(drift.active.differences)} place(s) ({', '.join(drift.active.documents)})",
         node=talos_node.name,
@@ -107,6 +109,7 @@ def test_persistent_config_matches_active_config(
     talos_node: TalosNode,
     talos_unchanged: Callable[[TalosNode], AbstractContextManager[None]],
     talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     # Persistent against active: no desired state involved. An installed node that booted
     # from STATE keeps no persistent config until an apply
@@ -127,7 +130,7 @@ def test_persistent_config_matches_active_config(
         return
     talos_evidence["staged_differences"] = staged.to_json()
     raise ConformanceFailure(
-        "config.persisted-matches-active",
+        talos_check_spec.id,
         "a change is waiting for the next reboot: the persistent config differs from the "
         f"active one in {len(staged.differences)} place(s) (a staged apply, or a try-mode "
         "change not yet reverted) — not drift from git, but the next boot changes the node",

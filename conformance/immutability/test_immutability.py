@@ -16,7 +16,6 @@ import pytest
 from conformance._support.fanout import FanOut
 from conformance._support.fixtures import nodes_checked_by
 from conformance._support.reach import PORT_22_NEEDS, DirectReach
-from conformance._support.settings import SuiteSettings
 from conformance.immutability.port_reads import (
     PortRead,
     expected_pod_ports,
@@ -42,6 +41,8 @@ from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import ConformanceFailure, TalosError
 from pytest_talos.node import TalosNode
 from pytest_talos.plugin.conformance import is_worker
+from pytest_talos.plugin.conformance.catalogue import CheckSpec
+from pytest_talos.plugin.conformance.settings import SuiteSettings
 
 
 @pytest.mark.talos_check(
@@ -71,14 +72,14 @@ def test_node_has_no_shell_and_no_ssh(
     claim="The root filesystem, and every mount of system image content under it, is read-only",
 )
 def test_root_filesystem_is_read_only(
-    talos_node: TalosNode, talos_evidence: dict[str, Any]
+    talos_node: TalosNode, talos_evidence: dict[str, Any], talos_check_spec: CheckSpec
 ) -> None:
     mounts = talos_node.files.read_text("/proc/mounts")
     entries = [line.split() for line in mounts.splitlines() if len(line.split()) >= 4]
     roots = [entry for entry in entries if entry[1] == "/"]
     if not roots:
         raise ConformanceFailure(
-            "immutability.rootfs-read-only",
+            talos_check_spec.id,
             "/proc/mounts has no / entry",
             node=talos_node.name,
             evidence={"/proc/mounts": mounts},
@@ -91,7 +92,7 @@ def test_root_filesystem_is_read_only(
     if writable:
         talos_evidence["/proc/mounts"] = mounts
         raise ConformanceFailure(
-            "immutability.rootfs-read-only",
+            talos_check_spec.id,
             "system image content is mounted writable",
             node=talos_node.name,
             expected="/ and every mount of image content ro (a read-only SquashFS image; only "
@@ -106,14 +107,16 @@ def test_root_filesystem_is_read_only(
     severity="high",
     claim="No package manager is installed: software arrives only as system extensions",
 )
-def test_node_has_no_package_manager(talos_node: TalosNode, talos_evidence: dict[str, Any]) -> None:
+def test_node_has_no_package_manager(
+    talos_node: TalosNode, talos_evidence: dict[str, Any], talos_check_spec: CheckSpec
+) -> None:
     found, searched, absent = find_programs(talos_node, PACKAGE_MANAGERS, PACKAGE_DIRECTORIES)
     talos_evidence["directories searched"] = ", ".join(searched)
     if absent:
         talos_evidence["directories absent"] = ", ".join(absent)
     if found:
         raise ConformanceFailure(
-            "immutability.no-package-manager",
+            talos_check_spec.id,
             "package manager binaries are installed",
             node=talos_node.name,
             expected="none of "
@@ -129,12 +132,14 @@ def test_node_has_no_package_manager(talos_node: TalosNode, talos_evidence: dict
     claim="PID 1 is machined, Talos's own init (not systemd, a shell, or another init "
     "wrapping machined)",
 )
-def test_pid1_is_machined(talos_node: TalosNode, talos_evidence: dict[str, Any]) -> None:
+def test_pid1_is_machined(
+    talos_node: TalosNode, talos_evidence: dict[str, Any], talos_check_spec: CheckSpec
+) -> None:
     processes = talos_node.processes
     first = [p for p in processes if p.pid == 1]
     if not first:
         raise ConformanceFailure(
-            "immutability.pid1-is-machined", "the process list has no PID 1", node=talos_node.name
+            talos_check_spec.id, "the process list has no PID 1", node=talos_node.name
         )
     init = first[0]
     talos_evidence["pid 1"] = f"{init.command} ({init.executable}) {init.args}".strip()
@@ -145,7 +150,7 @@ def test_pid1_is_machined(talos_node: TalosNode, talos_evidence: dict[str, Any])
     )
     if not is_machined(init):
         raise ConformanceFailure(
-            "immutability.pid1-is-machined",
+            talos_check_spec.id,
             "PID 1 is not machined",
             node=talos_node.name,
             expected="command init, executable /usr/bin/init (machined), args /sbin/init",
@@ -154,7 +159,7 @@ def test_pid1_is_machined(talos_node: TalosNode, talos_evidence: dict[str, Any])
     doubts = machined_doubts(init, processes)
     if doubts:
         raise ConformanceFailure(
-            "immutability.pid1-is-machined",
+            talos_check_spec.id,
             "PID 1 looks like machined but is another init",
             node=talos_node.name,
             expected="machined itself as PID 1: several threads (a Go program), and no other "

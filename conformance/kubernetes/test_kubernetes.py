@@ -32,6 +32,7 @@ from pytest_talos.checks.kubernetes import read_kube_node
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
 from pytest_talos.errors import ConformanceFailure, PermissionDenied, TalosError, WaitTimeout
 from pytest_talos.node import TalosNode, v1alpha1_document
+from pytest_talos.plugin.conformance.catalogue import CheckSpec
 from pytest_talos.wait import wait_until
 
 # Talos defaults when the machine config names none (pkg/machinery/constants/constants.go
@@ -42,7 +43,6 @@ DEFAULT_SERVICE_SUBNETS = ("10.96.0.0/12",)
 # (kubernetes pkg/kubelet/nodestatus/setters.go), the CNI or cloud route controller
 # NetworkUnavailable (flannel sets it False once it runs; a node without it is fine).
 PROBLEM_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
-CONDITIONS_CHECK = "kubernetes.node-conditions-clear"
 
 
 @pytest.mark.talos_role("controlplane")
@@ -53,7 +53,7 @@ CONDITIONS_CHECK = "kubernetes.node-conditions-clear"
     "the API server by its CA, and it works",
 )
 def test_kubeconfig_is_obtainable_from_control_plane(
-    talos_node: TalosNode, talos_evidence: dict[str, Any]
+    talos_node: TalosNode, talos_evidence: dict[str, Any], talos_check_spec: CheckSpec
 ) -> None:
     try:
         kubeconfig = talos_node.client.kubeconfig()
@@ -62,7 +62,7 @@ def test_kubeconfig_is_obtainable_from_control_plane(
         raise  # the run's credentials, not the node (see conftest)
     except TalosError as exc:
         raise ConformanceFailure(
-            "kubernetes.kubeconfig-obtainable",
+            talos_check_spec.id,
             "no usable kubeconfig from the Talos API",
             node=talos_node.name,
             expected="a .tar.gz holding one kubeconfig file",
@@ -73,7 +73,7 @@ def test_kubeconfig_is_obtainable_from_control_plane(
     if insecure:
         access.close()
         raise ConformanceFailure(
-            "kubernetes.kubeconfig-obtainable",
+            talos_check_spec.id,
             "the kubeconfig from the Talos API does not verify the API server",
             node=talos_node.name,
             expected="certificate-authority-data for every cluster and no "
@@ -111,6 +111,7 @@ def test_node_is_ready_in_kubernetes(
     ready_watches: ReadyWatches,
     talos_timing: Timing,
     talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     registration = registered_node(talos_node)
     result = assert_node_ready(talos_cluster, talos_node, timeout=talos_timing.real(READY_SETTLE))
@@ -124,7 +125,7 @@ def test_node_is_ready_in_kubernetes(
     changes = ready_changes(seen)
     if changes:
         raise ConformanceFailure(
-            "kubernetes.node-ready",
+            talos_check_spec.id,
             f"the Kubernetes Node's Ready condition changed while it was watched ({window:g}s)",
             node=talos_node.name,
             expected="Ready=True throughout, lastTransitionTime unchanged",
@@ -144,9 +145,11 @@ def test_node_is_schedulable_without_pressure(
     talos_kubernetes: KubernetesAccess,
     talos_timing: Timing,
     talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
+    check = talos_check_spec.id
     registration = registered_node(talos_node)
-    kube_node = read_kube_node(talos_kubernetes, talos_node, CONDITIONS_CHECK)
+    kube_node = read_kube_node(talos_kubernetes, talos_node, check)
     talos_evidence.update(registration.evidence())
     problems = _condition_problems(kube_node, talos_evidence)
     declared: frozenset[str] | None = None
@@ -158,14 +161,14 @@ def test_node_is_schedulable_without_pressure(
     waited = ""
     if blocking and not problems:  # a taint may lag its condition: give it the grace
         kube_node, blocking = _wait_taints_clear(
-            talos_kubernetes, talos_node, talos_timing, kube_node, declared or frozenset()
+            talos_kubernetes, talos_node, talos_timing, kube_node, declared or frozenset(), check
         )
         waited = f" (still there after {TAINT_GRACE:g}s of node time)"
     talos_evidence["taints"] = [str(t) for t in taints_of(kube_node)] or "none"
     problems += [f"tainted {taint}{waited}" for taint in blocking]
     if problems:
         raise ConformanceFailure(
-            CONDITIONS_CHECK,
+            check,
             "the Kubernetes Node is cordoned, under pressure or tainted to keep pods off",
             node=talos_node.name,
             expected="schedulable; "
@@ -212,6 +215,7 @@ def _wait_taints_clear(
     timing: Timing,
     first: Any,
     declared: frozenset[str],
+    check: str,
 ) -> tuple[Any, list[Taint]]:
     """Re-read the Node (``first`` as read before) until its lifecycle taints are gone or
     :data:`TAINT_GRACE` node seconds have passed: the Node as last read and the taints
@@ -223,7 +227,7 @@ def _wait_taints_clear(
 
     try:
         kube_node = wait_until(
-            lambda: read_kube_node(kube, node, CONDITIONS_CHECK),
+            lambda: read_kube_node(kube, node, check),
             lambda found: not blocking(found),
             timeout=timing.real(TAINT_GRACE),
             description=f"the lifecycle taints of {node.kubernetes_name} to clear",
@@ -297,6 +301,7 @@ def test_cluster_cidrs_do_not_overlap_node_addresses(
     talos_cluster: TalosCluster,
     address_book: AddressBook,
     talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     pods, services = _subnets(talos_node.machine_config)
     cidrs = {**{c: "pod subnet" for c in pods}, **{c: "service subnet" for c in services}}
@@ -312,7 +317,7 @@ def test_cluster_cidrs_do_not_overlap_node_addresses(
     problems = _overlaps(cidrs, addresses)
     if problems:
         raise ConformanceFailure(
-            "kubernetes.cidrs-clear-of-nodes",
+            talos_check_spec.id,
             "cluster CIDRs overlap node addresses",
             node=talos_node.name,
             expected="pod/service CIDRs disjoint from node networks",

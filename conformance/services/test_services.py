@@ -33,7 +33,6 @@ import pytest
 from conformance._support.context import Timing
 from conformance._support.fanout import FanOut
 from conformance._support.observe import Observation
-from conformance._support.settings import SuiteSettings
 from conformance.services.logs import QUIET_SERVICES, log_problem
 from pytest_talos import models
 from pytest_talos.cluster import TalosCluster
@@ -46,7 +45,9 @@ from pytest_talos.errors import (
     WaitTimeout,
 )
 from pytest_talos.node import TalosNode, node_release
+from pytest_talos.plugin.conformance.catalogue import CheckSpec
 from pytest_talos.plugin.conformance.outcomes import collapse_repeats
+from pytest_talos.plugin.conformance.settings import SuiteSettings
 from pytest_talos.releases import Release
 from pytest_talos.restarts import (
     SERVICE_EVENTS_KEPT,
@@ -337,6 +338,7 @@ def test_expected_services_are_running_and_healthy(
     talos_evidence: dict[str, Any],
     talos_kit_changes: KitChanges,
     recent_events: FanOut[RecentRead],
+    talos_check_spec: CheckSpec,
 ) -> None:
     role, mode = talos_node.role, talos_node.version.platform_mode
     wanted = wanted_services(talos_node)
@@ -359,7 +361,7 @@ def test_expected_services_are_running_and_healthy(
         for name in problems:
             evidence.update(_service_evidence(talos_node, name))
         raise ConformanceFailure(
-            "services.expected-running-healthy",
+            talos_check_spec.id,
             f"services not running and healthy after {exc.elapsed:.1f}s: "
             + ", ".join(sorted(problems)),
             node=talos_node.name,
@@ -393,7 +395,7 @@ def test_expected_services_are_running_and_healthy(
     for name in crashes:
         evidence.update(_service_evidence(talos_node, name))
     raise ConformanceFailure(
-        "services.expected-running-healthy",
+        talos_check_spec.id,
         f"services crash-looping or flapping: Running, but crashed or unhealthy in the last "
         f"{RECENT:g}s (node time): " + ", ".join(sorted(crashes)),
         node=talos_node.name,
@@ -466,6 +468,7 @@ def test_no_service_restarted_recently(
     talos_emulator: Any,
     talos_evidence: dict[str, Any],
     talos_kit_changes: KitChanges,
+    talos_check_spec: CheckSpec,
 ) -> None:
     observation = talos_observations.get(talos_node.name)
     if observation is None or observation.error:
@@ -522,7 +525,7 @@ def test_no_service_restarted_recently(
         if gaps:
             evidence["history gaps"] = "\n".join(gaps)
         raise ConformanceFailure(
-            "services.no-recent-restarts",
+            talos_check_spec.id,
             "services failed, restarted or turned unhealthy: " + ", ".join(sorted(troubles)),
             node=talos_node.name,
             expected=f"no failure, restart or failed health check within {window}",
@@ -556,7 +559,7 @@ def test_no_service_restarted_recently(
     "runs has written to it",
 )
 def test_every_service_log_is_readable(
-    talos_node: TalosNode, talos_evidence: dict[str, Any]
+    talos_node: TalosNode, talos_evidence: dict[str, Any], talos_check_spec: CheckSpec
 ) -> None:
     sizes: dict[str, int] = {}
     failures: dict[str, str] = {}
@@ -574,7 +577,7 @@ def test_every_service_log_is_readable(
     talos_evidence["log bytes (tail)"] = sizes
     if failures:
         raise ConformanceFailure(
-            "services.logs-readable",
+            talos_check_spec.id,
             "some service logs cannot be read",
             node=talos_node.name,
             expected="every ServiceList service has a readable log, not empty while it runs "
@@ -625,7 +628,10 @@ def _resource_verdict(service: models.ServiceInfo | None, spec: object) -> str:
     claim="The Services resources agree with ServiceList: one per running service, same health",
 )
 def test_services_resources_agree_with_service_list(
-    talos_node: TalosNode, talos_timing: Timing, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_timing: Timing,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     try:
         wait_until(
@@ -638,7 +644,7 @@ def test_services_resources_agree_with_service_list(
     except WaitTimeout as exc:
         seen = exc.last_observation
         raise ConformanceFailure(
-            "services.resources-match-service-list",
+            talos_check_spec.id,
             "the Services resources and ServiceList disagree",
             node=talos_node.name,
             expected="a Services resource exactly for each running service",
@@ -686,6 +692,7 @@ def test_events_stream_covers_the_window(
     talos_timing: Timing,
     talos_emulator: Any,
     talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     observation = talos_observations.get(talos_node.name)
     if observation is None or observation.error:
@@ -744,7 +751,7 @@ def test_events_stream_covers_the_window(
         talos_evidence["not compared"] = "; ".join(not_compared)
     if problems:
         raise ConformanceFailure(
-            "services.events-cover-window",
+            talos_check_spec.id,
             "the Events stream does not return the window asked for",
             node=talos_node.name,
             expected=f"the node's events of the last {history:g}s (tail_seconds), no older",

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from conformance._support.observe import READY_STABLE_FOR, STAGE_SETTLE, WatchWindow
-from conformance._support.settings import SuiteSettings
 from conformance._support.snapshot import (
     NodeSnapshot,
     Snapshot,
@@ -32,12 +31,14 @@ from conformance._support.snapshot import (
     section_digests,
     without_extension_labels,
 )
-from conformance._support.vendor_profile import version_matches
 from conformance.kubernetes.node_lookup import registered_node
 from pytest_talos.checks.kubernetes import read_kube_node
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
 from pytest_talos.errors import ConfigError, ConformanceFailure, TalosError, WaitTimeout
 from pytest_talos.node import TalosNode
+from pytest_talos.plugin.conformance.catalogue import CheckSpec
+from pytest_talos.plugin.conformance.settings import SuiteSettings
+from pytest_talos.plugin.conformance.vendor_profile import version_matches
 
 EXTENSIONS = ("ExtensionStatuses.runtime.talos.dev", "runtime")
 
@@ -62,7 +63,7 @@ def kubernetes_labels(
     return dict(read_kube_node(kube, node, check).metadata.labels or {})
 
 
-def take_snapshot(node: TalosNode, kube: KubernetesAccess | None) -> NodeSnapshot:
+def take_snapshot(node: TalosNode, kube: KubernetesAccess | None, check: str) -> NodeSnapshot:
     config = node.machine_config
     return NodeSnapshot(
         talos_version=node.version.tag,
@@ -70,7 +71,7 @@ def take_snapshot(node: TalosNode, kube: KubernetesAccess | None) -> NodeSnapsho
         config_version=config.version,
         config_sections=section_digests(config.raw),
         extensions=installed_extensions(node),
-        node_labels=kubernetes_labels(kube, node, "upgrade.snapshot-recorded"),
+        node_labels=kubernetes_labels(kube, node, check),
     )
 
 
@@ -94,11 +95,11 @@ def snapshot_before(talos_suite: SuiteSettings) -> Snapshot:
         pytest.fail(str(exc), pytrace=False)
 
 
-def _node_snapshot(snapshot: Snapshot, node: TalosNode) -> NodeSnapshot:
+def _node_snapshot(snapshot: Snapshot, node: TalosNode, check: str) -> NodeSnapshot:
     before = snapshot.node(node.name)
     if before is None:
         raise ConformanceFailure(
-            "upgrade.snapshot",
+            check,
             f"the snapshot ({snapshot.source}) has no node {node.name}",
             node=node.name,
             observed=", ".join(sorted(snapshot.nodes)),
@@ -112,7 +113,10 @@ def _node_snapshot(snapshot: Snapshot, node: TalosNode) -> NodeSnapshot:
     claim="Every node runs the Talos version the upgrade was meant to install",
 )
 def test_node_runs_expected_talos_version(
-    talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_suite: SuiteSettings,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     wanted = talos_suite.expect_version
     if not wanted:
@@ -124,7 +128,7 @@ def test_node_runs_expected_talos_version(
         talos_evidence["before the upgrade (snapshot)"] = before
     if not version_matches(wanted, tag):
         raise ConformanceFailure(
-            "upgrade.talos-version",
+            talos_check_spec.id,
             "the node runs another Talos version"
             + (_pre_release(wanted, tag) or _rolled_back(before, tag)),
             node=talos_node.name,
@@ -177,18 +181,19 @@ def test_node_runs_expected_kubernetes_version(
     talos_suite: SuiteSettings,
     request: pytest.FixtureRequest,
     talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     wanted = talos_suite.expect_kubernetes_version
     if not wanted:
         pytest.skip("no expected Kubernetes version: pass --talos-expect-kubernetes-version")
     registration = registered_node(talos_node)
     kube: KubernetesAccess = request.getfixturevalue("talos_kubernetes")
-    kube_node = read_kube_node(kube, talos_node, "upgrade.kubernetes-version")
+    kube_node = read_kube_node(kube, talos_node, talos_check_spec.id)
     kubelet = str(kube_node.status.node_info.kubelet_version)
     talos_evidence.update(expected=wanted, kubelet=kubelet, **registration.evidence())
     if not version_matches(wanted, kubelet):
         raise ConformanceFailure(
-            "upgrade.kubernetes-version",
+            talos_check_spec.id,
             "the kubelet runs another Kubernetes version",
             node=talos_node.name,
             expected=wanted,
@@ -222,7 +227,10 @@ def _with_hint(message: str, unmet: str) -> str:
     claim="No node is stuck outside the running stage: every machine reports running and ready",
 )
 def test_node_finished_booting_and_is_ready(
-    talos_node: TalosNode, talos_machine_watch: WatchWindow, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_machine_watch: WatchWindow,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     # Every node is watched at once in the run's window (conformance/_support/observe.py):
     # up to STAGE_SETTLE to finish booting, then READY_STABLE_FOR without a lapse.
@@ -232,7 +240,7 @@ def test_node_finished_booting_and_is_ready(
         seen = exc.last_observation
         stage, ready, unmet = seen if isinstance(seen, tuple) else (str(seen), False, "")
         raise ConformanceFailure(
-            "upgrade.nodes-running",
+            talos_check_spec.id,
             _with_hint(f"the machine is not running and ready within {STAGE_SETTLE:g}s", unmet),
             node=talos_node.name,
             expected="stage running, ready",
@@ -242,7 +250,7 @@ def test_node_finished_booting_and_is_ready(
     if held.lapse is not None:
         stage, ready, unmet = held.lapse
         raise ConformanceFailure(
-            "upgrade.nodes-running",
+            talos_check_spec.id,
             _with_hint("the machine did not stay running and ready", unmet),
             node=talos_node.name,
             expected=f"stage running, ready for {held.hold:g}s",
@@ -260,9 +268,12 @@ def test_node_finished_booting_and_is_ready(
     claim="The machine config is byte for byte the one recorded before the upgrade",
 )
 def test_machine_config_unchanged_since_snapshot(
-    talos_node: TalosNode, snapshot_before: Snapshot, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    snapshot_before: Snapshot,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
-    before = _node_snapshot(snapshot_before, talos_node)
+    before = _node_snapshot(snapshot_before, talos_node, talos_check_spec.id)
     config = talos_node.machine_config
     digest = config_digest(config.raw)
     talos_evidence.update(
@@ -282,7 +293,7 @@ def test_machine_config_unchanged_since_snapshot(
             "no section differs (only formatting or document order)"
         )
     raise ConformanceFailure(
-        "upgrade.config-unchanged",
+        talos_check_spec.id,
         f"the machine config changed since the snapshot (version {before.config_version} -> "
         f"{config.version}; {where})",
         node=talos_node.name,
@@ -297,9 +308,12 @@ def test_machine_config_unchanged_since_snapshot(
     claim="The same system extensions are installed as before the upgrade",
 )
 def test_extensions_unchanged_since_snapshot(
-    talos_node: TalosNode, snapshot_before: Snapshot, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    snapshot_before: Snapshot,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
-    before = _node_snapshot(snapshot_before, talos_node)
+    before = _node_snapshot(snapshot_before, talos_node, talos_check_spec.id)
     now = installed_extensions(talos_node)
     missing = sorted(set(before.extensions) - set(now))
     added = sorted(set(now) - set(before.extensions))
@@ -311,7 +325,7 @@ def test_extensions_unchanged_since_snapshot(
     talos_evidence.update(before=dict(before.extensions), now=now, updated=updated)
     if missing or added:
         raise ConformanceFailure(
-            "upgrade.extensions-unchanged",
+            talos_check_spec.id,
             "the installed extensions changed",
             node=talos_node.name,
             expected=", ".join(sorted(before.extensions)) or "none",
@@ -329,13 +343,14 @@ def test_node_labels_unchanged_since_snapshot(
     snapshot_before: Snapshot,
     request: pytest.FixtureRequest,
     talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
-    before = _node_snapshot(snapshot_before, talos_node)
+    before = _node_snapshot(snapshot_before, talos_node, talos_check_spec.id)
     registered_node(talos_node)  # no Node now: nothing to compare
     if before.node_labels is None:
         pytest.skip("the snapshot has no node labels (Kubernetes was not reachable then)")
     kube: KubernetesAccess = request.getfixturevalue("talos_kubernetes")
-    now = kubernetes_labels(kube, talos_node, "upgrade.node-labels-unchanged") or {}
+    now = kubernetes_labels(kube, talos_node, talos_check_spec.id) or {}
     # Extension labels carry versions an upgrade changes: upgrade.extensions-unchanged
     # judges those; here only one gone while its extension is still installed counts.
     missing, changed, added = diff_labels(
@@ -352,7 +367,7 @@ def test_node_labels_unchanged_since_snapshot(
         }
     if missing or changed:
         raise ConformanceFailure(
-            "upgrade.node-labels-unchanged",
+            talos_check_spec.id,
             "node labels were lost or changed",
             node=talos_node.name,
             expected="every label of the snapshot, same value",
@@ -371,12 +386,18 @@ def test_node_labels_unchanged_since_snapshot(
     claim="The pre-upgrade snapshot of every node was recorded (--talos-snapshot save)",
 )
 def test_snapshot_is_recorded_before_upgrade(
-    talos_cluster: TalosCluster, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
+    talos_cluster: TalosCluster,
+    talos_suite: SuiteSettings,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     if talos_suite.snapshot_mode != "save" or talos_suite.snapshot_path is None:
         pytest.skip("not recording a snapshot (pass --talos-snapshot save PATH before upgrading)")
     kube = _kube_or_none(talos_cluster)
-    nodes = {node.name: take_snapshot(node, kube) for node in talos_cluster.reachable}
+    nodes = {
+        node.name: take_snapshot(node, kube, talos_check_spec.id)
+        for node in talos_cluster.reachable
+    }
     try:
         path = save_snapshot(talos_suite.snapshot_path, nodes)
     except ConfigError as exc:

@@ -14,12 +14,6 @@ from typing import Any, NoReturn
 import pytest
 
 from conformance._support.reach import VENDOR_SCAN_NEEDS, DirectReach
-from conformance._support.settings import SuiteSettings
-from conformance._support.vendor_profile import (
-    VendorProfile,
-    VerificationPolicy,
-    version_matches,
-)
 from conformance.kubernetes.node_lookup import registered_node
 from conformance.upgrade.test_upgrade import installed_extensions
 from pytest_talos.checks.kubernetes import read_kube_node
@@ -27,12 +21,19 @@ from pytest_talos.cluster import KubernetesAccess
 from pytest_talos.errors import ConformanceFailure, NotFound, PermissionDenied
 from pytest_talos.node import TalosNode
 from pytest_talos.plugin.conformance import not_applicable
+from pytest_talos.plugin.conformance.catalogue import CheckSpec
 from pytest_talos.plugin.conformance.security_settings import (
     CONFIG_RESOURCE,
     plain,
     read_rules,
     read_settings,
     render_rule,
+)
+from pytest_talos.plugin.conformance.settings import SuiteSettings
+from pytest_talos.plugin.conformance.vendor_profile import (
+    VendorProfile,
+    VerificationPolicy,
+    version_matches,
 )
 from pytest_talos.talos_api import ADMIN
 
@@ -80,14 +81,17 @@ def _read(node: TalosNode, path: str, check: str) -> str:
     claim="The node runs the Talos version the vendor profile names",
 )
 def test_talos_version_matches_profile(
-    talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_suite: SuiteSettings,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     profile = _profile(talos_suite, "talos.version", lambda p: p.talos_version)
     wanted, tag = str(profile.talos_version), talos_node.version.tag
     talos_evidence.update(expected=wanted, running=tag)
     if not version_matches(wanted, tag):
         raise ConformanceFailure(
-            "vendor.talos-version",
+            talos_check_spec.id,
             "another Talos version runs",
             node=talos_node.name,
             expected=wanted,
@@ -105,17 +109,18 @@ def test_kubernetes_version_matches_profile(
     talos_suite: SuiteSettings,
     request: pytest.FixtureRequest,
     talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     profile = _profile(talos_suite, "kubernetes.version", lambda p: p.kubernetes_version)
     registration = registered_node(talos_node)
     kube: KubernetesAccess = request.getfixturevalue("talos_kubernetes")
-    kube_node = read_kube_node(kube, talos_node, "vendor.kubernetes-version")
+    kube_node = read_kube_node(kube, talos_node, talos_check_spec.id)
     kubelet = str(kube_node.status.node_info.kubelet_version)
     wanted = str(profile.kubernetes_version)
     talos_evidence.update(expected=wanted, kubelet=kubelet, **registration.evidence())
     if not version_matches(wanted, kubelet):
         raise ConformanceFailure(
-            "vendor.kubernetes-version",
+            talos_check_spec.id,
             "another Kubernetes version runs",
             node=talos_node.name,
             expected=wanted,
@@ -129,17 +134,20 @@ def test_kubernetes_version_matches_profile(
     claim="The node's kernel is the release the vendor profile names (/proc/version)",
 )
 def test_kernel_version_matches_profile(
-    talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_suite: SuiteSettings,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     profile = _kernel_profile(talos_suite, talos_node, "kernel.version", lambda p: p.kernel_version)
-    text = _read(talos_node, "/proc/version", "vendor.kernel-version")
+    text = _read(talos_node, "/proc/version", talos_check_spec.id)
     parts = text.split()
     release = parts[2] if len(parts) > 2 and parts[:2] == ["Linux", "version"] else text
     wanted = str(profile.kernel_version)
     talos_evidence.update(expected=wanted, kernel=release)
     if not version_matches(wanted, release, local_version=True):
         raise ConformanceFailure(
-            "vendor.kernel-version",
+            talos_check_spec.id,
             "another kernel runs",
             node=talos_node.name,
             expected=wanted,
@@ -159,16 +167,19 @@ def _arg_present(arg: str, tokens: list[str]) -> bool:
     claim="The kernel command line has the arguments the profile requires and none it forbids",
 )
 def test_kernel_arguments_match_profile(
-    talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_suite: SuiteSettings,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     profile = _kernel_profile(talos_suite, talos_node, "kernel.args", lambda p: p.has_kernel_args)
-    tokens = _read(talos_node, "/proc/cmdline", "vendor.kernel-args").split()
+    tokens = _read(talos_node, "/proc/cmdline", talos_check_spec.id).split()
     missing = [a for a in profile.kernel_args_present if not _arg_present(a, tokens)]
     forbidden = [a for a in profile.kernel_args_absent if _arg_present(a, tokens)]
     talos_evidence["cmdline"] = " ".join(tokens)
     if missing or forbidden:
         raise ConformanceFailure(
-            "vendor.kernel-args",
+            talos_check_spec.id,
             "the kernel command line does not match the profile",
             node=talos_node.name,
             expected="required present, forbidden absent",
@@ -183,7 +194,10 @@ def test_kernel_arguments_match_profile(
     claim="The node runs on the platform the vendor profile names",
 )
 def test_platform_matches_profile(
-    talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_suite: SuiteSettings,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     profile = _profile(talos_suite, "platform", lambda p: p.platforms)
     version = talos_node.version
@@ -192,7 +206,7 @@ def test_platform_matches_profile(
     )
     if version.platform not in profile.platforms:
         raise ConformanceFailure(
-            "vendor.platform",
+            talos_check_spec.id,
             "the node runs on another platform",
             node=talos_node.name,
             expected=" or ".join(profile.platforms),
@@ -207,7 +221,10 @@ def test_platform_matches_profile(
     "profile names for it",
 )
 def test_required_extensions_are_installed(
-    talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_suite: SuiteSettings,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     profile = _profile(
         talos_suite,
@@ -222,7 +239,7 @@ def test_required_extensions_are_installed(
     missing = [e for e in wanted if e not in installed]
     if missing:
         raise ConformanceFailure(
-            "vendor.required-extensions",
+            talos_check_spec.id,
             "required extensions are missing",
             node=talos_node.name,
             expected=", ".join(wanted),
@@ -233,7 +250,7 @@ def test_required_extensions_are_installed(
     }
     if other:
         raise ConformanceFailure(
-            "vendor.required-extensions",
+            talos_check_spec.id,
             "extensions run another version than the profile names (extensions.versions)",
             node=talos_node.name,
             expected=", ".join(f"{name} {versions[name]}" for name in other),
@@ -247,7 +264,10 @@ def test_required_extensions_are_installed(
     claim="No system extension the profile forbids is installed",
 )
 def test_forbidden_extensions_are_absent(
-    talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_suite: SuiteSettings,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     profile = _profile(
         talos_suite, "extensions.forbidden", lambda p: p.extensions_forbidden is not None
@@ -258,7 +278,7 @@ def test_forbidden_extensions_are_absent(
     present = [e for e in forbidden if e in installed]
     if present:
         raise ConformanceFailure(
-            "vendor.forbidden-extensions",
+            talos_check_spec.id,
             "forbidden extensions are installed",
             node=talos_node.name,
             expected="none of " + ", ".join(forbidden),
@@ -276,6 +296,7 @@ def test_expected_ports_are_open(
     talos_suite: SuiteSettings,
     talos_evidence: dict[str, Any],
     talos_direct_reach: DirectReach,
+    talos_check_spec: CheckSpec,
 ) -> None:
     profile = _profile(talos_suite, "ports.expected", lambda p: p.ports.expected)
     wanted = profile.ports.expected_for(talos_node.role)
@@ -287,7 +308,7 @@ def test_expected_ports_are_open(
     talos_evidence.update(expected=sorted(wanted), scan=scan.summary())
     if closed:
         raise ConformanceFailure(
-            "vendor.expected-ports",
+            talos_check_spec.id,
             "expected ports are not open",
             node=talos_node.name,
             expected=sorted(wanted),
@@ -303,6 +324,7 @@ def test_forbidden_ports_are_closed(
     talos_suite: SuiteSettings,
     talos_evidence: dict[str, Any],
     talos_direct_reach: DirectReach,
+    talos_check_spec: CheckSpec,
 ) -> None:
     profile = _profile(talos_suite, "ports.forbidden", lambda p: p.ports.forbidden is not None)
     talos_direct_reach.require(talos_node, VENDOR_SCAN_NEEDS)
@@ -314,7 +336,7 @@ def test_forbidden_ports_are_closed(
     talos_evidence.update(forbidden=forbidden, scan=scan.summary())
     if scan.open_ports:
         raise ConformanceFailure(
-            "vendor.forbidden-ports",
+            talos_check_spec.id,
             "forbidden ports are open",
             node=talos_node.name,
             expected=f"closed: {forbidden}",
@@ -342,7 +364,10 @@ def _policy_evidence(policy: VerificationPolicy) -> dict[str, Any]:
     claim="Image signature verification is configured as the profile requires",
 )
 def test_image_verification_is_configured(
-    talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_suite: SuiteSettings,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     profile = _profile(
         talos_suite,
@@ -363,7 +388,7 @@ def test_image_verification_is_configured(
         return
     if rules is None:
         raise ConformanceFailure(
-            "vendor.image-verification",
+            talos_check_spec.id,
             "image signature verification is not configured",
             node=talos_node.name,
             expected=f"an {IMAGE_VERIFICATION_KIND} document with rules",
@@ -371,7 +396,7 @@ def test_image_verification_is_configured(
         )
     if not policy.verifying:
         raise ConformanceFailure(
-            "vendor.image-verification",
+            talos_check_spec.id,
             note
             if note and policy.catch_all is not None
             else "no image verification rule verifies signatures",
@@ -387,7 +412,10 @@ def test_image_verification_is_configured(
     claim="The node's image-verification rules are, in order, the rules the profile names",
 )
 def test_image_verification_rules_match_profile(
-    talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_suite: SuiteSettings,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     profile = _profile(
         talos_suite,
@@ -406,7 +434,7 @@ def test_image_verification_rules_match_profile(
     )
     if rules != wanted:  # order matters: the first matching rule decides
         raise ConformanceFailure(
-            "vendor.image-verification-rules",
+            talos_check_spec.id,
             "the image-verification rules differ from the profile's",
             node=talos_node.name,
             expected="; ".join(render_rule(r) for r in wanted) or "no rule",
@@ -432,7 +460,10 @@ def _skip_needs_admin(node: TalosNode, what: str, exc: PermissionDenied) -> NoRe
     "the node's role",
 )
 def test_security_settings_match_profile(
-    talos_node: TalosNode, talos_suite: SuiteSettings, talos_evidence: dict[str, Any]
+    talos_node: TalosNode,
+    talos_suite: SuiteSettings,
+    talos_evidence: dict[str, Any],
+    talos_check_spec: CheckSpec,
 ) -> None:
     profile = _profile(talos_suite, "security_settings", lambda p: p.security_settings is not None)
     wanted = (profile.security_settings or {}).get(talos_node.role)
@@ -456,7 +487,7 @@ def test_security_settings_match_profile(
             k: {"expected": e, "observed": o} for k, (e, o) in differ.items()
         }
         raise ConformanceFailure(
-            "vendor.security-settings",
+            talos_check_spec.id,
             f"{len(differ)} security setting(s) differ from the profile: {', '.join(differ)}",
             node=talos_node.name,
             expected="; ".join(f"{k}: {_shown(e)}" for k, (e, _) in differ.items()),

@@ -25,6 +25,7 @@ __all__ = [
     "ALLOW_LEVELS",
     "DEFAULT_EMULATOR",
     "DEFAULT_TIMEOUT",
+    "OPTION_ENVIRONMENT",
     "Setting",
     "TalosSettings",
     "add_options",
@@ -176,6 +177,8 @@ _OPTIONS = {
         ),
     )
 }
+# The environment variables of the options above, in table order.
+OPTION_ENVIRONMENT: tuple[str, ...] = tuple(o.env for o in _OPTIONS.values())
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,9 @@ from pathlib import Path
 from pytest_talos.errors import ConfigError
 
 IN_POD_PATH = Path("/var/run/secrets/talos.dev/config")
+# The variables talosctl's lookup reads (pytest_talos.plugin.environment lists them too).
+CONFIG_ENV = "TALOSCONFIG"
+HOME_ENV = "TALOS_HOME"
 
 
 def _home(env: Mapping[str, str]) -> Path:
@@ -25,9 +28,9 @@ def _expand_user(text: str, env: Mapping[str, str]) -> Path:
 def _candidates(explicit: str | None, env: Mapping[str, str]) -> list[tuple[Path, str]]:
     if explicit:
         return [(_expand_user(explicit, env), "given explicitly")]
-    if env.get("TALOSCONFIG"):
-        return [(_expand_user(env["TALOSCONFIG"], env), "$TALOSCONFIG")]
-    talos_home = env.get("TALOS_HOME", "")
+    if env.get(CONFIG_ENV):
+        return [(_expand_user(env[CONFIG_ENV], env), f"${CONFIG_ENV}")]
+    talos_home = env.get(HOME_ENV, "")
     if talos_home and Path(talos_home).is_absolute():
         home_config = (Path(talos_home) / "config", "$TALOS_HOME/config")
     else:

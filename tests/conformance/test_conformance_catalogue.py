@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conformance._support.catalogue import AREAS, SUITES
+from pytest_talos.plugin.conformance.catalogue import AREAS, SUITES
 from tests.conformance.suite_runner import REPO, SUITE, plugin_args, subprocess_env
 
 DOCS = REPO / "docs" / "conformance.md"

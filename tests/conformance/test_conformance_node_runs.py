@@ -55,6 +55,9 @@ class Guards:
                 self.left.append(label)
 
 
+CHECK = "config.try-mode-reverts"  # the check id the runs hand to every per-node run
+
+
 def _nodes(*names: str) -> list[TalosNode]:
     return [cast(TalosNode, FakeNode(name)) for name in names]
 
@@ -70,7 +73,7 @@ def test_every_node_is_checked_at_once_through_its_own_guard() -> None:
         return f"{node.name} via {cast(FakeNode, node).guard}"
 
     lines: list[str] = []
-    runs = NodeRuns(nodes, check, guards, label="the check", announce=lines.append)
+    runs = NodeRuns(nodes, check, guards, check_id=CHECK, label="the check", announce=lines.append)
     assert not runs.started
     evidence: list[dict[str, Any]] = [{}, {}, {}]
     results = [runs.outcome(node, found) for node, found in zip(nodes, evidence, strict=True)]
@@ -90,7 +93,7 @@ def test_a_nodes_failure_reaches_its_own_test_only_with_its_evidence() -> None:
             raise ConformanceFailure("x.check", "it broke", node=node.name)
         return "fine"
 
-    runs = NodeRuns(nodes, check, Guards(), label="the check")
+    runs = NodeRuns(nodes, check, Guards(), check_id=CHECK, label="the check")
     evidence: dict[str, Any] = {}
     with pytest.raises(ConformanceFailure, match="it broke"):
         runs.outcome(nodes[1], evidence)
@@ -115,7 +118,7 @@ def test_the_cases_of_one_node_run_in_turn_each_through_a_fresh_guard() -> None:
         return f"{node.name}/{run.case}"
 
     guards = Guards()
-    runs = NodeRuns(nodes, check, guards, label="c", cases=("env", "files"))
+    runs = NodeRuns(nodes, check, guards, check_id=CHECK, label="c", cases=("env", "files"))
     got = [runs.outcome(node, {}, case) for node in nodes for case in ("env", "files")]
     assert got == ["a/env", "a/files", "b/env", "b/files"]
     assert overlap == []  # never two changes on one node at once
@@ -132,7 +135,7 @@ def test_a_node_outside_the_set_or_asked_again_runs_on_the_tests_own_node() -> N
         return node.name
 
     guards = Guards()
-    runs = NodeRuns([inside], check, guards, label="c")
+    runs = NodeRuns([inside], check, guards, check_id=CHECK, label="c")
     evidence: dict[str, Any] = {}
     assert runs.outcome(outside, evidence) == "out"  # not in the set: run here
     assert evidence == {"ran": True}  # straight into the test's evidence
@@ -158,7 +161,7 @@ def test_close_stops_the_checks_still_running_and_their_guards_restore() -> None
 
     guards = Guards()
     lines: list[str] = []
-    runs = NodeRuns(nodes, check, guards, label="the check", announce=lines.append)
+    runs = NodeRuns(nodes, check, guards, check_id=CHECK, label="the check", announce=lines.append)
     outcome: dict[str, Any] = {}
     reader = threading.Thread(target=lambda: outcome.update(quick=runs.outcome(nodes[1], {})))
     reader.start()
@@ -187,7 +190,7 @@ def test_a_stop_between_cases_leaves_the_later_cases_unstarted() -> None:
         return run.case
 
     guards = Guards()
-    runs = NodeRuns(nodes, check, guards, label="c", cases=("one", "two"))
+    runs = NodeRuns(nodes, check, guards, check_id=CHECK, label="c", cases=("one", "two"))
     assert runs.outcome(nodes[0], {}, "one") == "one"
     with pytest.raises(WaitCancelled, match="c: the run is stopping"):
         runs.outcome(nodes[0], {}, "two")
@@ -197,8 +200,16 @@ def test_a_stop_between_cases_leaves_the_later_cases_unstarted() -> None:
 def test_after_close_nothing_starts() -> None:
     nodes = _nodes("a")
     guards = Guards()
-    runs = NodeRuns(nodes, lambda node, run: "ran", guards, label="c")
+    runs = NodeRuns(nodes, lambda node, run: "ran", guards, check_id=CHECK, label="c")
     assert runs.close(1) == []
     with pytest.raises(WaitCancelled, match="c was not started: the run is stopping"):
         runs.outcome(nodes[0], {})
     assert guards.entered == []
+
+
+def test_every_run_carries_the_check_id_in_threads_and_in_the_test() -> None:
+    nodes = _nodes("a", "b")
+    runs = NodeRuns(nodes, lambda node, run: run.check_id, Guards(), check_id=CHECK, label="c")
+    assert [runs.outcome(node, {}) for node in nodes] == [CHECK, CHECK]
+    # a node outside the set runs its check in its test, with the same id
+    assert runs.outcome(cast(TalosNode, FakeNode("x")), {}) == CHECK

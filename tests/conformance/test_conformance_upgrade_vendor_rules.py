@@ -17,10 +17,14 @@ from conformance._support.snapshot import (
     lost_extension_labels,
     without_extension_labels,
 )
-from conformance._support.vendor_profile import VerificationPolicy, rule_action, version_matches
 from pytest_talos.client import TalosClient
 from pytest_talos.emulator.cluster.emulated import EmulatedCluster
 from pytest_talos.patches import apply_patches
+from pytest_talos.plugin.conformance.vendor_profile import (
+    VerificationPolicy,
+    rule_action,
+    version_matches,
+)
 from pytest_talos.wait import wait_until
 from tests.conformance.suite_runner import SUITE, SuiteRun, run_suite, target_args
 

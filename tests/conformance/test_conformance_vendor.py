@@ -13,11 +13,6 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from conformance._support.vendor_profile import (
-    load_vendor_profile,
-    parse_vendor_profile,
-    version_matches,
-)
 from pytest_talos.emulator.cluster.emulated import EmulatedCluster
 from pytest_talos.emulator.node.host.system import FileEntry
 from pytest_talos.emulator.node.state import NodeState
@@ -27,6 +22,11 @@ from pytest_talos.plugin.conformance.security_settings import (
     key_fingerprint,
     read_rules,
     read_settings,
+)
+from pytest_talos.plugin.conformance.vendor_profile import (
+    load_vendor_profile,
+    parse_vendor_profile,
+    version_matches,
 )
 from tests.conformance.suite_runner import REPO, SUITE, SuiteRun, run_suite, target_args
 

@@ -40,13 +40,6 @@ class Pki:
     foreign_admin: CertAndKey  # issued by foreign_ca
 
 
-@pytest.fixture(autouse=True)
-def _no_developer_talosconfig(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A developer's own talosconfig must never leak into these tests."""
-    for name in ("TALOSCONFIG", "TALOS_HOME"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.fixture(scope="session")
 def pki(emulated_cluster: EmulatedCluster) -> Pki:
     ca = emulated_cluster.ca

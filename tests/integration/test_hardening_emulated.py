@@ -21,6 +21,7 @@ from pytest_talos.cluster import TalosCluster
 from pytest_talos.emulator import EmulatedCluster
 from pytest_talos.errors import ConformanceFailure
 from pytest_talos.guard import ConfigGuard
+from pytest_talos.plugin.conformance.catalogue import marked_check
 from tests.integration.checks_support import TIME_SCALE, connected
 
 TIMING = Timing(scale=TIME_SCALE, source="the emulator")
@@ -32,13 +33,14 @@ pytestmark = pytest.mark.usefixtures("suite_markers")
 def conditions_check(*args: Any) -> None:
     from conformance.kubernetes.test_kubernetes import test_node_is_schedulable_without_pressure
 
-    test_node_is_schedulable_without_pressure(*args)
+    check = test_node_is_schedulable_without_pressure
+    check(*args, marked_check(check))
 
 
 def pid1_check(*args: Any) -> None:
     from conformance.immutability.test_immutability import test_pid1_is_machined
 
-    test_pid1_is_machined(*args)
+    test_pid1_is_machined(*args, marked_check(test_pid1_is_machined))
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +113,7 @@ def test_a_one_thread_init_wrapping_machined_is_not_machined(
     ):
         pid1_check(cluster.worker(), {})
     failure = caught.value
+    assert failure.check == "immutability.pid1-is-machined"  # from the check's marker
     assert "PID 1 looks like machined but is another init" in str(failure)
     assert failure.observed is not None
     assert "1 thread(s); PID 1 runs a single thread" in failure.observed

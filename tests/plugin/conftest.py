@@ -18,18 +18,6 @@ from pytest_talos.client import TalosClient
 from pytest_talos.emulator import EmulatedCluster
 
 REPO = Path(__file__).resolve().parents[2]
-TALOS_ENV = (
-    "TALOSCONFIG",
-    "TALOS_HOME",
-    "TALOS_CONTEXT",
-    "TALOS_ENDPOINTS",
-    "TALOS_NODES",
-    "TALOS_EMULATOR",
-    "TALOS_EMULATOR_FAULTS",
-    "TALOS_EMULATOR_TIME_SCALE",
-    "TALOS_ALLOW",
-    "TALOS_TIMEOUT",
-)
 
 
 def _installed() -> bool:
@@ -43,9 +31,8 @@ QUIET_PLUGINS = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
 
 @pytest.fixture(autouse=True)
 def _clean_talos_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No developer talosconfig or TALOS_* setting may leak into an inner run."""
-    for name in TALOS_ENV:
-        monkeypatch.delenv(name, raising=False)
+    """No developer talosconfig may leak into an inner run (tests/conftest.py clears every
+    TALOS_* setting)."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # so ~/.talos/config is absent
     path = os.environ.get("PYTHONPATH", "")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), path])))

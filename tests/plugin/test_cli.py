@@ -45,7 +45,7 @@ def test_the_wheel_ships_the_suite_and_the_scripts(wheel: Path) -> None:
             archive.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt")
         )
     assert "pytest_talos_conformance/conftest.py" in names
-    assert "pytest_talos_conformance/_support/catalogue.py" in names
+    assert "pytest_talos_conformance/_support/fixtures.py" in names
     assert "pytest_talos_conformance/immutability/test_immutability.py" in names
     assert "pytest_talos_conformance/profiles/example-vendor.yaml" in names
     assert not any("__pycache__" in n for n in names)

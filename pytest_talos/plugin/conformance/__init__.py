@@ -37,6 +37,7 @@ from pytest_talos.plugin.conformance.collector import ResultCollector
 from pytest_talos.plugin.conformance.fixtures import (
     conformance_item,
     conformance_targets,
+    talos_check_spec,
     talos_evidence,
     talos_suite,
 )
@@ -88,11 +89,12 @@ __all__ = [
     "progress",
     "suite_settings",
     "summary_table",
+    "talos_check_spec",
     "talos_evidence",
     "talos_suite",
 ]
 
-_FIXTURES = (conformance_item, conformance_targets, talos_evidence, talos_suite)
+_FIXTURES = (conformance_item, conformance_targets, talos_check_spec, talos_evidence, talos_suite)
 SUITE_MARKERS = (  # what the suite's test modules are marked with
     "talos_check(id, severity, claim): a conformance check: its id (area.claim), severity "
     "(critical, high, medium, low) and the claim it proves",
@@ -111,30 +113,6 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
-    parser.getgroup("talos-conformance").addoption(
-        "--talos-leave-out",
-        action="append",
-        default=[],
-        choices=sorted(PARTS),
-        metavar="PART",
-        help="leave out a part of the suite that needs an input this run "
-        "does not give (repeatable): "
-        + "; ".join(f"{name} (needs {part.needs})" for name, part in sorted(PARTS.items()))
-        + "; ini/env: comma-separated [ini talos_leave_out; env $TALOS_LEAVE_OUT]",
-    )
-    parser.getgroup("talos-conformance").addoption(
-        "--talos-record-profile",
-        default=None,
-        metavar="PATH",
-        help="record a vendor profile of what the target nodes run (nodes you trust) into "
-        "PATH, then stop; accept a new image with --talos-suite=vendor-image "
-        "--talos-profile PATH",
-    )
-    parser.addini(
-        "talos_leave_out",
-        "comma-separated parts of the suite left out (--talos-leave-out)",
-        default=None,
-    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

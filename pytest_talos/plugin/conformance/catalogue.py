@@ -11,7 +11,7 @@ the reports; the claim is what the report prints. Profiles (``--talos-suite``) s
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ __all__ = [
     "CheckSpec",
     "SuiteProfile",
     "check_spec_from_marker",
+    "marked_check",
 ]
 
 AREAS = (
@@ -72,6 +73,15 @@ def check_spec_from_marker(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> 
     if not isinstance(claim, str) or not claim.strip():
         raise ConfigError(f"check {check_id!r}: talos_check needs claim='what the check proves'")
     return CheckSpec(check_id, parse_severity(severity), claim.strip())
+
+
+def marked_check(test: Callable[..., Any]) -> CheckSpec:
+    """The check a test function is, from its ``talos_check`` marker (for code that holds
+    the function, not the collected item: a module fixture, a direct call)."""
+    for mark in getattr(test, "pytestmark", ()):
+        if mark.name == "talos_check":
+            return check_spec_from_marker(mark.args, mark.kwargs)
+    raise ConfigError(f"{test.__qualname__} has no talos_check marker")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import pytest
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import TalosError
 from pytest_talos.node import TalosNode
+from pytest_talos.plugin.conformance.catalogue import CheckSpec
 from pytest_talos.plugin.conformance.collector import PROP_TARGETS, targets_property
 from pytest_talos.plugin.conformance.settings import SuiteSettings
 from pytest_talos.plugin.conformance.state import EVIDENCE, SETTINGS, TARGETS_SENT, check_spec
@@ -17,7 +18,7 @@ from pytest_talos.releases import release_of
 from pytest_talos.reporting import TargetInfo
 from pytest_talos.talos_api import ADMIN
 
-__all__ = ["talos_evidence", "talos_suite"]
+__all__ = ["talos_check_spec", "talos_evidence", "talos_suite"]
 
 
 @pytest.fixture
@@ -25,6 +26,20 @@ def talos_evidence(request: pytest.FixtureRequest) -> dict[str, Any]:
     """A dict a check fills with what it observed; it goes to results.json and report.md."""
     evidence: dict[str, Any] = request.node.stash.setdefault(EVIDENCE, {})
     return evidence
+
+
+@pytest.fixture
+def talos_check_spec(request: pytest.FixtureRequest) -> CheckSpec:
+    """The running check's id, severity and claim, from its ``talos_check`` marker: the one
+    place a check states its id (its failures name it from here)."""
+    spec = check_spec(request.node)
+    if spec is None:
+        pytest.fail(
+            f"{request.node.nodeid} asks for talos_check_spec but is not a check: mark it "
+            "@pytest.mark.talos_check(id, severity=..., claim=...)",
+            pytrace=False,
+        )
+    return spec
 
 
 @pytest.fixture(scope="session")

@@ -6,10 +6,12 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_talos.plugin.conformance.settings import SuiteSettings
+if TYPE_CHECKING:  # settings imports the option table, which names the parts
+    from pytest_talos.plugin.conformance.settings import SuiteSettings
 
 __all__ = ["INPUT_AREAS", "PARTS", "PROFILE_PARTS", "Part", "check_inputs", "check_parts"]
 

@@ -19,6 +19,7 @@ from pytest_talos.plugin.conformance.options import (
     DEFAULT_OBSERVE,
     DEFAULT_RESTART_WINDOW,
     DESIRED_FROM_EMULATOR,
+    SUITE_OPTIONS,
     add_options,
 )
 from pytest_talos.plugin.conformance.shard import Shard, parse_shard
@@ -123,9 +124,10 @@ class SuiteSettings:
         return lines
 
 
-def _layered(config: pytest.Config, name: str, dest: str | None = None) -> tuple[Any, str] | None:
+def _layered(config: pytest.Config, name: str) -> tuple[Any, str] | None:
     """Command line ``--talos-x`` > ini ``talos_x`` > ``$TALOS_X``: the value and its source."""
-    return layered_value(config, dest or name, "--" + name.replace("_", "-"), name, name.upper())
+    option = SUITE_OPTIONS[name]
+    return layered_value(config, option.option_dest, option.flag, name, option.env)
 
 
 def _resolve(config: pytest.Config, source: str, value: str) -> Path:
@@ -182,11 +184,10 @@ def _list(
     config: pytest.Config,
     name: str,
     sources: dict[str, str],
-    dest: str | None = None,
     choices: Collection[str] | None = None,
 ) -> tuple[str, ...]:
     """A repeatable option; from ini or env comma-separated. Duplicates dropped, order kept."""
-    found = _layered(config, name, dest)
+    found = _layered(config, name)
     if found is None:
         return ()
     raw, source = found
@@ -363,7 +364,7 @@ def _read(config: pytest.Config, parts: Collection[str]) -> SuiteSettings:
         cert_warn_days=warn_days,
         cert_fail_days=fail_days,
         sources=sources,
-        checks=_list(config, "talos_check", sources, dest="talos_check_ids"),
+        checks=_list(config, "talos_check", sources),
         leave_out=_list(config, "talos_leave_out", sources, choices=parts),
         list_checks=bool(config.getoption("talos_list_checks")),
         shard=_shard(config, sources),
