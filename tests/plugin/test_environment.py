@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pytest_talos.emulator.calllog import SIZE_ENV
+from pytest_talos.emulator.apid.calllog import SIZE_ENV
 from pytest_talos.plugin.conformance.options import SUITE_OPTIONS
 from pytest_talos.plugin.environment import TALOS_ENVIRONMENT
 from pytest_talos.plugin.settings import OPTION_ENVIRONMENT
