@@ -14,6 +14,7 @@ test failure rather than an error)::
     |   +-- InvalidArgument, NotFound, AlreadyExists, PermissionDenied,
     |       FailedPrecondition, Unimplemented, Unauthenticated, Unavailable,
     |       ResourceExhausted, Internal, Unknown, Cancelled, Aborted
+    |       (NotSupportedInMode is a FailedPrecondition, NotInRelease an Unimplemented)
     +-- NodeError                   an error carried in one node's reply metadata
     +-- ConfigRestoreError          a guard could not put a node's config back
     +-- WaitTimeout                 .last_observation, .elapsed
@@ -46,6 +47,7 @@ __all__ = [
     "InvalidArgument",
     "NodeError",
     "NotFound",
+    "NotInRelease",
     "NotSupportedInMode",
     "PermissionDenied",
     "ResourceExhausted",
@@ -228,6 +230,29 @@ class Aborted(APIError):
 
 class Unimplemented(APIError):
     code_name = StatusCode.UNIMPLEMENTED
+
+
+class NotInRelease(Unimplemented):
+    """The node's Talos release does not serve this method (``.releases``: the known release
+    lines that lack it, e.g. ``("v1.12",)``; empty when every known release serves it).
+
+    machined answers a method it does not register with grpc-go's Unimplemented ``unknown
+    service S`` or ``unknown method M for service S``, before its authorizer: a call a newer
+    release added (``machine.ImageService`` on v1.12), not a defect of the node. The
+    transport raises it for those texts (:func:`pytest_talos.releases.lacking`).
+    """
+
+    def __init__(
+        self,
+        details: str,
+        *,
+        releases: tuple[str, ...],
+        code: StatusCode | None = None,
+        node: str | None = None,
+        method: str | None = None,
+    ):
+        super().__init__(details, code=code, node=node, method=method)
+        self.releases = releases
 
 
 class Internal(APIError):

@@ -84,6 +84,7 @@ __all__ = [
     "reader_admin_attempts",
     "reader_apply",
     "sensitive_read_attempts",
+    "served_by",
     "signer_from_config",
     "write_attempts",
 ]
@@ -841,6 +842,22 @@ DISRUPTIVE_CALLS: tuple[MethodCall, ...] = (
         _WIRE["EtcdRemoveMemberByIDRequest"](member_id=0),
     ),
 )
+
+
+def served_by(
+    calls: tuple[MethodCall, ...], release: Release
+) -> tuple[tuple[MethodCall, ...], list[str]]:
+    """The calls ``release`` serves, and a line for each it does not (not sent: its node
+    answers Unimplemented ``unknown service ...`` before any role check, a method it lacks,
+    not a refusal: pytest_talos.releases ``Release.unknown_method``)."""
+    kept = tuple(call for call in calls if release.has_method(call.rpc.path))
+    skipped = [
+        f"{call.what}: not supported on Talos {release.line} "
+        f"({release.unknown_method(call.rpc.path)})"
+        for call in calls
+        if not release.has_method(call.rpc.path)
+    ]
+    return kept, skipped
 
 
 async def _first_message(transport: Connection, call: MethodCall, target: Target) -> str:

@@ -28,7 +28,12 @@ import pytest
 
 from pytest_talos import hookspecs
 from pytest_talos.cluster import TalosCluster
-from pytest_talos.errors import FailedPrecondition, NotSupportedInMode, TalosError
+from pytest_talos.errors import (
+    FailedPrecondition,
+    NotInRelease,
+    NotSupportedInMode,
+    TalosError,
+)
 from pytest_talos.guard import ConfigGuard, ConfigRestoreError
 from pytest_talos.node import ReadOnlyGuard, TalosNode
 from pytest_talos.plugin.items import UNREACHABLE, NoNode, changes_level, held_back
@@ -377,6 +382,12 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         _check_call_log(item)  # a refused call was still sent: the marker must cover it
         if _uses_talos(item):
             pytest.skip(f"the node lacks this capability in {exc.mode} mode ({exc.details})")
+        raise
+    except NotInRelease as exc:
+        _check_call_log(item)
+        if _uses_talos(item) and exc.releases:
+            lines = ", ".join(exc.releases)
+            pytest.skip(f"not supported on Talos {lines} ({exc.method}: {exc.details})")
         raise
     except FailedPrecondition:
         _check_call_log(item)

@@ -1,9 +1,14 @@
-"""A call served by this node itself: the role rules, then the servicer.
+"""A call served by this node itself: the method's presence, the role rules, then the servicer.
 
-The rules are those of :data:`~.servicers.ROLE_RULES`
-(``internal/app/machined/pkg/system/services/machined.go``; a refusal is ``PermissionDenied``
-``not authorized``, ``pkg/grpc/middleware/authz``); some faults widen them
-(``FaultProfile.reader_grants``, ``AuthorizationQuirk.READER_REAL_APPLY_RUNS_AS_ADMIN``).
+A method the node's release does not serve is answered as its machined's grpc-go server
+answers one, Unimplemented ``unknown service S`` or ``unknown method M for service S``, for
+every caller: grpc-go answers before any interceptor, so before the authorizer
+(:meth:`pytest_talos.releases.Release.unknown_method`). The rules are the release's
+(:meth:`pytest_talos.releases.Release.allowed_roles`: v1.13.9's
+:data:`~.servicers.ROLE_RULES` where the release table lists no difference;
+``internal/app/machined/pkg/system/services/machined.go`` at each tag; a refusal is
+``PermissionDenied`` ``not authorized``, ``pkg/grpc/middleware/authz``); some faults widen
+them (``FaultProfile.reader_grants``, ``AuthorizationQuirk.READER_REAL_APPLY_RUNS_AS_ADMIN``).
 
 The dispatcher completes the method table it is given with the methods outside the proto
 subset (:mod:`.unmodelled`), so the listener and the router, which share that
@@ -18,7 +23,7 @@ from typing import Any
 from grpclib.const import Handler, Status
 from grpclib.exceptions import GRPCError
 
-from pytest_talos.emulator.apid.servicers import Call, NodeContext, allowed_roles
+from pytest_talos.emulator.apid.servicers import Call, NodeContext
 from pytest_talos.emulator.apid.status import as_grpc_error
 from pytest_talos.emulator.apid.unmodelled import complete_method_table
 from pytest_talos.emulator.errors import ConfigRejected, RPCFailure, ServiceRefused
@@ -43,7 +48,11 @@ class LocalDispatcher:
     async def serve(
         self, path: str, request: Any, roles: frozenset[str], md: Mapping[str, list[str]]
     ) -> AsyncIterator[Any]:
-        if not roles & (allowed_roles(path) | self._fault_grants(path)):
+        release = self.context.state.release  # an upgrade changes it
+        unknown = release.unknown_method(path)
+        if unknown is not None:  # grpc-go answers before any interceptor (releases.py)
+            raise GRPCError(Status.UNIMPLEMENTED, unknown)
+        if not roles & (release.allowed_roles(path) | self._fault_grants(path)):
             raise GRPCError(Status.PERMISSION_DENIED, "not authorized")  # pkg/grpc/middleware/authz
         if self._reader_applies(path, request, roles):
             roles = roles | {ADMIN}

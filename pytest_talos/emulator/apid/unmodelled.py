@@ -18,7 +18,14 @@ handlers model the checks they make before touching anything:
   ``etcdserver: member not found`` (``v1alpha1_server.go`` EtcdRemoveMemberByID);
 * ``PacketCapture``: an interface without a LinkStatus answers NotFound ``interface %q not
   found`` (``v1alpha1_server.go`` PacketCapture);
-* ``machine.ImageService/Remove``: no image store is emulated.
+* ``machine.ImageService/Remove``: no image store is emulated;
+* ``MetaWrite``, ``MetaDelete``: refused in container mode (``checkSupported(runtime.MetaKV)``:
+  FailedPrecondition ``method is not supported in container mode``), then a key that is no
+  uint8 is InvalidArgument ``key must be a uint8``
+  (``internal/app/machined/internal/server/v1alpha1/v1alpha1_meta.go``); no META is emulated.
+
+Which of them a node serves, and who may call them, is its release's
+(:mod:`pytest_talos.releases`: v1.12 has no ImageService, and no os:meta:writer).
 
 What these handlers do beyond that (stream a snapshot, capture packets, wipe a device, remove
 a member or an image) is not emulated: the caller gets Unimplemented saying so.
@@ -49,6 +56,7 @@ _WIPE = "/storage.StorageService/BlockDeviceWipe"
 _BYTES = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
 _STRING = descriptor_pb2.FieldDescriptorProto.TYPE_STRING
 _UINT64 = descriptor_pb2.FieldDescriptorProto.TYPE_UINT64
+_UINT32 = descriptor_pb2.FieldDescriptorProto.TYPE_UINT32
 _OPTIONAL = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
 _REPEATED = descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
 
@@ -59,6 +67,8 @@ _SHAPES: dict[str, tuple[tuple[str, int, int, int], ...]] = {
     "PacketCaptureRequest": (("interface", 1, _STRING, _OPTIONAL),),
     "EtcdRemoveMemberByIDRequest": (("member_id", 1, _UINT64, _OPTIONAL),),
     "ImageServiceRemoveRequest": (("image_ref", 2, _STRING, _OPTIONAL),),
+    "MetaWriteRequest": (("key", 1, _UINT32, _OPTIONAL), ("value", 2, _BYTES, _OPTIONAL)),
+    "MetaDeleteRequest": (("key", 1, _UINT32, _OPTIONAL),),
     "BlockDeviceWipeRequest": (("devices", 1, _BYTES, _REPEATED),),
     "RepeatedMessages": (("messages", 1, _BYTES, _REPEATED),),  # every *Response
 }
@@ -126,6 +136,17 @@ async def _image_remove(request: Any, call: Call) -> Message:
     raise _not_emulated(call)
 
 
+async def _meta_key(request: Any, call: Call) -> Message:
+    """v1alpha1_meta.go MetaWrite / MetaDelete, up to where META itself would be touched."""
+    if call.state.container:
+        raise RPCFailure(
+            StatusCode.FAILED_PRECONDITION, "method is not supported in container mode"
+        )
+    if int(request.key) > 0xFF:
+        raise RPCFailure(StatusCode.INVALID_ARGUMENT, "key must be a uint8")
+    raise _not_emulated(call)
+
+
 async def _block_device_wipe(request: Any, call: Call) -> Message:
     """storaged/server.go BlockDeviceWipe on a configured node: os:admin only (the rule's
     os:reader is for maintenance mode), then each device; no device: an empty success."""
@@ -164,6 +185,18 @@ UNMODELLED_METHODS: dict[str, tuple[Cardinality, type[Message], type[Message], _
         _MSG["ImageServiceRemoveRequest"],
         empty_pb2.Empty,
         _image_remove,
+    ),
+    _M + "MetaWrite": (
+        Cardinality.UNARY_UNARY,
+        _MSG["MetaWriteRequest"],
+        _MSG["RepeatedMessages"],
+        _meta_key,
+    ),
+    _M + "MetaDelete": (
+        Cardinality.UNARY_UNARY,
+        _MSG["MetaDeleteRequest"],
+        _MSG["RepeatedMessages"],
+        _meta_key,
     ),
     _WIPE: (
         Cardinality.UNARY_UNARY,
