@@ -203,6 +203,12 @@ def _role_hint(info: CallInfo) -> str:
     needed = ", ".join(info.required_roles)
     if not needed:
         return f"the client certificate carries {carried}"
+    short = _short_on(info)
+    if short:  # a role one release admits and an older one lacks (os:meta:writer on v1.12)
+        return (
+            f"{info.method} needs one of {needed}, but on Talos {', '.join(short)} the client "
+            f"certificate's {carried} is not enough{_by_release(info.method)}"
+        )
     if set(info.client_roles) & set(info.required_roles):
         return (
             f"{info.method} allows {needed} and the client certificate carries {carried}, but "
@@ -212,6 +218,19 @@ def _role_hint(info: CallInfo) -> str:
         f"{info.method} needs one of {needed}; the client certificate carries {carried}: "
         f"use a talosconfig with one of those roles{_by_release(info.method)}"
     )
+
+
+def _short_on(info: CallInfo) -> list[str]:
+    """The known releases whose rule for the method admits none of the client's roles,
+    where its default rule does admit one of them."""
+    carried = set(info.client_roles)
+    if not carried & set(info.required_roles):
+        return []
+    return [
+        release.line
+        for release in RELEASES.values()
+        if release.has_method(info.method) and not carried & set(release.roles_needed(info.method))
+    ]
 
 
 def _by_release(method: str) -> str:

@@ -125,7 +125,9 @@ def encode_machine_status(spec: Mapping[str, Any]) -> bytes:
 
 
 def encode_version(spec: Mapping[str, Any]) -> bytes:
-    return runtime_pb2.VersionSpec(version=spec["version"], name=spec["name"]).SerializeToString()
+    return runtime_pb2.VersionSpec(
+        version=spec["version"], name=spec.get("name", "")
+    ).SerializeToString()
 
 
 def encode_member(spec: Mapping[str, Any]) -> bytes:

@@ -57,7 +57,8 @@ def publish_boot_resources(
         store.put("meta", T.NAMESPACES, name, {"description": description})
     # the spec's name exists from v1.13 on (pytest_talos.releases version_resource_name)
     name = release_of(talos_version).release.version_resource_name
-    store.put("runtime", T.VERSIONS, "version", {"version": talos_version, "name": name})
+    version = {"version": talos_version, **({"name": name} if name else {})}
+    store.put("runtime", T.VERSIONS, "version", version)
     # config/machine_type.go: the spec is the bare machine.Type (`controlplane`).
     store.put("config", T.MACHINE_TYPES, "machine-type", identity.role)
     store.put("cluster", T.IDENTITIES, "local", {"nodeId": identity.node_id})
