@@ -33,9 +33,7 @@ def emulated(request: pytest.FixtureRequest) -> Iterator[EmulatedCluster]:
         yield cluster
 
 
-def _answer(
-    cluster: EmulatedCluster, role: str, rpc: Rpc[Any, Any], request: Message
-) -> APIError:
+def _answer(cluster: EmulatedCluster, role: str, rpc: Rpc[Any, Any], request: Message) -> APIError:
     """The error one call with a ``role`` certificate gets (every call here is refused)."""
     cert = issue_client_cert(cluster.ca, roles=[role])
     context = shared_ssl_context(cluster.ca.cert_pem, cert.cert_pem, cert.key_pem)
