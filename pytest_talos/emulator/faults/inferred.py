@@ -90,7 +90,7 @@ INFERRED: tuple[str, ...] = (
     "(`3ebd10a7c` for v1.13.9; a hash of the tag for any other tag) and go_version from the "
     "tag's go.mod `go` directive (`go1.26.6` on v1.13; the least toolchain, not the "
     "release images' exact one). The v1.12 and v1.14 emulators behave as v1.13.9 wherever "
-    "pytest_talos/releases.py lists no difference (RBAC rules and APIs included), and "
+    "pytest_talos/releases.py lists no difference, and "
     "every release accepts a SecurityProfileConfig document (only v1.14 registers it). On "
     "v1.14 with workload isolation, cri's parent in Processes is sandboxd.",
     # COSI
