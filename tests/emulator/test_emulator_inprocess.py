@@ -3,7 +3,9 @@ TLS connection, and what the target sees and answers is what the wire delivered.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import gc
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from google.protobuf import empty_pb2
@@ -11,6 +13,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from pytest_talos.emulator import EmulatedCluster
+from pytest_talos.emulator.apid.inprocess import relay_until
 
 from .conftest import RawClient, tls_from_talosconfig
 
@@ -71,3 +74,37 @@ def test_one_to_many_replies_are_marked_per_target_and_cached_replies_stay_unmar
         assert [m.metadata.hostname for m in reply.messages] == workers
     direct = client.call(workers[0], M + "Version", EMPTY)
     assert direct.messages[0].metadata.hostname == ""  # a direct call is not marked
+
+
+def test_a_relay_cancelled_as_the_target_stream_ends_leaves_no_unretrieved_error() -> None:
+    """The caller goes away (a killed client) in the loop step where the target's stream
+    ends: the step's StopAsyncIteration must be read, not logged by asyncio as "Task
+    exception was never retrieved" on the emulator's stderr."""
+    unretrieved: list[str] = []
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, context: unretrieved.append(context["message"]))
+        ends = asyncio.Event()
+
+        async def target_stream() -> AsyncIterator[int]:
+            await ends.wait()
+            return
+            yield 0  # pragma: no cover - makes this an async generator
+
+        async def caller() -> None:
+            async for _ in relay_until(target_stream(), asyncio.Event(), timeout=None):
+                pass  # pragma: no cover - the stream yields nothing
+
+        relay = asyncio.ensure_future(caller())
+        await asyncio.sleep(0)  # the relay now waits on the stream's first step
+        ends.set()  # the step ends with StopAsyncIteration in the next loop step ...
+        relay.cancel()  # ... the very one in which the caller is cancelled
+        await asyncio.gather(relay, return_exceptions=True)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gc.collect()
+        await asyncio.sleep(0)
+
+    asyncio.run(scenario())
+    assert unretrieved == []

@@ -91,11 +91,21 @@ async def relay_until(
             yield copied(reply)
     finally:
         went_down.cancel()
-        if following is not None and not following.done():  # stop the target's step first
-            following.cancel()
-            await asyncio.gather(following, return_exceptions=True)
+        if following is not None:
+            await _settled(following)
         closer = getattr(iterator, "aclose", None)
         if closer is not None:
             # an abandoned target stream: what its unwinding raises has no caller to reach
             with contextlib.suppress(Exception):
                 await closer()
+
+
+async def _settled(step: asyncio.Future[Any]) -> None:
+    """Stop the target's pending step, and read its outcome either way: a step that ended
+    (StopAsyncIteration, an error) in the loop step that cancelled the caller would else be
+    logged by asyncio as "Task exception was never retrieved"."""
+    if not step.done():
+        step.cancel()
+        await asyncio.gather(step, return_exceptions=True)
+    elif not step.cancelled():
+        step.exception()
