@@ -532,6 +532,8 @@ PROVED_ELSEWHERE: Mapping[str, str] = {
     "vendor.expected-ports": "test_conformance_vendor.py (mismatching profile)",
     "vendor.forbidden-ports": "test_conformance_vendor.py (mismatching profile)",
     "vendor.image-verification": "test_conformance_vendor.py (verification required)",
+    # Both pass on the node a profile was recorded from, in every GOLDEN_SHAPES variant and
+    # release of test_record_profile.py, and fail when the node differs:
     "vendor.image-verification-rules": "test_record_profile.py (a rule added after recording)",
     "vendor.security-settings": "test_record_profile.py (a sysctl weakened after recording)",
 }

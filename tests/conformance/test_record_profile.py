@@ -125,7 +125,27 @@ def test_every_entry_says_where_it_was_read(tmp_path: Path) -> None:
     assert "# kernel not recorded" in text
 
 
-@pytest.mark.parametrize("variant", [(), ("--talos-emulator-variant", "metal")], ids=str)
+def _shape(*variants: str, version: str | None = None) -> tuple[str, ...]:
+    args = [arg for variant in variants for arg in ("--talos-emulator-variant", variant)]
+    return (*args, *(("--talos-emulator-version", version) if version else ()))
+
+
+# Healthy shapes a golden node can have (the fault matrix's variants and releases): what is
+# recorded on each must pass on it, or accepting an image from such a node would be refused.
+GOLDEN_SHAPES = {
+    "container": _shape(),
+    "metal": _shape("metal"),
+    "metal+domain+discovery-disabled": _shape("metal", "domain", "discovery-disabled"),
+    "extensions": _shape("extensions"),
+    "metrics-exposed": _shape("metrics-exposed"),
+    "cilium+metal": _shape("cilium", "metal"),
+    "siderolink+wireguard+metal": _shape("siderolink", "wireguard", "metal"),
+    "v1.12": _shape(version="v1.12.x"),
+    "v1.14+metal": _shape("metal", version="v1.14.x"),
+}
+
+
+@pytest.mark.parametrize("variant", list(GOLDEN_SHAPES.values()), ids=list(GOLDEN_SHAPES))
 def test_the_recorded_profile_passes_where_it_was_recorded(
     tmp_path: Path, variant: tuple[str, ...]
 ) -> None:
