@@ -77,6 +77,11 @@ RELEASE_RUNS: Mapping[str, ReleaseRun] = {
     "v1.12+metal": ReleaseRun("v1.12.x", ("metal",)),
     "v1.14": ReleaseRun("v1.14.x"),
     "v1.14+metal": ReleaseRun("v1.14.x", ("metal",)),
+    # The field shapes at the other releases (Omni on v1.12 metal, Cilium on v1.14 metal).
+    "v1.12+siderolink+wireguard+metal+domain": ReleaseRun(
+        "v1.12.x", ("siderolink", "wireguard", "metal", "domain")
+    ),
+    "v1.14+cilium+metal": ReleaseRun("v1.14.x", ("cilium", "metal")),
 }
 Case = FaultCase | tuple[str, ...] | ReleaseRun | None
 
@@ -84,8 +89,12 @@ Case = FaultCase | tuple[str, ...] | ReleaseRun | None
 def allowed_skips(run: str) -> tuple[str, ...]:
     """The skip reasons (prefixes) a healthy run may give: the common ones, plus those of
     each variant the run includes."""
-    name = run.removeprefix(VARIANT)
-    variants = HEALTHY_VARIANTS.get(name, ()) if name != run else ()
+    if run.startswith(RELEASE):
+        variants = RELEASE_RUNS[run.removeprefix(RELEASE)].variants
+    elif run.startswith(VARIANT):
+        variants = HEALTHY_VARIANTS[run.removeprefix(VARIANT)]
+    else:
+        variants = ()
     return ALLOWED_SKIPS + tuple(r for v in variants for r in VARIANT_SKIPS.get(v, ()))
 
 
