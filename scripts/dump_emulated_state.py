@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import heapq
-import itertools
 import re
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 from pytest_talos.emulator import EmulatedCluster, fault_names
+from pytest_talos.emulator.clock import ManualClock
 from pytest_talos.releases import RELEASES
 
 SUBNET = "127.77.0.0/24"
@@ -44,79 +42,6 @@ _MASKS = (
     (re.compile(r"\b[0-9A-Za-z]{43}\b"), "<node-id>"),
     (re.compile(r"0x[0-9a-f]{6,}"), "<address>"),
 )
-
-
-@dataclass(order=True)
-class _Timer:
-    due: float
-    seq: int
-    callback: Callable[[], None] = field(compare=False)
-    cancelled: bool = field(default=False, compare=False)
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class VirtualClock:
-    """The emulator clock's interface on virtual time: timers run only when advanced."""
-
-    def __init__(self, time_scale: float) -> None:
-        self.time_scale = time_scale
-        self._now = 0.0
-        self._timers: list[_Timer] = []
-        self._seq = itertools.count()
-        self._loop: Any = None
-
-    def bind(self, loop: Any) -> None:
-        self._loop = loop
-
-    @property
-    def loop(self) -> Any:
-        return self._loop
-
-    def monotonic(self) -> float:
-        return self._now
-
-    def time(self) -> float:
-        return EPOCH + self._now
-
-    @property
-    def synced(self) -> bool:
-        return True
-
-    def running_ahead(self, seconds: float) -> Any:
-        import contextlib
-
-        return contextlib.nullcontext()
-
-    def now(self) -> Any:
-        import datetime as dt
-
-        return dt.datetime.fromtimestamp(self.time(), dt.UTC)
-
-    def real_seconds(self, emulated_seconds: float) -> float:
-        return max(0.0, emulated_seconds) / self.time_scale
-
-    def call_later(self, emulated_seconds: float, callback: Callable[[], None]) -> _Timer:
-        timer = _Timer(self._now + max(0.0, emulated_seconds), next(self._seq), callback)
-        heapq.heappush(self._timers, timer)
-        return timer
-
-    async def sleep(self, emulated_seconds: float) -> None:
-        import asyncio
-
-        await asyncio.sleep(0)
-
-    def advance(self, span: float) -> None:
-        """Run every timer due within ``span`` emulated seconds, in order."""
-        until = self._now + span
-        while self._timers and self._timers[0].due <= until:
-            timer = heapq.heappop(self._timers)
-            if timer.cancelled:
-                continue
-            self._now = timer.due
-            timer.callback()
-        self._now = until
 
 
 def _mask(text: str) -> str:
@@ -148,8 +73,8 @@ def _node_lines(state: Any) -> Iterator[str]:
 def dump_case(label: str, **kwargs: Any) -> str:
     """Every node of one emulated cluster after EMULATED_SPAN of virtual time."""
     cluster = EmulatedCluster(subnet=SUBNET, **kwargs)
-    clock = VirtualClock(cluster.clock.time_scale)
-    cluster.clock = clock  # type: ignore[assignment]
+    clock = ManualClock(cluster.clock.time_scale, start=EPOCH)
+    cluster.clock = clock
     lines = [f"== {label}"]
     with cluster:
 

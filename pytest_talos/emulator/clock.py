@@ -18,12 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import heapq
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["Cancellable", "Clock"]
+__all__ = ["Cancellable", "Clock", "ManualClock"]
 
 
 class Cancellable(Protocol):
@@ -100,3 +103,53 @@ class Clock:
     async def sleep(self, emulated_seconds: float) -> None:
         """Wait an emulated delay (for servicers polling state; never used in state logic)."""
         await asyncio.sleep(self.real_seconds(emulated_seconds))
+
+
+@dataclass(order=True)
+class _Timer:
+    due: float
+    order: int
+    callback: Callable[[], None] = field(compare=False)
+    cancelled: bool = field(default=False, compare=False)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class ManualClock(Clock):
+    """Emulated time that moves only when :meth:`advance` is called: timers run in the order
+    they fall due, each at its own time, with no real time passing. For tests of timed
+    behaviour and for reproducible dumps (``scripts/dump_emulated_state.py``); assign it to
+    a cluster's ``clock`` before the cluster starts, or give it to a ``NodeState``."""
+
+    def __init__(self, time_scale: float = 1.0, *, start: float = 1_780_000_000.0) -> None:
+        super().__init__(time_scale)
+        self._start = start
+        self._now = 0.0
+        self._timers: list[_Timer] = []
+        self._order = itertools.count()
+
+    def monotonic(self) -> float:
+        return self._now
+
+    def time(self) -> float:
+        return self._start + self._now + self._offset()
+
+    def call_later(self, emulated_seconds: float, callback: Callable[[], None]) -> Cancellable:
+        timer = _Timer(self._now + max(0.0, emulated_seconds), next(self._order), callback)
+        heapq.heappush(self._timers, timer)
+        return timer
+
+    async def sleep(self, emulated_seconds: float) -> None:
+        await asyncio.sleep(0)  # a poll yields to the loop; the time moves in advance()
+
+    def advance(self, seconds: float) -> None:
+        """Run every timer due within ``seconds``, at its due time (those the callbacks
+        schedule too), then stand at the end of the span."""
+        until = self._now + seconds
+        while self._timers and self._timers[0].due <= until:
+            timer = heapq.heappop(self._timers)
+            if not timer.cancelled:
+                self._now = timer.due
+                timer.callback()
+        self._now = until

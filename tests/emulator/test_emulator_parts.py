@@ -8,14 +8,13 @@ import dataclasses
 import datetime as dt
 import itertools
 import re
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import yaml
 
 from pytest_talos.emulator import machineconfig as mc
-from pytest_talos.emulator.clock import Cancellable, Clock
+from pytest_talos.emulator.clock import Clock, ManualClock
 from pytest_talos.emulator.cosi.registry import DEFINITIONS, T
 from pytest_talos.emulator.cosi.store import ResourceStore, yaml_of
 from pytest_talos.emulator.faults import FAULTS, Fault, FaultSet
@@ -236,43 +235,6 @@ def test_service_api_rules_without_a_loop() -> None:
 
 
 # ---- the kubelet crash loop on a manual clock (B4/B5 timing without real time) -----------
-
-
-class ManualClock(Clock):
-    """Emulated time that moves only when the test says so."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.now_seconds = 1_800_000_000.0
-        self._timers: list[tuple[float, int, Callable[[], None], list[bool]]] = []
-        self._order = 0
-
-    def monotonic(self) -> float:
-        return self.now_seconds
-
-    def time(self) -> float:
-        return self.now_seconds
-
-    def call_later(self, emulated_seconds: float, callback: Callable[[], None]) -> Cancellable:
-        cancelled = [False]
-        self._order += 1
-        self._timers.append((self.now_seconds + emulated_seconds, self._order, callback, cancelled))
-
-        class Handle:
-            def cancel(self) -> None:
-                cancelled[0] = True
-
-        return Handle()
-
-    def advance(self, seconds: float, step: float = 0.05) -> None:
-        end = self.now_seconds + seconds
-        while self.now_seconds < end:
-            self.now_seconds = min(end, self.now_seconds + step)
-            due = sorted(t for t in self._timers if t[0] <= self.now_seconds)
-            self._timers = [t for t in self._timers if t[0] > self.now_seconds]
-            for _, _, callback, cancelled in due:
-                if not cancelled[0]:
-                    callback()
 
 
 def _manual_node(

@@ -61,6 +61,8 @@ __all__ = [
     "start_lines",
 ]
 
+_TICK_EPSILON = 1e-9  # emulated seconds: a health tick this close is the one just run
+
 
 def _go_log_time(when: float) -> str:
     """Go's log flags Ldate|Ltime|Lmicroseconds, UTC: ``2026/01/02 15:04:05.000000``."""
@@ -314,7 +316,9 @@ class ServiceManager:
         """Emulated seconds until the health loop's next tick (InitialDelay, then Period)."""
         settings = service.definition.health
         assert settings is not None
-        elapsed = self.clock.monotonic() - service.run_started
+        # A tick just run counts as run though float rounding left it 1e-16 early: a delay
+        # that small added to the clock would not move it, and the loop would tick in place.
+        elapsed = self.clock.monotonic() - service.run_started + _TICK_EPSILON
         if elapsed < settings.initial_delay:
             return settings.initial_delay - elapsed
         since_first = elapsed - settings.initial_delay
