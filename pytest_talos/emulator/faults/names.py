@@ -7,6 +7,7 @@ the conformance fault matrix keep working wherever a name is expected.
 
 from __future__ import annotations
 
+import typing
 from enum import StrEnum
 from typing import Literal, TypeAlias
 
@@ -246,17 +247,7 @@ Quirk: TypeAlias = (
     | AuthenticationQuirk
     | GeneratedConfigQuirk
 )
-QUIRK_KINDS: tuple[type[StrEnum], ...] = (
-    ApplyQuirk,
-    KubeQuirk,
-    AuthorizationQuirk,
-    ServiceQuirk,
-    DiscoveryQuirk,
-    CosiQuirk,
-    MachineApiQuirk,
-    AuthenticationQuirk,
-    GeneratedConfigQuirk,
-)
+QUIRK_KINDS: tuple[type[StrEnum], ...] = typing.get_args(Quirk)  # the union's members, in order
 
 
 class Seam(StrEnum):
