@@ -20,7 +20,7 @@ from pytest_talos.endpoint import Endpoint
 from pytest_talos.transport._call import Rpc
 from pytest_talos.transport._errors import ConnectPhase
 
-__all__ = ["Metadata", "Transport", "WireState"]
+__all__ = ["EndpointTransport", "Metadata", "Transport", "WireState"]
 
 RepT = TypeVar("RepT", bound=Message)
 Metadata = Sequence[tuple[str, str]]
@@ -86,3 +86,29 @@ class Transport(Protocol):
     async def aclose(self) -> None:
         """Close the connection cleanly; idempotent."""
         ...
+
+
+class EndpointTransport:
+    """What every transport holds besides its wire: the endpoint (text is parsed as
+    :meth:`Endpoint.parse` does), the roles of the identity it presents, whether it is
+    closed. The real and the fake transport extend it, so these are written once."""
+
+    def __init__(self, endpoint: Endpoint | str, client_roles: Sequence[str]) -> None:
+        self._endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint.parse(endpoint)
+        self._roles = tuple(client_roles)
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._endpoint.address!r}, roles={self._roles!r})"
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return self._endpoint
+
+    @property
+    def client_roles(self) -> tuple[str, ...]:
+        return self._roles
+
+    @property
+    def closed(self) -> bool:
+        return self._closed

@@ -10,7 +10,7 @@ from google.protobuf.message import Message
 from pytest_talos.endpoint import Endpoint
 from pytest_talos.errors import TransportError
 from pytest_talos.talos_api import ADMIN
-from pytest_talos.transport._base import Metadata, WireState
+from pytest_talos.transport._base import EndpointTransport, Metadata, WireState
 from pytest_talos.transport._call import Rpc
 from pytest_talos.transport._fake import (
     FakeRequest,
@@ -28,7 +28,7 @@ RepT = TypeVar("RepT", bound=Message)
 _CONNECTED = WireState(phase="ready", server_spoke=True)  # a fake is always connected
 
 
-class FakeTransport:
+class FakeTransport(EndpointTransport):
     """A transport that answers from ``handler`` instead of a node: no socket, no TLS.
 
     ``handler`` takes a :class:`FakeRequest` and returns the reply message (unary calls),
@@ -47,26 +47,9 @@ class FakeTransport:
         endpoint: Endpoint | str = "fake.invalid:50000",
         client_roles: Sequence[str] = (ADMIN,),
     ) -> None:
-        self._endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint.parse(endpoint)
-        self._roles = tuple(client_roles)
+        super().__init__(endpoint, client_roles)
         self._handler = as_handler(handler)
-        self._closed = False
         self.requests: list[FakeRequest] = []
-
-    def __repr__(self) -> str:
-        return f"FakeTransport({self._endpoint.address!r}, roles={self._roles!r})"
-
-    @property
-    def endpoint(self) -> Endpoint:
-        return self._endpoint
-
-    @property
-    def client_roles(self) -> tuple[str, ...]:
-        return self._roles
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     @property
     def peer_certificate(self) -> bytes | None:

@@ -11,7 +11,7 @@ from grpclib.const import Cardinality
 
 from pytest_talos.endpoint import Endpoint
 from pytest_talos.errors import TransportError
-from pytest_talos.transport._base import Metadata, WireState
+from pytest_talos.transport._base import EndpointTransport, Metadata, WireState
 from pytest_talos.transport._call import Rpc
 from pytest_talos.transport._channel import TalosChannel
 
@@ -22,7 +22,7 @@ _CLOSE_GRACE = 0.5  # seconds the server gets to acknowledge a TLS close on clie
 RepT = TypeVar("RepT", bound=Message)
 
 
-class GrpcTransport:
+class GrpcTransport(EndpointTransport):
     """One endpoint, one HTTP/2 connection, reused by every call and every target node.
 
     The connection is opened lazily by the first call, on that call's event loop; all
@@ -39,26 +39,9 @@ class GrpcTransport:
         *,
         client_roles: Sequence[str] = (),
     ) -> None:
-        self._endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint.parse(endpoint)
-        self._roles = tuple(client_roles)
+        super().__init__(endpoint, client_roles)
         self._ssl = ssl_context
         self._channel: TalosChannel | None = None
-        self._closed = False
-
-    def __repr__(self) -> str:
-        return f"GrpcTransport({self._endpoint.address!r}, roles={self._roles!r})"
-
-    @property
-    def endpoint(self) -> Endpoint:
-        return self._endpoint
-
-    @property
-    def client_roles(self) -> tuple[str, ...]:
-        return self._roles
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     # -- plumbing
 
