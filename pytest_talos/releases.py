@@ -100,6 +100,10 @@ class Release:
     # controllers/runtime/version.go sets it from version.Name): none before v1.13
     version_resource_name: str
 
+    def __hash__(self) -> int:
+        # Its mappings are unhashable; a line read at a tag is the release (cache keys).
+        return hash((self.line, self.tag))
+
     @property
     def minor(self) -> tuple[int, int]:
         found = minor_of(self.line)

@@ -22,7 +22,7 @@ from pytest_talos.emulator.cosi.registry import NAMESPACES, ResourceDefinition, 
 from pytest_talos.emulator.cosi.store import RawSpec, Resource, StoreEvent
 from pytest_talos.emulator.faults import CosiQuirk
 from pytest_talos.errors import StatusCode
-from pytest_talos.releases import RELEASES, Release
+from pytest_talos.releases import Release
 
 __all__ = ["StateServicer", "encode_resource", "matches_label_query"]
 
@@ -103,13 +103,9 @@ def _not_found(namespace: str, type_: str, id_: str) -> RPCFailure:
 
 
 @functools.cache
-def _definitions_by_line(line: str) -> Mapping[str, ResourceDefinition]:
-    return {definition.id: definition for definition in definitions_on(RELEASES[line]).values()}
-
-
 def _definitions_by_id(release: Release) -> Mapping[str, ResourceDefinition]:
     """The node release's definitions by id (the lower-cased type), as access.go looks up."""
-    return _definitions_by_line(release.line)
+    return {definition.id: definition for definition in definitions_on(release).values()}
 
 
 # CosiQuirk.COSI_SERVES_UNLISTED_SECRETS: a type served although no ResourceDefinition lists it
