@@ -17,7 +17,7 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -35,10 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["RunSafety", "recover_command", "recover_targets"]
 
 
-def _raise_terminated(signum: int, frame: FrameType | None) -> None:
-    raise Terminated("SIGTERM received: stopping like Ctrl-C (nodes are restored first)")
-
-
 class RunSafety:
     """Per-run signal handling, registered as a plugin object by ``pytest_configure``."""
 
@@ -49,14 +45,35 @@ class RunSafety:
         self._shield: SignalShield | None = None
         self._sigterm_installed = False
         self._previous_announcer: Callable[[str], None] | None = None
+        self.finishing = False  # the session is finishing: its reports are being written
+        self.late_sigterm = False
 
     def install(self) -> None:
         if threading.current_thread() is threading.main_thread():
             with contextlib.suppress(ValueError, OSError):
                 if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-                    signal.signal(signal.SIGTERM, _raise_terminated)
+                    signal.signal(signal.SIGTERM, self._on_sigterm)
                     self._sigterm_installed = True
         self._previous_announcer = set_announcer(self.announce)
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        """SIGTERM stops the run like Ctrl-C, except once the session is finishing: every
+        test has ended and the reports are being written, so raising there would cut the
+        report short and end in a traceback; the run exits when they are written, with the
+        exit code the report gives."""
+        if not self.finishing:
+            raise Terminated("SIGTERM received: stopping like Ctrl-C (nodes are restored first)")
+        if not self.late_sigterm:
+            self.late_sigterm = True
+            self.announce(
+                "talos: SIGTERM received while the run finishes (its reports are being "
+                "written): exiting when they are, with the run's own exit code"
+            )
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
+        self.finishing = True
+        return (yield)
 
     def uninstall(self) -> None:
         self.end_shield()

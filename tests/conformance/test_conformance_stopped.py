@@ -20,11 +20,20 @@ import pytest
 from tests.conformance.suite_runner import MATRIX_ARGS, SUITE, plugin_args, subprocess_env
 
 STOPMARK = """
-import os, pathlib
+import os, pathlib, time
 
 MARKS = pathlib.Path(os.environ["STOPMARK_DIR"])
 CRASH_AFTER = int(os.environ.get("STOPMARK_CRASH_AFTER", "0"))
 _done = []
+
+
+FINISH_PAUSE = float(os.environ.get("STOPMARK_FINISH_PAUSE", "0"))
+
+
+def pytest_sessionfinish(session):
+    if FINISH_PAUSE:  # a window for a signal while the run finishes
+        (MARKS / "finishing").write_text("")
+        time.sleep(FINISH_PAUSE)
 
 
 def pytest_runtest_logfinish(nodeid, location):
@@ -36,11 +45,19 @@ def pytest_runtest_logfinish(nodeid, location):
 AREAS = [str(SUITE / "immutability"), str(SUITE / "api"), str(SUITE / "services")]
 
 
-def _start(tmp_path: Path, *args: str, crash_after: int = 0) -> subprocess.Popen[str]:
+def _start(
+    tmp_path: Path, *args: str, crash_after: int = 0, finish_pause: float = 0
+) -> subprocess.Popen[str]:
     marks = tmp_path / "marks"
     marks.mkdir()
     (tmp_path / "stopmark.py").write_text(STOPMARK)
-    env = subprocess_env({"STOPMARK_DIR": str(marks), "STOPMARK_CRASH_AFTER": str(crash_after)})
+    env = subprocess_env(
+        {
+            "STOPMARK_DIR": str(marks),
+            "STOPMARK_CRASH_AFTER": str(crash_after),
+            "STOPMARK_FINISH_PAUSE": str(finish_pause),
+        }
+    )
     env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
     argv = [
         sys.executable,
@@ -150,3 +167,19 @@ def test_a_killed_run_leaves_a_not_finished_report(tmp_path: Path) -> None:
     assert results["run"]["stopped"]["planned"] > 3
     html = (tmp_path / "report" / "report.html").read_text()
     assert '<div class="verdict NOT-FINISHED">NOT FINISHED</div>' in html
+
+
+def test_a_sigterm_while_the_run_finishes_lets_the_report_complete(tmp_path: Path) -> None:
+    """Every test ran: a SIGTERM while the reports are written (a CI job cancelled at the
+    very end) must neither cut them short nor end in a traceback; the process exits with
+    the code the report gives."""
+    process = _start(tmp_path, finish_pause=1.5)
+    _wait_for(tmp_path / "marks" / "finishing", process)
+    process.send_signal(signal.SIGTERM)
+    output = process.communicate(timeout=120)[0]
+    assert process.returncode == pytest.ExitCode.OK, output
+    assert "Traceback" not in output and "Terminated" not in output, output
+    assert "talos: SIGTERM received while the run finishes" in output
+    results = _results(tmp_path)
+    assert (results["verdict"], results["exit_code"]) == ("PASSED", 0)
+    assert "conformance: verdict PASSED (exit 0)" in output
