@@ -13,7 +13,6 @@ from grpclib.exceptions import GRPCError
 from conformance._support import probes
 from pytest_talos._proto.machine import machine_pb2 as m
 from pytest_talos.client import _convert as convert
-from pytest_talos.client import _rpcs as rpcs
 from pytest_talos.errors import NotInRelease, PermissionDenied, Unimplemented
 from pytest_talos.releases import RELEASES, V1_12, V1_13, V1_14, Release, lacking
 from pytest_talos.talos_api import (
@@ -218,7 +217,7 @@ def test_the_reader_probes_send_no_image_removal_to_v1_12() -> None:
 def test_a_field_a_newer_release_adds_is_ignored_by_the_client() -> None:
     """The kit's protos are v1.13.9's; a v1.14 node may send fields they lack. protobuf keeps
     them as unknown fields, and the client's conversion reads only the fields it knows."""
-    reply = rpcs.VERSION.reply_type(
+    reply = m.VersionResponse(
         messages=[m.Version(version=m.VersionInfo(tag="v1.14.0", sha="7a84d742b"))]
     )
     # Field 99 (length-delimited) on the reply and on its Version message: numbers no
@@ -227,7 +226,8 @@ def test_a_field_a_newer_release_adds_is_ignored_by_the_client() -> None:
     inner = reply.messages[0].SerializeToString() + unknown
     wire = bytes([0x0A, len(inner)]) + inner + unknown
 
-    decoded = ProtoCodec().decode(wire, rpcs.VERSION.reply_type)
+    decoded = ProtoCodec().decode(wire, m.VersionResponse)
+    assert isinstance(decoded, m.VersionResponse)
     version = convert.version(decoded.messages[0], "10.5.0.3")
 
     assert (version.tag, version.sha, version.node) == ("v1.14.0", "7a84d742b", "10.5.0.3")
