@@ -8,6 +8,7 @@ server has confirmed the stream (so a subscription misses nothing that happens l
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import os
@@ -29,6 +30,7 @@ __all__ = ["StreamIterator", "TalosClient"]
 P = ParamSpec("P")
 T = TypeVar("T")
 _JOIN_TIMEOUT = 5.0  # seconds to wait for the loop thread when closing
+_CANCEL_TIMEOUT = 2.0  # seconds for the calls still running at close to end
 
 
 class _LoopThread:
@@ -40,37 +42,67 @@ class _LoopThread:
         self._thread = threading.Thread(target=self._serve, name="pytest-talos-client", daemon=True)
         self._thread.start()
         self.stopped = False
+        self._stopping = threading.Lock()  # no call is scheduled once stop() began
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self.stopped:
-            coro.close()
-            raise TransportError(
-                "the Talos client is closed",
-                node=self.endpoint or None,
-                method=getattr(coro, "__qualname__", "").split(".")[-1] or None,
-            )
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("TalosClient was called from its own event loop thread")
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        with self._stopping:
+            if self.stopped:
+                coro.close()
+                raise TransportError(
+                    "the Talos client is closed",
+                    node=self.endpoint or None,
+                    method=getattr(coro, "__qualname__", "").split(".")[-1] or None,
+                )
+            future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return future.result()
+        except concurrent.futures.CancelledError:
+            if not self.stopped:
+                raise
+            # closed (the run ended) while another thread's call ran: an error, not a hang
+            raise TransportError(
+                "the Talos client was closed while this call ran",
+                node=self.endpoint or None,
+                method=getattr(coro, "__qualname__", "").split(".")[-1] or None,
+            ) from None
         except BaseException:
             future.cancel()  # e.g. KeyboardInterrupt while waiting
             raise
 
     def stop(self) -> None:
-        if self.stopped:
-            return
-        self.stopped = True
+        with self._stopping:
+            if self.stopped:
+                return
+            self.stopped = True
+        if threading.current_thread() is not self._thread:
+            # Calls other threads still wait on (a fan-out's reads when a run is stopped)
+            # are cancelled while the loop runs, so that those threads wake with an error;
+            # a loop stopped under them would leave them waiting forever (and the
+            # interpreter, which joins them, with them).
+            pending = asyncio.run_coroutine_threadsafe(_cancel_pending(), self.loop)
+            with contextlib.suppress(Exception):
+                pending.result(_CANCEL_TIMEOUT + 1)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(_JOIN_TIMEOUT)
         if not self._thread.is_alive():
             self.loop.close()
+
+
+async def _cancel_pending() -> None:
+    """Cancel every other task on this loop and give them up to _CANCEL_TIMEOUT s to end."""
+    current = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not current]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=_CANCEL_TIMEOUT)
 
 
 async def _next(stream: OpenedStream[T]) -> T:
