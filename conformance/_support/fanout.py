@@ -14,6 +14,12 @@ hands each per-node test its node's result, as long as that result is fresh enou
 
 The reads go through the synchronous client, whose calls run on its one background event
 loop: the threads only wait, the calls share that loop and each node's channel.
+
+A read-only per-node check runs whole this way (:func:`run_checked`): its body, on a node
+that refuses changes, with the evidence it gathers and what it raised (a
+ConformanceFailure, a skip, an API error) handed to its node's test, which re-raises it.
+The body is the same, read in the same order on the same node; only the moment differs,
+bounded by ``max_age``, and a read made before a change of the run's is not used.
 """
 
 from __future__ import annotations
@@ -23,15 +29,21 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from pytest_talos.node import TalosNode
+from pytest_talos.node import ReadOnlyGuard, TalosNode
 
-__all__ = ["MAX_READERS", "FanOut", "Fetched"]
+__all__ = ["MAX_READERS", "READ_MAX_AGE", "CheckedRead", "FanOut", "Fetched", "run_checked"]
 
 T = TypeVar("T")
 
 MAX_READERS = 32  # threads reading at once: each mostly waits for its node's deadline
+# real seconds a read-only check's run stays fresh for its node's test: a fleet's tests of
+# one check follow each other at once, judging what was read
+READ_MAX_AGE = 20.0
+_READ_ONLY = ReadOnlyGuard(
+    "a read-only check run on every node at once refuses changes (it only reads its node)"
+)
 
 
 @dataclass(frozen=True)
@@ -107,3 +119,37 @@ class FanOut(Generic[T]):
         began = time.monotonic()
         value = self._read(node)
         return Fetched(value, began, time.monotonic())
+
+
+# A read-only check's body: its node, the evidence it fills in and its check id; it returns
+# nothing and raises what its test would raise.
+ReadCheck = Callable[[TalosNode, dict[str, Any], str], None]
+
+
+@dataclass(frozen=True)
+class CheckedRead:
+    """A read-only check's run on one node: the evidence it gathered, what it raised (or
+    None), and how many changes the run had made when it began."""
+
+    evidence: dict[str, Any]
+    raised: BaseException | None
+    changes: int
+
+    def deliver(self, evidence: dict[str, Any]) -> None:
+        """Hand the run to its node's test: the evidence, then what the check raised."""
+        evidence.update(self.evidence)
+        if self.raised is not None:
+            raise self.raised
+
+
+def run_checked(
+    check: ReadCheck, check_id: str, changes: Callable[[], int], node: TalosNode
+) -> CheckedRead:
+    """``check`` on ``node`` (guarded read-only), its outcome kept rather than raised."""
+    began = changes()
+    evidence: dict[str, Any] = {}
+    try:
+        check(node.with_guard(_READ_ONLY), evidence, check_id)
+    except BaseException as exc:  # handed to the node's test (a failure, a skip, an error)
+        return CheckedRead(evidence, exc, began)
+    return CheckedRead(evidence, None, began)

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import pytest
 
 from conformance._support.context import ReaderAccess, Timing
+from conformance._support.fanout import READ_MAX_AGE, CheckedRead, FanOut, ReadCheck, run_checked
 from conformance._support.node_runs import NodeCheck, NodeRuns
 from conformance._support.observe import READY_STABLE_FOR, Observation, WatchWindow
 from conformance._support.reach import DIRECT_REACH_CHECKS, DirectReach
@@ -200,6 +201,33 @@ def nodes_checked_by(
         and item.get_closest_marker("skip") is None
     }
     return [node for node in cluster.reachable if node.name in names]
+
+
+def checked_at_once(
+    request: pytest.FixtureRequest,
+    test: Callable[..., Any],
+    check: ReadCheck,
+    *,
+    max_age: float = READ_MAX_AGE,
+) -> FanOut[CheckedRead]:
+    """For a module fixture: the read-only ``check`` run on every node ``test`` checks, all
+    at once, by the first of its tests (see :mod:`conformance._support.fanout`); each test
+    delivers its node's run. A run begun before a change of the run's is not used (the
+    test runs the check itself). Under pytest-xdist each test runs its own node's check
+    (which nodes a worker gets is not known beforehand: each would read them all)."""
+    cluster: TalosCluster = request.getfixturevalue("talos_cluster")
+    gate = cluster.client.change_gate
+
+    def changes() -> int:
+        return 0 if gate is None else gate.changes
+
+    nodes = [] if is_worker(request.config) else nodes_checked_by(request, test, cluster)
+    return FanOut(
+        nodes,
+        partial(run_checked, check, marked_check(test).id, changes),
+        max_age=max_age,
+        usable=lambda read: read.changes == changes(),
+    )
 
 
 def node_runs(

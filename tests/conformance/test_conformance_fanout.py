@@ -5,12 +5,14 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, cast
 
 import pytest
 
-from conformance._support.fanout import FanOut
-from pytest_talos.node import TalosNode
+from conformance._support.fanout import FanOut, run_checked
+from pytest_talos.errors import ConformanceFailure
+from pytest_talos.node import ReadOnlyGuard, TalosNode
 
 
 @dataclass(frozen=True)
@@ -123,3 +125,88 @@ def test_a_node_that_failed_raises_for_its_test_only() -> None:
         fan.get(nodes[0])
     assert fan.get(nodes[1]) == "read 10.0.0.2 #1"
     assert fan.rounds == 1  # the failure did not make the others read again
+
+
+# --------------------------------------------------------------------------- checks run whole
+
+
+@dataclass(frozen=True)
+class _GuardedNode:
+    address: str
+    guard: object = None
+
+    def with_guard(self, guard: object) -> _GuardedNode:
+        return _GuardedNode(self.address, guard)
+
+
+def test_a_read_only_check_runs_on_a_node_that_refuses_changes() -> None:
+    seen: list[object] = []
+
+    def check(node: Any, evidence: dict[str, Any], check_id: str) -> None:
+        seen.append(node.guard)
+        evidence["id"] = check_id
+
+    read = run_checked(
+        check, "api.resources-readable", lambda: 3, cast(TalosNode, _GuardedNode("n"))
+    )
+
+    assert isinstance(seen[0], ReadOnlyGuard)
+    assert (read.evidence, read.raised, read.changes) == ({"id": "api.resources-readable"}, None, 3)
+
+
+def test_a_check_run_hands_its_test_the_evidence_then_what_it_raised() -> None:
+    failure = ConformanceFailure("services.logs-readable", "some service logs cannot be read")
+
+    def check(node: Any, evidence: dict[str, Any], check_id: str) -> None:
+        evidence["log bytes (tail)"] = {"apid": 0}
+        raise failure
+
+    read = run_checked(
+        check, "services.logs-readable", lambda: 0, cast(TalosNode, _GuardedNode("n"))
+    )
+    evidence: dict[str, Any] = {"node": "n"}
+
+    with pytest.raises(ConformanceFailure) as raised:
+        read.deliver(evidence)
+    assert raised.value is failure
+    assert evidence == {"node": "n", "log bytes (tail)": {"apid": 0}}
+
+
+def test_a_check_run_keeps_a_skip_for_its_test() -> None:
+    def check(node: Any, evidence: dict[str, Any], check_id: str) -> None:
+        evidence["scanned"] = False
+        pytest.skip("reached only through the endpoint")
+
+    read = run_checked(
+        check, "immutability.no-shell-or-ssh", lambda: 0, cast(TalosNode, _GuardedNode("n"))
+    )
+    evidence: dict[str, Any] = {}
+
+    with pytest.raises(pytest.skip.Exception, match="only through the endpoint"):
+        read.deliver(evidence)
+    assert evidence == {"scanned": False}
+
+
+def test_a_check_run_begun_before_a_change_is_run_again_by_its_test() -> None:
+    changes = [0]
+    runs: list[str] = []
+
+    both_began = threading.Barrier(2, timeout=10)
+
+    def check(node: Any, evidence: dict[str, Any], check_id: str) -> None:
+        runs.append(node.address)
+        if len(runs) <= 2:
+            both_began.wait()  # the fan-out's two runs began before the change
+
+    nodes = [cast(TalosNode, _GuardedNode(f"10.0.0.{i}")) for i in (1, 2)]
+    fan = FanOut(
+        nodes,
+        partial(run_checked, check, "x", lambda: changes[0]),
+        max_age=60.0,
+        usable=lambda read: read.changes == changes[0],
+    )
+    fan.get(nodes[0])
+    changes[0] += 1  # a mutating check changed a node after the fan-out began
+    fan.get(nodes[1])
+
+    assert sorted(runs) == ["10.0.0.1", "10.0.0.2", "10.0.0.2"]
