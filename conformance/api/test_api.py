@@ -20,8 +20,8 @@ import pytest
 from conformance._support import probes
 from conformance._support.context import ReaderAccess
 from conformance._support.early import Expired
-from conformance._support.fanout import FanOut
-from conformance._support.fixtures import nodes_checked_by
+from conformance._support.fanout import CheckedRead, FanOut
+from conformance._support.fixtures import checked_at_once, nodes_checked_by
 from conformance.cluster.discovery import discovery_enabled
 from pytest_talos import models
 from pytest_talos.cluster import TalosCluster
@@ -737,7 +737,21 @@ def test_reader_cannot_mint_admin_configuration(
     claim="The resource API lists its resource definitions and the core resources",
 )
 def test_core_resources_are_readable(
-    talos_node: TalosNode, talos_evidence: dict[str, Any], talos_check_spec: CheckSpec
+    talos_node: TalosNode,
+    talos_evidence: dict[str, Any],
+    core_resource_reads: FanOut[CheckedRead],
+) -> None:
+    core_resource_reads.get(talos_node).deliver(talos_evidence)
+
+
+@pytest.fixture(scope="module")
+def core_resource_reads(request: pytest.FixtureRequest) -> FanOut[CheckedRead]:
+    """The core resources listed on every checked node at once (some 20 calls a node)."""
+    return checked_at_once(request, test_core_resources_are_readable, _core_resources_readable)
+
+
+def _core_resources_readable(
+    talos_node: TalosNode, talos_evidence: dict[str, Any], check_id: str
 ) -> None:
     definitions = talos_node.client.resource_definitions(refresh=True)
     known = {d.resource_type for d in definitions}
@@ -762,7 +776,7 @@ def test_core_resources_are_readable(
     }
     if broken:
         raise ConformanceFailure(
-            talos_check_spec.id,
+            check_id,
             "core resources cannot be listed",
             node=talos_node.name,
             expected="every core resource type defined and listed with at least one item",

@@ -9,12 +9,13 @@ or busybox, and no package manager. ``docker exec <node> sh`` has been seen to e
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
 
-from conformance._support.fanout import FanOut
-from conformance._support.fixtures import nodes_checked_by
+from conformance._support.fanout import CheckedRead, FanOut
+from conformance._support.fixtures import checked_at_once, nodes_checked_by
 from conformance._support.reach import PORT_22_NEEDS, DirectReach
 from conformance.immutability.port_reads import (
     PortRead,
@@ -51,13 +52,29 @@ from pytest_talos.plugin.conformance.settings import SuiteSettings
     claim="The node has no shell, busybox or SSH: the Talos API is the only way in",
 )
 def test_node_has_no_shell_and_no_ssh(
-    talos_node: TalosNode,
-    talos_suite: SuiteSettings,
-    talos_evidence: dict[str, Any],
-    talos_direct_reach: DirectReach,
+    talos_node: TalosNode, talos_evidence: dict[str, Any], shell_reads: FanOut[CheckedRead]
 ) -> None:
-    container = talos_node.hostname if talos_suite.docker else None
-    unreached = talos_direct_reach.reason(talos_node, PORT_22_NEEDS)
+    shell_reads.get(talos_node).deliver(talos_evidence)
+
+
+@pytest.fixture(scope="module")
+def shell_reads(
+    request: pytest.FixtureRequest, talos_suite: SuiteSettings, talos_direct_reach: DirectReach
+) -> FanOut[CheckedRead]:
+    """Every checked node searched for shells and SSH at once (a listing a directory)."""
+    check = partial(_no_shell_or_ssh, talos_suite.docker, talos_direct_reach)
+    return checked_at_once(request, test_node_has_no_shell_and_no_ssh, check)
+
+
+def _no_shell_or_ssh(
+    docker: bool,
+    reach: DirectReach,
+    talos_node: TalosNode,
+    talos_evidence: dict[str, Any],
+    _check_id: str,
+) -> None:
+    container = talos_node.hostname if docker else None
+    unreached = reach.reason(talos_node, PORT_22_NEEDS)
     result = assert_no_shell(talos_node, docker_container=container, scan_port_22=unreached is None)
     talos_evidence.update(result.evidence)
     if result.notes:
@@ -108,7 +125,19 @@ def test_root_filesystem_is_read_only(
     claim="No package manager is installed: software arrives only as system extensions",
 )
 def test_node_has_no_package_manager(
-    talos_node: TalosNode, talos_evidence: dict[str, Any], talos_check_spec: CheckSpec
+    talos_node: TalosNode, talos_evidence: dict[str, Any], package_reads: FanOut[CheckedRead]
+) -> None:
+    package_reads.get(talos_node).deliver(talos_evidence)
+
+
+@pytest.fixture(scope="module")
+def package_reads(request: pytest.FixtureRequest) -> FanOut[CheckedRead]:
+    """Every checked node searched for package managers at once."""
+    return checked_at_once(request, test_node_has_no_package_manager, _no_package_manager)
+
+
+def _no_package_manager(
+    talos_node: TalosNode, talos_evidence: dict[str, Any], check_id: str
 ) -> None:
     found, searched, absent = find_programs(talos_node, PACKAGE_MANAGERS, PACKAGE_DIRECTORIES)
     talos_evidence["directories searched"] = ", ".join(searched)
@@ -116,7 +145,7 @@ def test_node_has_no_package_manager(
         talos_evidence["directories absent"] = ", ".join(absent)
     if found:
         raise ConformanceFailure(
-            talos_check_spec.id,
+            check_id,
             "package manager binaries are installed",
             node=talos_node.name,
             expected="none of "

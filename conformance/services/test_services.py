@@ -31,7 +31,8 @@ from typing import Any
 import pytest
 
 from conformance._support.context import Timing
-from conformance._support.fanout import FanOut
+from conformance._support.fanout import CheckedRead, FanOut
+from conformance._support.fixtures import checked_at_once
 from conformance._support.observe import Observation
 from conformance.services.logs import QUIET_SERVICES, log_problem
 from pytest_talos import models
@@ -559,7 +560,19 @@ def test_no_service_restarted_recently(
     "runs has written to it",
 )
 def test_every_service_log_is_readable(
-    talos_node: TalosNode, talos_evidence: dict[str, Any], talos_check_spec: CheckSpec
+    talos_node: TalosNode, talos_evidence: dict[str, Any], service_log_reads: FanOut[CheckedRead]
+) -> None:
+    service_log_reads.get(talos_node).deliver(talos_evidence)
+
+
+@pytest.fixture(scope="module")
+def service_log_reads(request: pytest.FixtureRequest) -> FanOut[CheckedRead]:
+    """Every service's log tail read on every checked node at once (a call a service)."""
+    return checked_at_once(request, test_every_service_log_is_readable, _service_logs_readable)
+
+
+def _service_logs_readable(
+    talos_node: TalosNode, talos_evidence: dict[str, Any], check_id: str
 ) -> None:
     sizes: dict[str, int] = {}
     failures: dict[str, str] = {}
@@ -577,7 +590,7 @@ def test_every_service_log_is_readable(
     talos_evidence["log bytes (tail)"] = sizes
     if failures:
         raise ConformanceFailure(
-            talos_check_spec.id,
+            check_id,
             "some service logs cannot be read",
             node=talos_node.name,
             expected="every ServiceList service has a readable log, not empty while it runs "
