@@ -139,6 +139,15 @@ class TalosCluster:
         """The ``index``-th control plane (by hostname)."""
         return self._pick(self.controlplanes, "control plane", index)
 
+    def controlplane_client(self) -> TalosClient:
+        """A client for the calls only a control plane serves (Kubeconfig,
+        GenerateClientConfiguration): the first control plane among the targets, else the
+        endpoint itself, asked with no node metadata so that its apid answers as itself (a
+        talosconfig's endpoints are the control planes, or a load balancer in front of
+        them). A run that targets only workers still reaches Kubernetes."""
+        controlplanes = self.controlplanes
+        return controlplanes[0].client if controlplanes else self.client
+
     def worker(self, index: int = 0) -> TalosNode:
         """The ``index``-th worker (by hostname)."""
         return self._pick(self.workers, "worker", index)
@@ -155,8 +164,9 @@ class TalosCluster:
     # ------------------------------------------------------------------ Kubernetes
 
     def kubeconfig(self) -> bytes:
-        """The admin kubeconfig from the first control plane (holds a client key)."""
-        return self.controlplane().client.kubeconfig()
+        """The admin kubeconfig from the first control plane, or the endpoint when no
+        target is one (holds a client key)."""
+        return self.controlplane_client().kubeconfig()
 
     @property
     def kubernetes(self) -> KubernetesAccess:

@@ -164,8 +164,8 @@ def talos_kubernetes(talos_cluster: TalosCluster) -> KubernetesAccess:
 def talos_reader(talos_cluster: TalosCluster) -> Iterator[ReaderAccess]:
     """A reader-role client from GenerateClientConfiguration (skips when unavailable)."""
     try:
-        issuer = talos_cluster.controlplane()
-        creds = issuer.client.generate_client_configuration(["os:reader"], 3600)
+        issuer = talos_cluster.controlplane_client()
+        creds = issuer.generate_client_configuration(["os:reader"], 3600)
     except TalosError as exc:
         yield ReaderAccess(
             None,
@@ -228,6 +228,17 @@ def checked_at_once(
         max_age=max_age,
         usable=lambda read: read.changes == changes(),
     )
+
+
+def read_at_once(test_name: str, check: ReadCheck, doc: str) -> Any:
+    """A module fixture (assign it to the name the test asks for) of :func:`checked_at_once`
+    for the module's test ``test_name``."""
+
+    def reads(request: pytest.FixtureRequest) -> FanOut[CheckedRead]:
+        return checked_at_once(request, getattr(request.module, test_name), check)
+
+    reads.__doc__ = doc
+    return pytest.fixture(scope="module")(reads)
 
 
 def node_runs(

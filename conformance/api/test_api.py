@@ -21,7 +21,7 @@ from conformance._support import probes
 from conformance._support.context import ReaderAccess
 from conformance._support.early import Expired
 from conformance._support.fanout import CheckedRead, FanOut
-from conformance._support.fixtures import checked_at_once, nodes_checked_by
+from conformance._support.fixtures import nodes_checked_by, read_at_once
 from conformance.cluster.discovery import discovery_enabled
 from pytest_talos import models
 from pytest_talos.cluster import TalosCluster
@@ -126,7 +126,7 @@ def role_credentials(talos_cluster: TalosCluster) -> dict[str, models.ClientConf
     found: dict[str, models.ClientConfiguration | str] = {}
     for role in (READER, OPERATOR):
         try:
-            client = talos_cluster.controlplane().client
+            client = talos_cluster.controlplane_client()
             found[role] = client.generate_client_configuration([role], 3600)
         except TalosError as exc:
             found[role] = (
@@ -187,7 +187,7 @@ def _reader_refused(
 @pytest.fixture(scope="module")
 def admin_kubeconfig(talos_cluster: TalosCluster) -> bytes | str:
     try:
-        return talos_cluster.controlplane().client.kubeconfig()
+        return talos_cluster.controlplane_client().kubeconfig()
     except TalosError as exc:
         return f"no admin kubeconfig to take a Kubernetes-CA certificate from ({exc})"
 
@@ -744,12 +744,6 @@ def test_core_resources_are_readable(
     core_resource_reads.get(talos_node).deliver(talos_evidence)
 
 
-@pytest.fixture(scope="module")
-def core_resource_reads(request: pytest.FixtureRequest) -> FanOut[CheckedRead]:
-    """The core resources listed on every checked node at once (some 20 calls a node)."""
-    return checked_at_once(request, test_core_resources_are_readable, _core_resources_readable)
-
-
 def _core_resources_readable(
     talos_node: TalosNode, talos_evidence: dict[str, Any], check_id: str
 ) -> None:
@@ -782,6 +776,13 @@ def _core_resources_readable(
             expected="every core resource type defined and listed with at least one item",
             observed="; ".join(f"{k}: {v}" for k, v in broken.items()),
         )
+
+
+core_resource_reads = read_at_once(
+    "test_core_resources_are_readable",
+    _core_resources_readable,
+    "The core resources listed on every checked node at once (some 20 calls a node).",
+)
 
 
 @pytest.mark.talos_mutating

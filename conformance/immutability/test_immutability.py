@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from conformance._support.fanout import CheckedRead, FanOut
-from conformance._support.fixtures import checked_at_once, nodes_checked_by
+from conformance._support.fixtures import checked_at_once, nodes_checked_by, read_at_once
 from conformance._support.reach import PORT_22_NEEDS, DirectReach
 from conformance.immutability.port_reads import (
     PortRead,
@@ -130,12 +130,6 @@ def test_node_has_no_package_manager(
     package_reads.get(talos_node).deliver(talos_evidence)
 
 
-@pytest.fixture(scope="module")
-def package_reads(request: pytest.FixtureRequest) -> FanOut[CheckedRead]:
-    """Every checked node searched for package managers at once."""
-    return checked_at_once(request, test_node_has_no_package_manager, _no_package_manager)
-
-
 def _no_package_manager(
     talos_node: TalosNode, talos_evidence: dict[str, Any], check_id: str
 ) -> None:
@@ -153,6 +147,13 @@ def _no_package_manager(
             + " (nor an alias such as apk.static or dnf5)",
             observed=", ".join(found),
         )
+
+
+package_reads = read_at_once(
+    "test_node_has_no_package_manager",
+    _no_package_manager,
+    "Every checked node searched for package managers at once.",
+)
 
 
 @pytest.mark.talos_check(

@@ -32,7 +32,7 @@ import pytest
 
 from conformance._support.context import Timing
 from conformance._support.fanout import CheckedRead, FanOut
-from conformance._support.fixtures import checked_at_once
+from conformance._support.fixtures import read_at_once
 from conformance._support.observe import Observation
 from conformance.services.logs import QUIET_SERVICES, log_problem
 from pytest_talos import models
@@ -565,12 +565,6 @@ def test_every_service_log_is_readable(
     service_log_reads.get(talos_node).deliver(talos_evidence)
 
 
-@pytest.fixture(scope="module")
-def service_log_reads(request: pytest.FixtureRequest) -> FanOut[CheckedRead]:
-    """Every service's log tail read on every checked node at once (a call a service)."""
-    return checked_at_once(request, test_every_service_log_is_readable, _service_logs_readable)
-
-
 def _service_logs_readable(
     talos_node: TalosNode, talos_evidence: dict[str, Any], check_id: str
 ) -> None:
@@ -597,6 +591,13 @@ def _service_logs_readable(
             "(but for " + ", ".join(sorted(QUIET_SERVICES)) + " and extension services)",
             observed="; ".join(f"{k}: {v}" for k, v in sorted(failures.items())),
         )
+
+
+service_log_reads = read_at_once(
+    "test_every_service_log_is_readable",
+    _service_logs_readable,
+    "Every service's log tail read on every checked node at once (a call a service).",
+)
 
 
 def _disagreements(node: TalosNode) -> dict[str, str]:

@@ -246,3 +246,22 @@ def test_a_discovered_control_plane_gone_from_etcd_is_no_fault_of_the_targets(
     assert run.outcomes()[ETCD] == {"passed"}, run.describe()
     both = run_suite([*args, *MATRIX_ARGS], tmp_path / "both", paths=[str(SUITE / "cluster")])
     assert both.outcomes()[ETCD] == {"failed"}, both.describe()
+
+
+def test_a_run_that_targets_only_a_worker_reaches_kubernetes_through_the_endpoint(
+    tmp_path: Path,
+) -> None:
+    """Kubeconfig and GenerateClientConfiguration are served by a control plane: with none
+    among the targets they go to the endpoint (a control plane, as a talosconfig's endpoints
+    are). Before, the kubeconfig failed and the early Ready watch's setup error failed the
+    run's first check, api.version-answers, on a healthy cluster."""
+    run = run_suite(
+        ["--talos-emulator", *MATRIX_ARGS, "--talos-nodes", "talos-default-worker-1"],
+        tmp_path / "worker",
+        paths=[str(SUITE / "api" / "test_api.py"), str(SUITE / "kubernetes")],
+    )
+    outcomes = run.outcomes()
+    assert outcomes["api.version-answers"] == {"passed"}, run.describe()
+    assert outcomes["kubernetes.node-ready"] == {"passed"}, run.describe()
+    assert outcomes["api.reader-cannot-read-secrets"] == {"passed"}, run.describe()
+    assert "error" not in {o for found in outcomes.values() for o in found}, run.describe()
