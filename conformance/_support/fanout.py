@@ -29,11 +29,22 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Generic, TypeVar
 
+from pytest_talos.client import ChangeGate
 from pytest_talos.node import ReadOnlyGuard, TalosNode
 
-__all__ = ["MAX_READERS", "READ_MAX_AGE", "CheckedRead", "FanOut", "Fetched", "run_checked"]
+__all__ = [
+    "MAX_READERS",
+    "READ_MAX_AGE",
+    "CheckedRead",
+    "FanOut",
+    "Fetched",
+    "changes_made",
+    "checked_fanout",
+    "run_checked",
+]
 
 T = TypeVar("T")
 
@@ -121,6 +132,12 @@ class FanOut(Generic[T]):
         return Fetched(value, began, time.monotonic())
 
 
+def changes_made(gate: ChangeGate | None) -> int:
+    """Changes let through the gate (and announced to it) so far; 0 without a gate: a read
+    begun at a lower count may have seen the node before a change."""
+    return 0 if gate is None else gate.changes
+
+
 # A read-only check's body: its node, the evidence it fills in and its check id; it returns
 # nothing and raises what its test would raise.
 ReadCheck = Callable[[TalosNode, dict[str, Any], str], None]
@@ -143,13 +160,31 @@ class CheckedRead:
 
 
 def run_checked(
-    check: ReadCheck, check_id: str, changes: Callable[[], int], node: TalosNode
+    check: ReadCheck, check_id: str, gate: ChangeGate | None, node: TalosNode
 ) -> CheckedRead:
     """``check`` on ``node`` (guarded read-only), its outcome kept rather than raised."""
-    began = changes()
+    began = changes_made(gate)
     evidence: dict[str, Any] = {}
     try:
         check(node.with_guard(_READ_ONLY), evidence, check_id)
     except BaseException as exc:  # handed to the node's test (a failure, a skip, an error)
         return CheckedRead(evidence, exc, began)
     return CheckedRead(evidence, None, began)
+
+
+def checked_fanout(
+    nodes: Sequence[TalosNode],
+    check: ReadCheck,
+    check_id: str,
+    gate: ChangeGate | None,
+    *,
+    max_age: float = READ_MAX_AGE,
+) -> FanOut[CheckedRead]:
+    """``check`` run on every one of ``nodes`` at once; a node's run is served to its test
+    within ``max_age`` and only if no change went through ``gate`` since it began."""
+    return FanOut(
+        nodes,
+        partial(run_checked, check, check_id, gate),
+        max_age=max_age,
+        usable=lambda read: read.changes == changes_made(gate),
+    )

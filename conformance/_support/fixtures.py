@@ -11,7 +11,13 @@ from typing import Any, TypeVar
 import pytest
 
 from conformance._support.context import ReaderAccess, Timing
-from conformance._support.fanout import READ_MAX_AGE, CheckedRead, FanOut, ReadCheck, run_checked
+from conformance._support.fanout import (
+    READ_MAX_AGE,
+    CheckedRead,
+    FanOut,
+    ReadCheck,
+    checked_fanout,
+)
 from conformance._support.node_runs import NodeCheck, NodeRuns
 from conformance._support.observe import READY_STABLE_FOR, Observation, WatchWindow
 from conformance._support.reach import DIRECT_REACH_CHECKS, DirectReach
@@ -216,17 +222,9 @@ def checked_at_once(
     test runs the check itself). Under pytest-xdist each test runs its own node's check
     (which nodes a worker gets is not known beforehand: each would read them all)."""
     cluster: TalosCluster = request.getfixturevalue("talos_cluster")
-    gate = cluster.client.change_gate
-
-    def changes() -> int:
-        return 0 if gate is None else gate.changes
-
     nodes = [] if is_worker(request.config) else nodes_checked_by(request, test, cluster)
-    return FanOut(
-        nodes,
-        partial(run_checked, check, marked_check(test).id, changes),
-        max_age=max_age,
-        usable=lambda read: read.changes == changes(),
+    return checked_fanout(
+        nodes, check, marked_check(test).id, cluster.client.change_gate, max_age=max_age
     )
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from conformance._support.fanout import FanOut
+from conformance._support.fanout import FanOut, changes_made
 from conformance._support.reach import PORT_SCAN_NEEDS, DirectReach
 from conformance.kubernetes.node_addresses import ADDRESSES, LINKS, host_addresses
 from pytest_talos.checks import (
@@ -35,7 +35,6 @@ __all__ = [
     "FANOUT_MAX_AGE",
     "READERS",
     "PortRead",
-    "changes_made",
     "expected_pod_ports",
     "expected_udp_ports",
     "pod_ports_opted_in",
@@ -63,11 +62,6 @@ class PortRead:
     addresses_note: str | None
     observation: PortObservation
     unreached: str | None = None  # the skip reason: no direct reach, Netstat judged alone
-
-
-def changes_made(gate: ChangeGate | None) -> int:
-    """Changes let through the gate (and announced to it) so far; 0 without a gate."""
-    return 0 if gate is None else gate.changes
 
 
 def read_ports(

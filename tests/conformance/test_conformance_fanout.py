@@ -5,12 +5,12 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, cast
 
 import pytest
 
-from conformance._support.fanout import FanOut, run_checked
+from conformance._support.fanout import FanOut, checked_fanout, run_checked
+from pytest_talos.client import ChangeGate
 from pytest_talos.errors import ConformanceFailure
 from pytest_talos.node import ReadOnlyGuard, TalosNode
 
@@ -139,6 +139,13 @@ class _GuardedNode:
         return _GuardedNode(self.address, guard)
 
 
+def _gate(changes: int) -> ChangeGate:
+    gate = ChangeGate()
+    for _ in range(changes):
+        gate.note_change()
+    return gate
+
+
 def test_a_read_only_check_runs_on_a_node_that_refuses_changes() -> None:
     seen: list[object] = []
 
@@ -147,7 +154,7 @@ def test_a_read_only_check_runs_on_a_node_that_refuses_changes() -> None:
         evidence["id"] = check_id
 
     read = run_checked(
-        check, "api.resources-readable", lambda: 3, cast(TalosNode, _GuardedNode("n"))
+        check, "api.resources-readable", _gate(3), cast(TalosNode, _GuardedNode("n"))
     )
 
     assert isinstance(seen[0], ReadOnlyGuard)
@@ -161,9 +168,7 @@ def test_a_check_run_hands_its_test_the_evidence_then_what_it_raised() -> None:
         evidence["log bytes (tail)"] = {"apid": 0}
         raise failure
 
-    read = run_checked(
-        check, "services.logs-readable", lambda: 0, cast(TalosNode, _GuardedNode("n"))
-    )
+    read = run_checked(check, "services.logs-readable", None, cast(TalosNode, _GuardedNode("n")))
     evidence: dict[str, Any] = {"node": "n"}
 
     with pytest.raises(ConformanceFailure) as raised:
@@ -178,7 +183,7 @@ def test_a_check_run_keeps_a_skip_for_its_test() -> None:
         pytest.skip("reached only through the endpoint")
 
     read = run_checked(
-        check, "immutability.no-shell-or-ssh", lambda: 0, cast(TalosNode, _GuardedNode("n"))
+        check, "immutability.no-shell-or-ssh", None, cast(TalosNode, _GuardedNode("n"))
     )
     evidence: dict[str, Any] = {}
 
@@ -188,7 +193,7 @@ def test_a_check_run_keeps_a_skip_for_its_test() -> None:
 
 
 def test_a_check_run_begun_before_a_change_is_run_again_by_its_test() -> None:
-    changes = [0]
+    gate = ChangeGate()
     runs: list[str] = []
 
     both_began = threading.Barrier(2, timeout=10)
@@ -199,14 +204,9 @@ def test_a_check_run_begun_before_a_change_is_run_again_by_its_test() -> None:
             both_began.wait()  # the fan-out's two runs began before the change
 
     nodes = [cast(TalosNode, _GuardedNode(f"10.0.0.{i}")) for i in (1, 2)]
-    fan = FanOut(
-        nodes,
-        partial(run_checked, check, "x", lambda: changes[0]),
-        max_age=60.0,
-        usable=lambda read: read.changes == changes[0],
-    )
+    fan = checked_fanout(nodes, check, "x", gate)
     fan.get(nodes[0])
-    changes[0] += 1  # a mutating check changed a node after the fan-out began
+    gate.note_change()  # a mutating check changed a node after the fan-out began
     fan.get(nodes[1])
 
     assert sorted(runs) == ["10.0.0.1", "10.0.0.2", "10.0.0.2"]

@@ -10,7 +10,8 @@ from typing import cast
 
 import pytest
 
-from conformance.immutability.port_reads import PortRead, changes_made, port_fanout
+from conformance._support.fanout import changes_made
+from conformance.immutability.port_reads import PortRead, port_fanout
 from pytest_talos.checks import PortObservation
 from pytest_talos.client import ChangeGate
 from pytest_talos.errors import ChangeNotAllowed
