@@ -48,6 +48,7 @@ __all__ = [
     "NodeError",
     "NotFound",
     "NotInRelease",
+    "NotObserved",
     "NotSupportedInMode",
     "PermissionDenied",
     "ResourceExhausted",
@@ -353,6 +354,21 @@ class WaitTimeout(TalosError):
 
 class WaitCancelled(TalosError):
     """A wait ended early because its caller asked it to stop (the run is stopping)."""
+
+
+class NotObserved(TalosError):
+    """A check could not see what it judges: this machine read the node too late for a
+    window the node's own timer sets (a busy machine, a slow link), even after widening it.
+
+    Not a verdict on the node: the conformance plugin reports the check as skipped, "not
+    judged". ``.window`` is the last window tried (node seconds), ``.seen_after`` how long
+    after it opened the node was read (node seconds).
+    """
+
+    def __init__(self, message: str, *, window: float, seen_after: float, node: str | None = None):
+        super().__init__(message, node=node)
+        self.window = window
+        self.seen_after = seen_after
 
 
 class ConformanceFailure(AssertionError):

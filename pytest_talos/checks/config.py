@@ -21,6 +21,7 @@ from pytest_talos.errors import (
     ConformanceFailure,
     InvalidArgument,
     NotFound,
+    NotObserved,
     TalosError,
     WaitTimeout,
 )
@@ -40,12 +41,14 @@ from pytest_talos.wait import (
 __all__ = [
     "DEFAULT_STABLE_FOR",
     "EARLY_REVERT_FRACTION",
+    "TRY_ATTEMPTS",
     "PersistedConfig",
     "assert_config_unchanged_after_rejection",
     "assert_service_healthy_after_patch",
     "assert_try_reverts",
     "persisted_changes",
     "read_persisted_config",
+    "try_window_missed",
 ]
 
 # A crash-looping service is restarted every 5 s (internal/app/machined/pkg/system/runner/
@@ -58,6 +61,8 @@ DEFAULT_STABLE_FOR = 12.0
 # the revert after it happened; load only delays both. The 20 % margin is for a clock rate
 # that differs from the one stated (real clocks differ by parts per million).
 EARLY_REVERT_FRACTION = 0.8
+# Timers a try-mode check tries, each twice the last, before it says it could not observe.
+TRY_ATTEMPTS = 3
 _TRY_CHECK = "config.try-mode-reverts"
 _EVENT_LINES = 8
 _LOG_LINES = 30
@@ -333,6 +338,7 @@ def assert_try_reverts(
     settle: float = 0.0,
     cancelled: Cancelled | None = None,
     time_scale: float | None = None,
+    attempts: int = TRY_ATTEMPTS,
 ) -> CheckResult:
     """A try-mode apply takes effect, then the exact previous config comes back by itself.
 
@@ -341,43 +347,86 @@ def assert_try_reverts(
     reverted config must then stay as it is (bytes and version) for ``settle`` seconds.
     The ``persistent`` config (the next boot's) must not change at all: try mode sets only
     the active config, and so does its revert (``v1alpha1_server.go`` ApplyConfiguration,
-    ``v1alpha1_runtime.go`` RollbackToConfigAfter). With ``time_scale`` (the node clock's
-    rate against this machine's: 1 for a real node) a revert seen sooner than
-    :data:`EARLY_REVERT_FRACTION` of ``try_timeout`` node seconds after the apply was sent
-    fails (the timer fired early); without it the revert's timing is not judged.
+    ``v1alpha1_runtime.go`` RollbackToConfigAfter). ``time_scale`` is the node clock's rate
+    against this machine's (1, the default, for a real node). A revert seen sooner than
+    :data:`EARLY_REVERT_FRACTION` of the timer after the apply was sent fails (it fired
+    early); that is judged only when ``time_scale`` is given.
+
+    The tried config must be seen active, by a read right after the apply. A read that
+    comes later than the timer (a busy machine, a slow link) may already see the revert, so
+    an unchanged config there is no verdict: the apply is tried again with a timer twice as
+    long, up to ``attempts`` timers, and then :class:`~pytest_talos.errors.NotObserved` is
+    raised. An unchanged config read inside the timer fails.
     ``cancelled`` stops the waits early (WaitCancelled; the guard restores the node).
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
+    if attempts < 1:
+        raise ValueError(f"attempts must be at least 1, not {attempts}")
     check = _TRY_CHECK
+    rate = 1.0 if time_scale is None else time_scale
     with guarding(node, guard) as chosen:
         before, persisted = node.machine_config, read_persisted_config(node)
         data = node.patched_config(*as_patch_list(patch))
-        sent = time.monotonic()  # the node arms its timer after this
-        reply = node.apply_config(data, mode="try", guard=chosen, try_timeout=try_timeout)
-        tried = node.machine_config
-        evidence = {"apply": reply.mode_details}
-        if tried.raw == before.raw:
-            raise ConformanceFailure(
-                check,
-                "the try-mode apply did not change the active config",
-                node=node.name,
-                expected="the patched config active during the try window",
-                observed=f"still {config_summary(before.raw, before.version)}",
-                evidence=evidence,
+        evidence: dict[str, str] = {}
+        for attempt in range(attempts):
+            window = try_timeout * 2**attempt
+            sent = time.monotonic()  # the node arms its timer after this
+            reply = node.apply_config(data, mode="try", guard=chosen, try_timeout=window)
+            tried = node.machine_config
+            seen_after = (time.monotonic() - sent) * rate
+            evidence["apply"] = reply.mode_details
+            if tried.raw != before.raw:
+                break
+            if seen_after < window:
+                raise ConformanceFailure(
+                    check,
+                    "the try-mode apply did not change the active config",
+                    node=node.name,
+                    expected="the patched config active during the try window",
+                    observed=f"still {config_summary(before.raw, before.version)}, read "
+                    f"{seen_after:.1f} node seconds after the apply was sent, inside its "
+                    f"{window:g}s timer",
+                    evidence=evidence,
+                )
+            evidence[f"{window:g}s timer"] = (
+                f"not judged: read {seen_after:.1f} node seconds after the apply, when it may "
+                "have reverted already"
             )
+            _require_persisted_kept(node, chosen, persisted, "after a missed try window", evidence)
+        else:
+            raise try_window_missed(node, "the try-mode revert", try_timeout, attempts, seen_after)
         _require_persisted_kept(node, chosen, persisted, "during the try window", evidence)
-        limit = timeout if timeout is not None else try_timeout + 30.0
+        widened = window / try_timeout
+        limit = timeout * widened if timeout is not None else window + 30.0
         _wait_for_revert(node, chosen, before, limit, cancelled, evidence)
         waited = time.monotonic() - sent
         if time_scale is not None:
             evidence["reverted after"] = f"{waited * time_scale:.1f} node seconds"
-            _require_not_early(node, try_timeout, waited * time_scale, evidence)
+            _require_not_early(node, window, waited * time_scale, evidence)
         _require_persisted_kept(node, chosen, persisted, "after the revert", evidence)
         if settle > 0:
             _require_settled(node, chosen, settle, cancelled, evidence)
             _require_persisted_kept(node, chosen, persisted, "after the settle time", evidence)
     return CheckResult(
         check, node.name, {**evidence, "tried": config_summary(tried.raw, tried.version)}
+    )
+
+
+def try_window_missed(
+    node: TalosNode, what: str, first: float, attempts: int, seen_after: float
+) -> NotObserved:
+    """The NotObserved for a try-mode check whose every timer (``first`` node seconds, then
+    twice as long, ``attempts`` in all) ran out before this machine could read ``what``;
+    ``seen_after``: node seconds from the last apply to its read."""
+    timers = ", ".join(f"{first * 2**i:g}" for i in range(attempts))
+    return NotObserved(
+        f"{what}: after each try-mode apply (timers of "
+        f"{timers} node seconds) the node was read too late, when the revert may already "
+        f"have happened (last read {seen_after:.1f} node seconds after its apply). "
+        "Run on a less busy machine, or nearer the node.",
+        window=first * 2 ** (attempts - 1),
+        seen_after=seen_after,
+        node=node.name,
     )
 
 

@@ -1,7 +1,12 @@
 """The outcome "not judged: no direct reach": a check that needs its own connection to a
 node this machine does not reach (only the endpoint forwards to it) skips with a reason
 that starts with :data:`NO_DIRECT_REACH`, and the verdict names what was not judged
-(:func:`unjudged_reason`). Such a skip is neither a pass nor an error."""
+(:func:`unjudged_reason`). Such a skip is neither a pass nor an error.
+
+So is "not judged: read too late" (:data:`READ_TOO_LATE`): a check whose node sets its own
+timer (a try-mode revert) and that this machine could not read inside it, even widened (a
+busy machine, a slow link: ``errors.NotObserved``); the verdict names those too
+(:func:`too_late_reason`)."""
 
 from __future__ import annotations
 
@@ -10,9 +15,17 @@ from collections.abc import Iterable
 
 from pytest_talos.reporting.records import CheckRecord, shown_list
 
-__all__ = ["NO_DIRECT_REACH", "is_unreached", "no_reach_reason", "unjudged_reason"]
+__all__ = [
+    "NO_DIRECT_REACH",
+    "READ_TOO_LATE",
+    "is_unreached",
+    "no_reach_reason",
+    "too_late_reason",
+    "unjudged_reason",
+]
 
 NO_DIRECT_REACH = "not judged: no direct reach to "
+READ_TOO_LATE = "not judged: read too late: "
 # "not judged: no direct reach to NODE (ADDRESS tried: WHY)..."
 _PARSED = re.compile(re.escape(NO_DIRECT_REACH) + r"(?P<node>\S+) \((?P<tried>\S+) tried")
 
@@ -45,3 +58,21 @@ def unjudged_reason(records: Iterable[CheckRecord]) -> str | None:
     ids = sorted(checks)
     where = ", ".join(sorted(nodes))
     return f"not judged (no direct reach to {where}): {len(ids)} check(s): {shown_list(ids)}"
+
+
+def too_late_reason(records: Iterable[CheckRecord]) -> str | None:
+    """``not judged (read too late for the node's own timers ...): N check(s): ids``, or
+    None when every check could read its node in time."""
+    ids = sorted(
+        {
+            r.check_id
+            for r in records
+            if r.outcome == "skipped" and r.message.startswith(READ_TOO_LATE)
+        }
+    )
+    if not ids:
+        return None
+    return (
+        "not judged (this machine read the node too late for the node's own timers; run "
+        f"on a less busy machine or nearer the nodes): {len(ids)} check(s): {shown_list(ids)}"
+    )

@@ -6,7 +6,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_talos.reporting.reach import unjudged_reason
+from pytest_talos.reporting.reach import too_late_reason, unjudged_reason
 from pytest_talos.reporting.records import NEEDS_ADMIN, NOT_APPLICABLE, CheckRecord, shown_list
 from pytest_talos.reporting.severity import Severity, severity_rank
 
@@ -101,14 +101,15 @@ def decide_verdict(
     did not ask for), and every check of ``defining_areas`` (what the suite profile is for),
     ``exempt`` ids aside. PASSED otherwise.
 
-    Whatever the verdict, checks skipped because this machine has no direct reach to a node
-    (:mod:`.reach`) are named in one more reason: they were not judged there.
+    Whatever the verdict, checks skipped because this machine has no direct reach to a node,
+    or read a node too late for its own timer (:mod:`.reach`), are named in one more reason
+    each: they were not judged there.
     """
     verdict = _decide(records, gate, defining_areas, optional_areas, exempt, unreachable)
-    unjudged = unjudged_reason(records)
-    if unjudged is None:
+    unjudged = [why for why in (unjudged_reason(records), too_late_reason(records)) if why]
+    if not unjudged:
         return verdict
-    return Verdict(verdict.name, (*verdict.reasons, unjudged))
+    return Verdict(verdict.name, (*verdict.reasons, *unjudged))
 
 
 def _decide(

@@ -1,6 +1,7 @@
 """The config checks' other modes and the persistent config, run as a user runs the suite:
 each apply fault they were strengthened for breaks the one check it must (and says why), and
-config.persisted-matches-active runs without a desired state."""
+config.persisted-matches-active runs without a desired state; a link too slow for the try
+timers gives those checks no verdict."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from pytest_talos.reporting.reach import READ_TOO_LATE
 from tests.conformance.suite_runner import SUITE, SuiteRun, run_suite
 
 pytestmark = pytest.mark.slow
 
 CONFIG = str(SUITE / "config")
 STAGED = "config.persisted-matches-active"
+TRY, CANCEL = "config.try-mode-reverts", "config.apply-cancels-try-revert"
+CONTROL_PLANE = "talos-default-controlplane-1"
 
 
 def _run(tmp_path: Path, *args: str) -> SuiteRun:
@@ -100,3 +104,34 @@ def test_persisted_matches_active_needs_no_desired_state(tmp_path: Path) -> None
     assert "a change is waiting for the next reboot: the persistent config differs" in (
         staged.output
     )
+
+
+def test_a_link_too_slow_for_the_try_timers_gives_no_verdict_either_way(tmp_path: Path) -> None:
+    # 0.25 s per round trip at 200x: timers of 10, 20 and 40 node seconds (0.05 to 0.2 s)
+    # all end before an apply and a read come back, when an unchanged config may already be
+    # the revert. Neither check may fail (or pass) on what it could not see.
+    result = _run(
+        tmp_path,
+        "--talos-emulator-time-scale",
+        "200",
+        "--talos-emulator-latency",
+        "250ms",
+        "--talos-nodes",
+        CONTROL_PLANE,
+        "-k",
+        "try_mode_change_reverts or try_window_cancels",
+    )
+    assert result.results is not None, result.describe()
+    outcomes = {c["id"]: c["outcome"] for c in result.checks}
+    assert outcomes == {TRY: "skipped", CANCEL: "skipped"}, result.describe()
+    for check in result.checks:
+        assert check["message"].startswith(f"{READ_TOO_LATE}[node {CONTROL_PLANE}] the "), check
+        assert (
+            "the node was read too late, when the revert may already have happened"
+            in (check["message"])
+        )
+    reasons = result.results["verdict_reasons"]
+    assert (
+        "not judged (this machine read the node too late for the node's own timers; run on a "
+        f"less busy machine or nearer the nodes): 2 check(s): {CANCEL}, {TRY}"
+    ) in reasons, reasons

@@ -1,14 +1,21 @@
 """assert_try_reverts against emulated nodes over mTLS: a revert that fires before its timer
 and a try that also writes the persistent config (the next boot's) fail; a healthy node,
-container or metal (no persistent config until an apply), passes."""
+container or metal (no persistent config until an apply), passes; a link too slow to read the
+node inside the timer widens it, and then gives no verdict (NotObserved)."""
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import pytest
 
 from pytest_talos.checks import ConfigGuard, assert_try_reverts
 from pytest_talos.checks.config import EARLY_REVERT_FRACTION, read_persisted_config
-from pytest_talos.errors import ConformanceFailure
+from pytest_talos.cluster import TalosCluster
+from pytest_talos.emulator import EmulatedCluster
+from pytest_talos.errors import ConformanceFailure, NotObserved
+from pytest_talos.node import TalosNode
 from tests.integration.checks_support import TIME_SCALE, connected
 
 LABEL = {"machine": {"nodeLabels": {"tried-by": "pytest-talos"}}}
@@ -83,3 +90,61 @@ def test_a_try_that_writes_the_next_boots_config_fails_and_is_put_back() -> None
         f"  observed: {what}: version {persisted.version} -> {persisted.version + 1}; "
         f"{what}: its bytes changed\n  apply:\n    Applied configuration without a reboot\n"
     )
+
+
+@contextlib.contextmanager
+def _slow_link(latency: float, time_scale: float) -> Iterator[TalosNode]:
+    """The control plane of an emulated cluster ``latency`` seconds of round trip away."""
+    with EmulatedCluster(1, 0, time_scale=time_scale, latency=latency) as emulator:
+        cluster = TalosCluster.connect(
+            emulator.talosconfig_path,
+            endpoints=[emulator.endpoint],
+            scan_baseline=emulator.vacant_address,
+            env={},
+        )
+        with cluster:
+            yield cluster.controlplane()
+
+
+def test_a_timer_that_runs_out_before_the_read_is_widened_not_failed() -> None:
+    # 0.3 s per round trip: the apply and the read take 0.6 s, past a 10 s timer at 20x
+    # (0.5 s), where an unchanged config could already be the revert. Twice as long fits.
+    with _slow_link(0.3, TIME_SCALE) as node:
+        before = node.machine_config.raw
+        result = assert_try_reverts(
+            node, LABEL, try_timeout=WINDOW, timeout=WAIT, time_scale=TIME_SCALE
+        )
+        assert node.machine_config.raw == before
+    missed = result.evidence["10s timer"]
+    assert missed.startswith("not judged: read ")
+    assert missed.endswith(" node seconds after the apply, when it may have reverted already")
+    assert "20s timer" not in result.evidence  # judged on the second timer
+    seen_after = float(result.evidence["reverted after"].removesuffix(" node seconds"))
+    assert seen_after >= 2 * WINDOW
+
+
+def test_no_timer_long_enough_for_the_link_is_not_observed_not_failed() -> None:
+    # 0.25 s per round trip at 200x: each apply and read take longer than every timer
+    # (10, 20 and 40 node seconds are 0.05, 0.1 and 0.2 s): no verdict either way.
+    with _slow_link(0.25, 200.0) as node:
+        before, persisted = node.machine_config.raw, read_persisted_config(node)
+        with pytest.raises(NotObserved) as missed:
+            assert_try_reverts(node, LABEL, try_timeout=WINDOW, timeout=WAIT, time_scale=200.0)
+        assert node.machine_config.raw == before
+        restored = read_persisted_config(node)  # the guard put the config back, bytes and all
+    assert persisted is not None
+    assert restored is not None
+    assert restored.raw == persisted.raw
+    assert missed.value.window == 4 * WINDOW
+    assert missed.value.seen_after >= 4 * WINDOW
+    assert str(missed.value).startswith(
+        "[node talos-default-controlplane-1] the try-mode revert: after each try-mode apply"
+        " (timers of 10, 20, 40 node seconds) the node was read too late, when "
+        "the revert may already have happened (last read "
+    )
+    assert str(missed.value).endswith("Run on a less busy machine, or nearer the node.")
+
+
+def test_attempts_must_be_at_least_one() -> None:
+    with connected(workers=0) as (_, cluster), pytest.raises(ValueError, match="at least 1"):
+        assert_try_reverts(cluster.controlplane(), LABEL, attempts=0)

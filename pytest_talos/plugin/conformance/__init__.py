@@ -47,7 +47,7 @@ from pytest_talos.plugin.conformance.outcomes import (
     failure_text,
     make_report,
     not_applicable,
-    skip_unless_admin,
+    skip_unjudged,
 )
 from pytest_talos.plugin.conformance.parts import (
     PARTS,
@@ -237,7 +237,7 @@ def pytest_collection_modifyitems(
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    return (yield from skip_unless_admin(item))
+    return (yield from skip_unjudged(item))
 
 
 @pytest.hookimpl(wrapper=True)

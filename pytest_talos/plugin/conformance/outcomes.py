@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 
-from pytest_talos.errors import ConformanceFailure, PermissionDenied
+from pytest_talos.errors import ConformanceFailure, NotObserved, PermissionDenied
 from pytest_talos.plugin.conformance.catalogue import CheckSpec
 from pytest_talos.plugin.conformance.collector import PROP_EVIDENCE, PROP_MESSAGE, PROP_SKIP_KIND
 from pytest_talos.plugin.conformance.state import EVIDENCE, EXPIRED_WAIVER, check_spec
 from pytest_talos.plugin.items import node_param
 from pytest_talos.plugin.session import SESSION_KEY
 from pytest_talos.reporting import NEEDS_ADMIN, NOT_APPLICABLE, redact
+from pytest_talos.reporting.reach import READ_TOO_LATE
 
 __all__ = [
     "ADMIN",
@@ -23,6 +24,7 @@ __all__ = [
     "failure_text",
     "make_report",
     "not_applicable",
+    "skip_unjudged",
     "skip_unless_admin",
 ]
 
@@ -65,6 +67,19 @@ def skip_unless_admin(item: pytest.Item) -> Generator[None, None, None]:
                 f"({exc.details})"
             )
         raise
+
+
+def skip_unjudged(item: pytest.Item) -> Generator[None, None, None]:
+    """A check that could not observe what it judges (NotObserved: this machine read the
+    node too late for the node's own timer) skips as "not judged": that is no verdict on
+    the node, neither a pass nor a failure. Refusals for lack of rights as in
+    :func:`skip_unless_admin`."""
+    try:
+        return (yield from skip_unless_admin(item))
+    except NotObserved as exc:
+        if check_spec(item) is None:
+            raise
+        pytest.skip(f"{READ_TOO_LATE}{exc}")
 
 
 def _evidence(item: pytest.Item, exc: BaseException | None) -> dict[str, Any]:
