@@ -8,7 +8,10 @@ import pytest
 
 from pytest_talos.client import TalosClient
 
-__all__ = ["ReaderAccess", "Timing"]
+__all__ = ["LOAD_FLOOR", "ReaderAccess", "Timing"]
+
+# Real seconds a wait for something that must happen is given at least (Timing.allow).
+LOAD_FLOOR = 3.0
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,14 @@ class Timing:
 
     def real(self, node_seconds: float) -> float:
         return node_seconds / self.scale
+
+    def allow(self, node_seconds: float) -> float:
+        """Real seconds to wait for what must happen within ``node_seconds``: that long on
+        the node's clock, but no less than :data:`LOAD_FLOOR` real seconds (nor more than
+        ``node_seconds``). On a real node (rate 1) it is ``node_seconds``; a fast emulator
+        clock no longer turns a 30 s allowance into 1.5 s, which a busy machine can spend
+        on one round trip (a false failure)."""
+        return max(self.real(node_seconds), min(node_seconds, LOAD_FLOOR))
 
 
 @dataclass

@@ -351,7 +351,7 @@ def test_expected_services_are_running_and_healthy(
         wait_until(
             lambda: talos_node.services,
             lambda s: not _problems(s, wanted),
-            timeout=talos_timing.real(SETTLE),
+            timeout=talos_timing.allow(SETTLE),
             node=talos_node.name,
             description="the expected services to be running and healthy",
         )
