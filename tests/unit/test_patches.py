@@ -1296,7 +1296,34 @@ def _is_library_extension(doc: Any, op: dict[str, Any]) -> bool:
     if name == "copy":  # a missing mapping key copies as null
         source_found, source_parent, _ = _resolve(doc, op["from"])
         return not source_found and isinstance(source_parent, dict)
+    if name == "move":  # into its own child: the list item that moved up takes its place
+        return _moves_into_a_shifted_item(doc, op["from"], op["path"])
     return False
+
+
+def _moves_into_a_shifted_item(doc: Any, source: str, path: str) -> bool:
+    """A move of a list item to below itself, which RFC 6902 refuses: evanphx/json-patch
+    takes the item out first, so the path then names the item that moved up into its
+    place (``/a/0`` to ``/a/0/a`` of ``{"a": [null, {}]}`` gives ``{"a": [{"a": null}]}``)."""
+    import jsonpointer
+
+    source_tokens = jsonpointer.JsonPointer(source).parts
+    path_tokens = jsonpointer.JsonPointer(path).parts
+    if not (source_tokens and len(path_tokens) > len(source_tokens)):
+        return False
+    if path_tokens[: len(source_tokens)] != source_tokens:
+        return False
+    _, parent, _ = _resolve(doc, source)
+    return isinstance(parent, list)
+
+
+def test_the_oracle_knows_a_move_into_the_item_that_moved_up() -> None:
+    # Found by the property below: RFC 6902 refuses it, the library Talos uses does not.
+    doc: dict[str, Any] = {"a": [None, {}]}
+    op = {"op": "move", "path": "/a/0/a", "from": "/a/0"}
+    assert apply_json6902(doc, [op]) == {"a": [{"a": None}]}
+    assert _is_library_extension(doc, op)
+    assert not _is_library_extension({"a": {"b": {}}}, {**op, "path": "/a/b/c", "from": "/a/b"})
 
 
 @settings(deadline=None, max_examples=400, database=None)
