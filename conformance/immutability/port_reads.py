@@ -30,6 +30,7 @@ from pytest_talos.checks import (
 from pytest_talos.client import ChangeGate
 from pytest_talos.errors import TalosError
 from pytest_talos.node import TalosNode, expected_ports_for
+from pytest_talos.ports.workers import WORKERS
 
 __all__ = [
     "FANOUT_MAX_AGE",
@@ -46,10 +47,10 @@ __all__ = [
 # healthy node opens or closes by itself would show in a read a minute later as well.
 FANOUT_MAX_AGE = 120.0
 # Nodes observed at once: against real nodes their scans' network waits overlap; on a
-# loopback emulator the scans are CPU-bound (kernel time per port) and share this
-# machine's CPUs and the GIL, so more at once only contends (measured on 2 CPUs, 100
-# emulated nodes: 2 or 4 at once took about as long as one after another, within noise).
-READERS = 2
+# loopback emulator the scans are CPU-bound (kernel time per port). Each full scan runs in
+# a worker process of its own (pytest_talos.ports.workers), so as many as there are
+# workers (one per CPU, two at least) use the cores without sharing this process's GIL.
+READERS = max(2, WORKERS)
 
 
 @dataclass(frozen=True)

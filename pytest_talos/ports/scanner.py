@@ -7,6 +7,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
@@ -16,6 +17,7 @@ from pytest_talos.ports.filelimit import file_limit_for
 from pytest_talos.ports.results import PortResult, PortState, ScanResult
 from pytest_talos.ports.sweep import BATCH, ProbeBudget, Sweep
 from pytest_talos.ports.targets import Target, normalise_ports, resolve
+from pytest_talos.ports.workers import IN_WORKER_FROM, scan_in_worker
 
 T = TypeVar("T")
 
@@ -132,17 +134,40 @@ def scan(
     concurrency: int = DEFAULT_CONCURRENCY,
     timeout: float = DEFAULT_TIMEOUT,
     baseline_host: str | None = None,
+    in_worker: bool | None = None,
 ) -> ScanResult:
-    """Blocking :func:`scan_async`; also works while an event loop runs in this thread."""
+    """Blocking :func:`scan_async`; also works while an event loop runs in this thread.
+
+    ``in_worker``: make the scan in a worker process (:mod:`pytest_talos.ports.workers`),
+    off this process's GIL. None (the default) does so where it pays: a scan of
+    :data:`~pytest_talos.ports.workers.IN_WORKER_FROM` ports or more while other threads
+    run here (each would wait on the scan's every connect, and it on them). Where no worker
+    can be started, the scan is made here.
+    """
+    port_list = normalise_ports(ports)
+    timeout = _check_timeout(timeout)
+    wanted = _check_concurrency(concurrency)
+    if _worth_a_worker(in_worker, len(port_list)):
+        found = scan_in_worker(
+            host, port_list, timeout=timeout, concurrency=wanted, baseline_host=baseline_host
+        )
+        if found is not None:
+            return found
 
     def run() -> ScanResult:
         return asyncio.run(
             scan_async(
-                host, ports, concurrency=concurrency, timeout=timeout, baseline_host=baseline_host
+                host, port_list, concurrency=wanted, timeout=timeout, baseline_host=baseline_host
             )
         )
 
     return _run_blocking(run)
+
+
+def _worth_a_worker(asked: bool | None, port_count: int) -> bool:
+    if asked is not None:
+        return asked
+    return port_count >= IN_WORKER_FROM and threading.active_count() > 1
 
 
 def _check_hosts_at_once(hosts_at_once: int) -> int:
