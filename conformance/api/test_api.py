@@ -263,8 +263,12 @@ def _odd_nodes(by_tag: dict[str, list[str]], silent: dict[str, str]) -> str:
     claim="The Version API and the Versions resource name the same Talos version",
 )
 def test_version_api_matches_versions_resource(
-    talos_node: TalosNode, talos_evidence: dict[str, Any], talos_check_spec: CheckSpec
+    talos_node: TalosNode, talos_evidence: dict[str, Any], version_reads: FanOut[CheckedRead]
 ) -> None:
+    version_reads.get(talos_node).deliver(talos_evidence)
+
+
+def _versions_agree(talos_node: TalosNode, talos_evidence: dict[str, Any], check_id: str) -> None:
     api_tag = talos_node.version.tag
     resource = talos_node.resource("Versions.runtime.talos.dev", "version", "runtime")
     spec = resource.typed_spec
@@ -276,12 +280,19 @@ def test_version_api_matches_versions_resource(
     talos_evidence.update(version_api=api_tag, versions_resource=resource_tag)
     if api_tag != resource_tag:
         raise ConformanceFailure(
-            talos_check_spec.id,
+            check_id,
             "the node reports two different versions",
             node=talos_node.name,
             expected=f"Version API == Versions resource ({resource_tag})",
             observed=f"Version API says {api_tag}",
         )
+
+
+version_reads = read_at_once(
+    "test_version_api_matches_versions_resource",
+    _versions_agree,
+    "Every checked node's Version API and Versions resource read at once.",
+)
 
 
 @pytest.mark.talos_check(

@@ -42,7 +42,6 @@ from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import ConformanceFailure, TalosError
 from pytest_talos.node import TalosNode
 from pytest_talos.plugin.conformance import is_worker
-from pytest_talos.plugin.conformance.catalogue import CheckSpec
 from pytest_talos.plugin.conformance.settings import SuiteSettings
 
 
@@ -89,14 +88,18 @@ def _no_shell_or_ssh(
     claim="The root filesystem, and every mount of system image content under it, is read-only",
 )
 def test_root_filesystem_is_read_only(
-    talos_node: TalosNode, talos_evidence: dict[str, Any], talos_check_spec: CheckSpec
+    talos_node: TalosNode, talos_evidence: dict[str, Any], root_mount_reads: FanOut[CheckedRead]
 ) -> None:
+    root_mount_reads.get(talos_node).deliver(talos_evidence)
+
+
+def _root_read_only(talos_node: TalosNode, talos_evidence: dict[str, Any], check_id: str) -> None:
     mounts = talos_node.files.read_text("/proc/mounts")
     entries = [line.split() for line in mounts.splitlines() if len(line.split()) >= 4]
     roots = [entry for entry in entries if entry[1] == "/"]
     if not roots:
         raise ConformanceFailure(
-            talos_check_spec.id,
+            check_id,
             "/proc/mounts has no / entry",
             node=talos_node.name,
             evidence={"/proc/mounts": mounts},
@@ -109,7 +112,7 @@ def test_root_filesystem_is_read_only(
     if writable:
         talos_evidence["/proc/mounts"] = mounts
         raise ConformanceFailure(
-            talos_check_spec.id,
+            check_id,
             "system image content is mounted writable",
             node=talos_node.name,
             expected="/ and every mount of image content ro (a read-only SquashFS image; only "
@@ -117,6 +120,13 @@ def test_root_filesystem_is_read_only(
             "kubernetes, /usr/lib/udev are writable)",
             observed="; ".join(f"{d} on {m} type {f} ({o})" for d, m, f, o in writable),
         )
+
+
+root_mount_reads = read_at_once(
+    "test_root_filesystem_is_read_only",
+    _root_read_only,
+    "Every checked node's /proc/mounts read and judged at once.",
+)
 
 
 @pytest.mark.talos_check(
@@ -163,14 +173,16 @@ package_reads = read_at_once(
     "wrapping machined)",
 )
 def test_pid1_is_machined(
-    talos_node: TalosNode, talos_evidence: dict[str, Any], talos_check_spec: CheckSpec
+    talos_node: TalosNode, talos_evidence: dict[str, Any], pid1_reads: FanOut[CheckedRead]
 ) -> None:
+    pid1_reads.get(talos_node).deliver(talos_evidence)
+
+
+def _pid1_machined(talos_node: TalosNode, talos_evidence: dict[str, Any], check_id: str) -> None:
     processes = talos_node.processes
     first = [p for p in processes if p.pid == 1]
     if not first:
-        raise ConformanceFailure(
-            talos_check_spec.id, "the process list has no PID 1", node=talos_node.name
-        )
+        raise ConformanceFailure(check_id, "the process list has no PID 1", node=talos_node.name)
     init = first[0]
     talos_evidence["pid 1"] = f"{init.command} ({init.executable}) {init.args}".strip()
     talos_evidence["pid 1 threads"] = init.threads
@@ -180,7 +192,7 @@ def test_pid1_is_machined(
     )
     if not is_machined(init):
         raise ConformanceFailure(
-            talos_check_spec.id,
+            check_id,
             "PID 1 is not machined",
             node=talos_node.name,
             expected="command init, executable /usr/bin/init (machined), args /sbin/init",
@@ -189,13 +201,20 @@ def test_pid1_is_machined(
     doubts = machined_doubts(init, processes)
     if doubts:
         raise ConformanceFailure(
-            talos_check_spec.id,
+            check_id,
             "PID 1 looks like machined but is another init",
             node=talos_node.name,
             expected="machined itself as PID 1: several threads (a Go program), and no other "
             "host process running /usr/bin/init as /sbin/init",
             observed=f"{observed}, {init.threads} thread(s); " + "; ".join(doubts),
         )
+
+
+pid1_reads = read_at_once(
+    "test_pid1_is_machined",
+    _pid1_machined,
+    "Every checked node's process list read and its PID 1 judged at once.",
+)
 
 
 @pytest.mark.talos_check(

@@ -13,6 +13,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from conformance._support.context import Timing
+from conformance._support.fanout import checked_fanout
 from pytest_talos import pki
 from pytest_talos.certs import ExpiryPolicy, apid_certificate, kubernetes_certificates
 from pytest_talos.certs import readers as cert_readers
@@ -21,6 +22,7 @@ from pytest_talos.cluster import TalosCluster
 from pytest_talos.emulator import EmulatedCluster
 from pytest_talos.errors import ConformanceFailure
 from pytest_talos.guard import ConfigGuard
+from pytest_talos.node import TalosNode
 from pytest_talos.plugin.conformance.catalogue import marked_check
 from tests.integration.checks_support import TIME_SCALE, connected
 
@@ -37,10 +39,13 @@ def conditions_check(*args: Any) -> None:
     check(*args, marked_check(check))
 
 
-def pid1_check(*args: Any) -> None:
-    from conformance.immutability.test_immutability import test_pid1_is_machined
+def pid1_check(node: TalosNode, evidence: dict[str, Any]) -> None:
+    """The check's test, its node read through the suite's at-once read of every node."""
+    from conformance.immutability import test_immutability as suite
 
-    test_pid1_is_machined(*args, marked_check(test_pid1_is_machined))
+    check = suite.test_pid1_is_machined
+    reads = checked_fanout([node], suite._pid1_machined, marked_check(check).id, None)
+    check(node, evidence, reads)
 
 
 @pytest.fixture(scope="module")
