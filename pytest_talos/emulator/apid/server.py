@@ -52,7 +52,7 @@ from pytest_talos.emulator.apid.servicers import MUTATING_METHODS, NodeContext
 from pytest_talos.emulator.apid.servicers.cluster import ClusterServicer
 from pytest_talos.emulator.apid.servicers.cosi import StateServicer
 from pytest_talos.emulator.apid.servicers.machine import machine_servicer
-from pytest_talos.emulator.apid.status import as_grpc_error
+from pytest_talos.emulator.apid.status import as_grpc_error, handler_failure
 from pytest_talos.emulator.faults import AuthenticationQuirk
 from pytest_talos.talos_api import APID_PORT, IMPERSONATOR, change_level
 
@@ -190,7 +190,7 @@ class NodeServer:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                raise as_grpc_error(exc) from None
+                raise handler_failure(exc) from None
 
         return entry
 

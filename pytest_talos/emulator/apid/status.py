@@ -24,6 +24,7 @@ __all__ = [
     "error_metadata",
     "failure_reason",
     "go_error_text",
+    "handler_failure",
     "is_deadline",
 ]
 
@@ -61,6 +62,19 @@ def as_grpc_error(exc: Exception) -> GRPCError:
     if isinstance(exc, ServiceRefused):
         return GRPCError(Status.UNKNOWN, str(exc))  # v1alpha1_server.go: plain errors, code Unknown
     return GRPCError(Status.INTERNAL, f"emulator error: {type(exc).__name__}: {exc}")
+
+
+def handler_failure(exc: Exception) -> BaseException:
+    """What a call's handler raises for ``exc``: its gRPC status, or CancelledError when the
+    call was cancelled meanwhile (its client went away, its deadline passed) and the
+    cancellation was lost on the way (Python 3.11's ``asyncio.wait_for`` can swallow one
+    that comes as its inner await ends). grpclib logs "Failed to handle cancellation" with a
+    traceback for a cancelled handler that ends any other way; apid has nothing to say to a
+    client that is gone."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        return asyncio.CancelledError()
+    return as_grpc_error(exc)
 
 
 async def collect(replies: AsyncIterator[Any]) -> list[Any] | GRPCError:
