@@ -19,14 +19,18 @@ def connected(
     controlplanes: int = 1,
     workers: int = 1,
     variants: Sequence[str] = (),
+    time_scale: float = TIME_SCALE,
+    latency: float = 0.0,
 ) -> Iterator[tuple[EmulatedCluster, TalosCluster]]:
-    """Start an emulated cluster and connect to it over real mTLS, as a user would."""
+    """Start an emulated cluster and connect to it over real mTLS, as a user would
+    (``latency``: seconds of round trip per hop, the emulator's latency model)."""
     with EmulatedCluster(
         controlplanes=controlplanes,
         workers=workers,
         faults=faults,
         variants=variants,
-        time_scale=TIME_SCALE,
+        time_scale=time_scale,
+        latency=latency,
     ) as emulator:
         cluster = TalosCluster.connect(
             emulator.talosconfig_path,

@@ -12,8 +12,6 @@ import pytest
 
 from pytest_talos.checks import ConfigGuard, assert_try_reverts
 from pytest_talos.checks.config import EARLY_REVERT_FRACTION, read_persisted_config
-from pytest_talos.cluster import TalosCluster
-from pytest_talos.emulator import EmulatedCluster
 from pytest_talos.errors import ConformanceFailure, NotObserved
 from pytest_talos.node import TalosNode
 from tests.integration.checks_support import TIME_SCALE, connected
@@ -95,15 +93,8 @@ def test_a_try_that_writes_the_next_boots_config_fails_and_is_put_back() -> None
 @contextlib.contextmanager
 def _slow_link(latency: float, time_scale: float) -> Iterator[TalosNode]:
     """The control plane of an emulated cluster ``latency`` seconds of round trip away."""
-    with EmulatedCluster(1, 0, time_scale=time_scale, latency=latency) as emulator:
-        cluster = TalosCluster.connect(
-            emulator.talosconfig_path,
-            endpoints=[emulator.endpoint],
-            scan_baseline=emulator.vacant_address,
-            env={},
-        )
-        with cluster:
-            yield cluster.controlplane()
+    with connected(workers=0, time_scale=time_scale, latency=latency) as (_, cluster):
+        yield cluster.controlplane()
 
 
 def test_a_timer_that_runs_out_before_the_read_is_widened_not_failed() -> None:
