@@ -10,7 +10,9 @@ them, this module fails first, naming the hook, before any call fails in a confu
   ``grpclib.client.Handler``;
 * emulator (``pytest_talos/emulator/apid/gate.py``): ``CheckedServer`` overrides
   ``Server._protocol_factory`` and rebuilds the protocol from its ``handler``, ``config`` and
-  ``h2_config``; routes are objects with ``__mapping__()``.
+  ``h2_config``; routes are objects with ``__mapping__()``;
+* emulator (``pytest_talos/emulator/apid/status.py`` ``handler_failure``): a server
+  ``Stream``'s ``_stream.wrapper``, whose ``cancelled`` says grpclib cancelled the call.
 """
 
 from __future__ import annotations
@@ -99,3 +101,14 @@ def test_server_takes_routes_from_mapping_objects() -> None:
     assert protocol.handler is not None
     assert protocol.config is not None
     assert protocol.h2_config is not None
+
+
+def test_a_server_stream_keeps_the_wrapper_the_emulator_reads() -> None:
+    import grpclib.server
+    import grpclib.utils
+
+    # request_handler files the call's wrapper on the protocol stream, which the server
+    # Stream keeps as _stream; Wrapper.cancel() sets cancelled.
+    assert "_stream.wrapper = " in inspect.getsource(grpclib.server.request_handler)
+    assert "self._stream = stream" in inspect.getsource(grpclib.server.Stream.__init__)
+    assert "self.cancelled = True" in inspect.getsource(grpclib.utils.Wrapper.cancel)

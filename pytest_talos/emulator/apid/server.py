@@ -190,7 +190,7 @@ class NodeServer:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                raise handler_failure(exc) from None
+                raise handler_failure(exc, stream) from None
 
         return entry
 

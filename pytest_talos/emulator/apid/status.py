@@ -64,15 +64,18 @@ def as_grpc_error(exc: Exception) -> GRPCError:
     return GRPCError(Status.INTERNAL, f"emulator error: {type(exc).__name__}: {exc}")
 
 
-def handler_failure(exc: Exception) -> BaseException:
-    """What a call's handler raises for ``exc``: its gRPC status, or CancelledError when the
-    call was cancelled meanwhile (its client went away, its deadline passed) and the
-    cancellation was lost on the way (Python 3.11's ``asyncio.wait_for`` can swallow one
-    that comes as its inner await ends). grpclib logs "Failed to handle cancellation" with a
-    traceback for a cancelled handler that ends any other way; apid has nothing to say to a
-    client that is gone."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
+def handler_failure(exc: Exception, stream: Any) -> BaseException:
+    """What a call's handler raises for ``exc``: its gRPC status, or CancelledError when
+    grpclib has cancelled the call meanwhile (its client went away, its own deadline passed)
+    and the cancellation was lost on the way (Python 3.11's ``asyncio.wait_for`` can swallow
+    one that comes as its inner await ends). For a cancelled handler that ends any other way
+    grpclib logs "Failed to handle cancellation" with a traceback; apid has nothing to say
+    to a client that is gone. Whether grpclib cancelled it is its server stream's wrapper's
+    flag (grpclib/server.py request_handler, the private hook checked in
+    tests/unit/test_grpclib_hooks.py); a deadline of a call this handler made itself is not
+    that, and keeps its status."""
+    wrapper = getattr(getattr(stream, "_stream", None), "wrapper", None)
+    if getattr(wrapper, "cancelled", False):
         return asyncio.CancelledError()
     return as_grpc_error(exc)
 
