@@ -40,9 +40,9 @@ from pytest_talos.checks import (
     assert_try_reverts,
 )
 from pytest_talos.checks.config import (
-    TRY_ATTEMPTS,
     persisted_changes,
     read_persisted_config,
+    try_timers,
     try_window_missed,
 )
 from pytest_talos.checks.kubernetes import read_kube_node
@@ -478,9 +478,9 @@ def _apply_cancels_revert(node: TalosNode, run: NodeRun, *, timing: Timing) -> N
     """config.apply-cancels-try-revert on one node. The regular apply must land inside the
     try window; when this machine cannot tell that it did (its reply came after the timer
     could have fired), the pair is sent again with a timer twice as long."""
+    timers = try_timers(TRY_WINDOW)
     seen_after = 0.0
-    for attempt in range(TRY_ATTEMPTS):
-        window = TRY_WINDOW * 2**attempt
+    for window in timers:
         sent = time.monotonic()  # the node arms its timer after this
         tried, kept = _applied_during_try_window(node, window)
         seen_after = (time.monotonic() - sent) * timing.scale
@@ -491,9 +491,7 @@ def _apply_cancels_revert(node: TalosNode, run: NodeRun, *, timing: Timing) -> N
             f"not judged: the regular apply returned {seen_after:.1f} node seconds after "
             "the try-mode one, when the timer may have fired first"
         )
-    raise try_window_missed(
-        node, "the cancelled try-mode revert", TRY_WINDOW, TRY_ATTEMPTS, seen_after
-    )
+    raise try_window_missed(node, "the cancelled try-mode revert", timers, seen_after)
 
 
 def _applied_during_try_window(node: TalosNode, window: float) -> tuple[str, str]:

@@ -48,6 +48,7 @@ __all__ = [
     "assert_try_reverts",
     "persisted_changes",
     "read_persisted_config",
+    "try_timers",
     "try_window_missed",
 ]
 
@@ -360,16 +361,14 @@ def assert_try_reverts(
     ``cancelled`` stops the waits early (WaitCancelled; the guard restores the node).
     """
     __tracebackhide__ = True  # pytest shows the failure at the caller, not in here
-    if attempts < 1:
-        raise ValueError(f"attempts must be at least 1, not {attempts}")
+    timers = try_timers(try_timeout, attempts)
     check = _TRY_CHECK
     rate = 1.0 if time_scale is None else time_scale
     with guarding(node, guard) as chosen:
         before, persisted = node.machine_config, read_persisted_config(node)
         data = node.patched_config(*as_patch_list(patch))
         evidence: dict[str, str] = {}
-        for attempt in range(attempts):
-            window = try_timeout * 2**attempt
+        for window in timers:
             sent = time.monotonic()  # the node arms its timer after this
             reply = node.apply_config(data, mode="try", guard=chosen, try_timeout=window)
             tried = node.machine_config
@@ -394,7 +393,7 @@ def assert_try_reverts(
             )
             _require_persisted_kept(node, chosen, persisted, "after a missed try window", evidence)
         else:
-            raise try_window_missed(node, "the try-mode revert", try_timeout, attempts, seen_after)
+            raise try_window_missed(node, "the try-mode revert", timers, seen_after)
         _require_persisted_kept(node, chosen, persisted, "during the try window", evidence)
         widened = window / try_timeout
         limit = timeout * widened if timeout is not None else window + 30.0
@@ -412,19 +411,27 @@ def assert_try_reverts(
     )
 
 
+def try_timers(first: float, attempts: int = TRY_ATTEMPTS) -> tuple[float, ...]:
+    """The try-mode timers a check tries in turn: ``first`` node seconds, then each twice
+    the last, ``attempts`` in all (10, 20, 40)."""
+    if attempts < 1:
+        raise ValueError(f"attempts must be at least 1, not {attempts}")
+    return tuple(first * 2**i for i in range(attempts))
+
+
 def try_window_missed(
-    node: TalosNode, what: str, first: float, attempts: int, seen_after: float
+    node: TalosNode, what: str, timers: Sequence[float], seen_after: float
 ) -> NotObserved:
-    """The NotObserved for a try-mode check whose every timer (``first`` node seconds, then
-    twice as long, ``attempts`` in all) ran out before this machine could read ``what``;
-    ``seen_after``: node seconds from the last apply to its read."""
-    timers = ", ".join(f"{first * 2**i:g}" for i in range(attempts))
+    """The NotObserved for a try-mode check whose every timer (:func:`try_timers`, node
+    seconds) ran out before this machine could read ``what``; ``seen_after``: node seconds
+    from the last apply to its read."""
+    shown = ", ".join(f"{timer:g}" for timer in timers)
     return NotObserved(
         f"{what}: after each try-mode apply (timers of "
-        f"{timers} node seconds) the node was read too late, when the revert may already "
+        f"{shown} node seconds) the node was read too late, when the revert may already "
         f"have happened (last read {seen_after:.1f} node seconds after its apply). "
         "Run on a less busy machine, or nearer the node.",
-        window=first * 2 ** (attempts - 1),
+        window=timers[-1],
         seen_after=seen_after,
         node=node.name,
     )
