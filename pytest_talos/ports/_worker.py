@@ -9,12 +9,12 @@ import signal
 import sys
 
 from pytest_talos.ports.scanner import scan_async
-from pytest_talos.ports.workers import decode_request, encode_failure, encode_result
+from pytest_talos.ports.workers import encode_failure, encode_result
 
 
 def _answer(line: str) -> str:
     try:
-        request = decode_request(line)
+        request = json.loads(line)
         result = asyncio.run(
             scan_async(
                 request["host"],

@@ -43,7 +43,6 @@ __all__ = [
     "IN_WORKER_FROM",
     "WORKERS",
     "WORKER_COMMAND",
-    "decode_request",
     "encode_failure",
     "encode_result",
     "scan_in_worker",
@@ -232,6 +231,8 @@ def scan_in_worker(
         _POOL.give_back(worker, healthy=healthy)
     if answer is None:
         return None
+    if "error" in answer:
+        raise _failure(str(answer["error"]), str(answer.get("message", "")))
     return _decoded(answer, port_list)
 
 
@@ -263,27 +264,24 @@ def encode_failure(exc: BaseException) -> dict[str, Any]:
     return {"error": type(exc).__name__, "message": getattr(exc, "message", str(exc))}
 
 
-def decode_request(line: str) -> dict[str, Any]:
-    request: dict[str, Any] = json.loads(line)
-    return request
-
-
-def _decoded(answer: dict[str, Any], port_list: Sequence[int]) -> ScanResult:
-    if "error" in answer:
-        raise _failure(str(answer["error"]), str(answer.get("message", "")))
-    states: dict[int, PortState] = {port: "closed" for port in port_list}
-    for port in answer["open"]:
-        states[int(port)] = "open"
-    for port in answer["filtered"]:
-        states[int(port)] = "filtered"
-    return ScanResult(
-        host=str(answer["host"]),
-        results=tuple(PortResult(port, states[port]) for port in port_list),
-        elapsed=float(answer["elapsed"]),
-        shared=tuple(int(p) for p in answer["shared"]),
-        address=str(answer["address"]),
-        baseline_host=answer["baseline_host"],
-    )
+def _decoded(answer: dict[str, Any], port_list: Sequence[int]) -> ScanResult | None:
+    """The result a worker sent, or None when it is not one (the scan is then made here)."""
+    states: dict[int, PortState] = dict.fromkeys(port_list, "closed")
+    try:
+        for port in answer["open"]:
+            states[int(port)] = "open"
+        for port in answer["filtered"]:
+            states[int(port)] = "filtered"
+        return ScanResult(
+            host=str(answer["host"]),
+            results=tuple(PortResult(port, states[port]) for port in port_list),
+            elapsed=float(answer["elapsed"]),
+            shared=tuple(int(p) for p in answer["shared"]),
+            address=str(answer["address"]),
+            baseline_host=answer["baseline_host"],
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _failure(name: str, message: str) -> Exception:

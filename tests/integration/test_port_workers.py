@@ -22,6 +22,8 @@ from pytest_talos.errors import ConfigError, DeadlineExceeded
 from pytest_talos.ports import ScanResult, scan, scanner, workers
 
 BASELINE = "127.0.0.254"
+# A stand-in worker that answers with JSON that is not a result (no host, no ports).
+BROKEN_RESULT = 'import json, sys; sys.stdin.readline(); print(json.dumps({"open": 1}))'
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -139,8 +141,13 @@ def test_a_worker_that_hangs_is_stopped_at_the_deadline(
 
 @pytest.mark.parametrize(
     "command",
-    [["/nonexistent/python"], [sys.executable, "-c", "pass"], [sys.executable, "-c", "print(1)"]],
-    ids=["cannot-start", "exits-at-once", "answers-nonsense"],
+    [
+        ["/nonexistent/python"],
+        [sys.executable, "-c", "pass"],
+        [sys.executable, "-c", "print(1)"],
+        [sys.executable, "-c", BROKEN_RESULT],
+    ],
+    ids=["cannot-start", "exits-at-once", "answers-nonsense", "answers-a-broken-result"],
 )
 def test_without_a_working_worker_the_scan_is_made_here(
     command: list[str],
