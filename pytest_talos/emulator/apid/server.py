@@ -167,11 +167,14 @@ class NodeServer:
 
     async def stop(self) -> None:
         """Close the listener and every open connection (a reboot takes the API down)."""
-        server, self._server = self._server, None
+        server = self._server
         if server is None:
             return
         self._down.set()  # in-process forwarded calls break as their connections would
         server.close()
+        # Not serving only once the listener is closed: a thread that sees serving go false
+        # (a test, a harness) must find the port closed, not still taking connections.
+        self._server = None
         self._peers.clear()
         self._router.close()
         with contextlib.suppress(asyncio.TimeoutError):
