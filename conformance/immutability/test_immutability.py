@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from conformance._support.fanout import CheckedRead, FanOut
-from conformance._support.fixtures import checked_at_once, nodes_checked_by, read_at_once
+from conformance._support import prefetch
+from conformance._support.fanout import CheckedRead, FanOut, ReadCheck
+from conformance._support.fixtures import nodes_checked_by, read_at_once
 from conformance._support.reach import PORT_22_NEEDS, DirectReach
 from conformance.immutability.port_reads import (
     PortRead,
@@ -56,15 +57,6 @@ def test_node_has_no_shell_and_no_ssh(
     shell_reads.get(talos_node).deliver(talos_evidence)
 
 
-@pytest.fixture(scope="module")
-def shell_reads(
-    request: pytest.FixtureRequest, talos_suite: SuiteSettings, talos_direct_reach: DirectReach
-) -> FanOut[CheckedRead]:
-    """Every checked node searched for shells and SSH at once (a listing a directory)."""
-    check = partial(_no_shell_or_ssh, talos_suite.docker, talos_direct_reach)
-    return checked_at_once(request, test_node_has_no_shell_and_no_ssh, check)
-
-
 def _no_shell_or_ssh(
     docker: bool,
     reach: DirectReach,
@@ -80,6 +72,20 @@ def _no_shell_or_ssh(
         talos_evidence["notes"] = result.notes
     if unreached is not None:  # nothing found through the endpoint; port 22 not scanned
         pytest.skip(unreached)
+
+
+def _shell_check(request: pytest.FixtureRequest) -> ReadCheck:
+    suite: SuiteSettings = request.getfixturevalue("talos_suite")
+    reach: DirectReach = request.getfixturevalue("talos_direct_reach")
+    return partial(_no_shell_or_ssh, suite.docker, reach)
+
+
+shell_reads = read_at_once(
+    "test_node_has_no_shell_and_no_ssh",
+    None,
+    "Every checked node searched for shells and SSH at once (a listing a directory).",
+    make=_shell_check,
+)
 
 
 @pytest.mark.talos_check(
@@ -277,8 +283,22 @@ def port_reads(
     """Every node this run's port check runs on, observed at once by its first test. Not
     under pytest-xdist: its workers already check nodes side by side, and which nodes a
     worker gets is not known beforehand (each would scan them all)."""
+    begun: FanOut[PortRead] | None = prefetch.begun(request, test_only_expected_ports_are_open)
+    if begun is not None:
+        return begun
     if is_worker(request.config):
         # each test reads its own
         return port_fanout([], talos_cluster.client.change_gate, reach=talos_direct_reach)
     nodes = nodes_checked_by(request, test_only_expected_ports_are_open, talos_cluster)
     return port_fanout(nodes, talos_cluster.client.change_gate, reach=talos_direct_reach)
+
+
+def _ports_at_run_start(
+    request: pytest.FixtureRequest, _test: Any, nodes: list[TalosNode]
+) -> FanOut[PortRead]:
+    cluster: TalosCluster = request.getfixturevalue("talos_cluster")
+    reach: DirectReach = request.getfixturevalue("talos_direct_reach")
+    return port_fanout(nodes, cluster.client.change_gate, reach=reach)
+
+
+prefetch.at_run_start("test_only_expected_ports_are_open", _ports_at_run_start)
