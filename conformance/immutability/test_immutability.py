@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from conformance._support import prefetch
 from conformance._support.fanout import CheckedRead, FanOut, ReadCheck
 from conformance._support.fixtures import nodes_checked_by, read_at_once
 from conformance._support.reach import PORT_22_NEEDS, DirectReach
@@ -283,22 +282,8 @@ def port_reads(
     """Every node this run's port check runs on, observed at once by its first test. Not
     under pytest-xdist: its workers already check nodes side by side, and which nodes a
     worker gets is not known beforehand (each would scan them all)."""
-    begun: FanOut[PortRead] | None = prefetch.begun(request, test_only_expected_ports_are_open)
-    if begun is not None:
-        return begun
     if is_worker(request.config):
         # each test reads its own
         return port_fanout([], talos_cluster.client.change_gate, reach=talos_direct_reach)
     nodes = nodes_checked_by(request, test_only_expected_ports_are_open, talos_cluster)
     return port_fanout(nodes, talos_cluster.client.change_gate, reach=talos_direct_reach)
-
-
-def _ports_at_run_start(
-    request: pytest.FixtureRequest, _test: Any, nodes: list[TalosNode]
-) -> FanOut[PortRead]:
-    cluster: TalosCluster = request.getfixturevalue("talos_cluster")
-    reach: DirectReach = request.getfixturevalue("talos_direct_reach")
-    return port_fanout(nodes, cluster.client.change_gate, reach=reach)
-
-
-prefetch.at_run_start("test_only_expected_ports_are_open", _ports_at_run_start)

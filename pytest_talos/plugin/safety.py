@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["RunSafety", "recover_command", "recover_targets"]
 
+_TERMINATED = "SIGTERM received: stopping like Ctrl-C (nodes are restored first)"
+
 
 class RunSafety:
     """Per-run signal handling, registered as a plugin object by ``pytest_configure``."""
@@ -47,6 +49,7 @@ class RunSafety:
         self._previous_announcer: Callable[[str], None] | None = None
         self.finishing = False  # the session is finishing: its reports are being written
         self.late_sigterm = False
+        self.terminated = False  # a SIGTERM came before the session was finishing
 
     def install(self) -> None:
         if threading.current_thread() is threading.main_thread():
@@ -62,13 +65,24 @@ class RunSafety:
         report short and end in a traceback; the run exits when they are written, with the
         exit code the report gives."""
         if not self.finishing:
-            raise Terminated("SIGTERM received: stopping like Ctrl-C (nodes are restored first)")
+            self.terminated = True
+            raise Terminated(_TERMINATED)
         if not self.late_sigterm:
             self.late_sigterm = True
             self.announce(
                 "talos: SIGTERM received while the run finishes (its reports are being "
                 "written): exiting when they are, with the run's own exit code"
             )
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
+        """A SIGTERM's exception can land where Python swallows it (a weakref callback, a
+        __del__: "Exception ignored in ..."): the run then went on and could end PASSED.
+        Once the test it came in has ended, the run stops as the signal asked."""
+        result = yield
+        if self.terminated:
+            raise Terminated(_TERMINATED)
+        return result
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
