@@ -14,7 +14,6 @@ other checks instead of adding their waits to the run:
   before it. Otherwise the check starts them itself, as before.
 
 Each check still judges exactly what it judged: the same calls, the same window length.
-The read-only checks' fan-outs begin with the run too (:mod:`conformance._support.prefetch`).
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
-from conformance._support import prefetch, probes
+from conformance._support import probes
 from conformance._support.context import Timing
 from conformance.kubernetes.ready_watch import READY_SETTLE, ReadyWatches
 from pytest_talos.cluster import KubernetesAccess, TalosCluster
@@ -103,11 +102,6 @@ def _early_waits(request: pytest.FixtureRequest) -> None:
     ready = [item for item in selected if getattr(item, "originalname", "") == READY_TEST]
     if ready and all(changes_level(item) is None for item in selected):
         _start_ready_watches(request)
-    prefetch.begin(request)
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    prefetch.end(session.config)
 
 
 def _start_ready_watches(request: pytest.FixtureRequest) -> None:

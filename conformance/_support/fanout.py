@@ -43,12 +43,10 @@ __all__ = [
     "Fetched",
     "changes_made",
     "checked_fanout",
-    "each_at_once",
     "run_checked",
 ]
 
 T = TypeVar("T")
-U = TypeVar("U")
 
 MAX_READERS = 32  # threads reading at once: each mostly waits for its node's deadline
 # real seconds a read-only check's run stays fresh for its node's test: a fleet's tests of
@@ -102,20 +100,6 @@ class FanOut(Generic[T]):
         if time.monotonic() - fetched.ended > self._max_age or not self._usable(fetched.value):
             return self._read(node)
         return fetched.value
-
-    def begin(self) -> None:
-        """Start the first fan-out now, before any test asks (the run's start: see
-        :mod:`conformance._support.prefetch`); a later :meth:`get` serves from it."""
-        with self._lock:
-            if not self._pending and any(a not in self._served for a in self._nodes):
-                self._fan_out()
-
-    def abandon(self) -> None:
-        """Drop the reads not begun yet (the run is ending without their tests)."""
-        with self._lock:
-            for future in self._pending.values():
-                future.cancel()
-            self._pending = {}
 
     def _take(self, node: TalosNode) -> Future[Fetched[T]]:
         with self._lock:
@@ -204,14 +188,3 @@ def checked_fanout(
         max_age=max_age,
         usable=lambda read: read.changes == changes_made(gate),
     )
-
-
-def each_at_once(items: Sequence[U], read: Callable[[U], T], readers: int = MAX_READERS) -> list[T]:
-    """``[read(item) for item in items]``, the reads made at once (``readers`` at a time):
-    a check that reads every node pays one node's round trips, not the fleet's. The
-    results keep their order; the first item's error, in that order, is raised."""
-    if len(items) < 2:
-        return [read(item) for item in items]
-    with ThreadPoolExecutor(min(readers, len(items)), thread_name_prefix="talos-each") as pool:
-        futures = [pool.submit(read, item) for item in items]
-    return [future.result() for future in futures]

@@ -10,7 +10,6 @@ from typing import Any, TypeVar
 
 import pytest
 
-from conformance._support import prefetch
 from conformance._support.context import ReaderAccess, Timing
 from conformance._support.fanout import (
     READ_MAX_AGE,
@@ -218,59 +217,24 @@ def checked_at_once(
     max_age: float = READ_MAX_AGE,
 ) -> FanOut[CheckedRead]:
     """For a module fixture: the read-only ``check`` run on every node ``test`` checks, all
-    at once, by the first of its tests (see :mod:`conformance._support.fanout`), or since
-    the run's start when registered with :func:`read_at_once`
-    (:mod:`conformance._support.prefetch`); each test delivers its node's run. A run begun
-    before a change of the run's is not used (the test runs the check itself). Under
-    pytest-xdist each test runs its own node's check (which nodes a worker gets is not
-    known beforehand: each would read them all)."""
-    begun: FanOut[CheckedRead] | None = prefetch.begun(request, test)
-    if begun is not None:
-        return begun
+    at once, by the first of its tests (see :mod:`conformance._support.fanout`); each test
+    delivers its node's run. A run begun before a change of the run's is not used (the
+    test runs the check itself). Under pytest-xdist each test runs its own node's check
+    (which nodes a worker gets is not known beforehand: each would read them all)."""
     cluster: TalosCluster = request.getfixturevalue("talos_cluster")
     nodes = [] if is_worker(request.config) else nodes_checked_by(request, test, cluster)
-    return _checked(test, check, cluster, nodes, max_age)
-
-
-def _checked(
-    test: Callable[..., Any],
-    check: ReadCheck,
-    cluster: TalosCluster,
-    nodes: list[TalosNode],
-    max_age: float = READ_MAX_AGE,
-) -> FanOut[CheckedRead]:
     return checked_fanout(
         nodes, check, marked_check(test).id, cluster.client.change_gate, max_age=max_age
     )
 
 
-CheckMaker = Callable[[pytest.FixtureRequest], ReadCheck]
-
-
-def read_at_once(
-    test_name: str, check: ReadCheck | None, doc: str, *, make: CheckMaker | None = None
-) -> Any:
+def read_at_once(test_name: str, check: ReadCheck, doc: str) -> Any:
     """A module fixture (assign it to the name the test asks for) of :func:`checked_at_once`
-    for the module's test ``test_name``, its fan-out begun at the run's start. The body is
-    ``check``, or what ``make`` builds from the session's fixtures (never a module's: the
-    run's first check may be in another module)."""
-
-    def body(request: pytest.FixtureRequest) -> ReadCheck:
-        if make is not None:
-            return make(request)
-        assert check is not None, f"read_at_once({test_name!r}) needs a check or make"
-        return check
-
-    def start(
-        request: pytest.FixtureRequest, test: Callable[..., Any], nodes: list[TalosNode]
-    ) -> FanOut[CheckedRead]:
-        cluster: TalosCluster = request.getfixturevalue("talos_cluster")
-        return _checked(test, body(request), cluster, nodes)
+    for the module's test ``test_name``."""
 
     def reads(request: pytest.FixtureRequest) -> FanOut[CheckedRead]:
-        return checked_at_once(request, getattr(request.module, test_name), body(request))
+        return checked_at_once(request, getattr(request.module, test_name), check)
 
-    prefetch.at_run_start(test_name, start)
     reads.__doc__ = doc
     return pytest.fixture(scope="module")(reads)
 

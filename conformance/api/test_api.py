@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import Future
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
-from conformance._support import prefetch, probes
+from conformance._support import probes
 from conformance._support.context import ReaderAccess
 from conformance._support.early import Expired
 from conformance._support.fanout import CheckedRead, FanOut
@@ -119,27 +119,11 @@ def expired_credentials(talos_expired_credentials: Future[Expired]) -> Expired:
     return talos_expired_credentials.result()
 
 
-RoleCredentials = dict[str, models.ClientConfiguration | str]
-
-
 @pytest.fixture(scope="module")
-def role_credentials(request: pytest.FixtureRequest) -> RoleCredentials:
+def role_credentials(talos_cluster: TalosCluster) -> dict[str, models.ClientConfiguration | str]:
     """Client credentials with os:reader and with os:operator from GenerateClientConfiguration
-    (os:admin, a control plane), or why there are none; minting changes nothing on a node.
-    Minted once a run (the sensitive reads may begin before this module: prefetch)."""
-    return _run_role_credentials(request)
-
-
-def _run_role_credentials(request: pytest.FixtureRequest) -> RoleCredentials:
-    cluster: TalosCluster = request.getfixturevalue("talos_cluster")
-    return cast(
-        RoleCredentials,
-        prefetch.session_value(request, "role credentials", lambda: _mint_roles(cluster)),
-    )
-
-
-def _mint_roles(talos_cluster: TalosCluster) -> RoleCredentials:
-    found: RoleCredentials = {}
+    (os:admin, a control plane), or why there are none; minting changes nothing on a node."""
+    found: dict[str, models.ClientConfiguration | str] = {}
     for role in (READER, OPERATOR):
         try:
             client = talos_cluster.controlplane_client()
@@ -603,42 +587,18 @@ def sensitive_reads(
     """Every checked node's sensitive reads probed at once by the first node's test (the
     same calls, one node's result per test); not under pytest-xdist, whose workers already
     check nodes side by side."""
-    begun: FanOut[SensitiveRead] | None = prefetch.begun(
-        request, test_reader_cannot_read_sensitive_resources
-    )
-    if begun is not None:
-        return begun
     per_role = _sensitive_roles(role_credentials)
     nodes = (
         []
         if not per_role or is_worker(request.config)
         else nodes_checked_by(request, test_reader_cannot_read_sensitive_resources, talos_cluster)
     )
-    return _sensitive_fanout(talos_cluster, per_role, nodes)
-
-
-def _sensitive_fanout(
-    cluster: TalosCluster,
-    per_role: list[tuple[models.ClientConfiguration, tuple[probes.MethodCall, ...]]],
-    nodes: list[TalosNode],
-) -> FanOut[SensitiveRead]:
     return FanOut(
         nodes,
-        lambda node: _sensitive_read(node, cluster, per_role),
+        lambda node: _sensitive_read(node, talos_cluster, per_role),
         max_age=SENSITIVE_MAX_AGE,
         readers=SENSITIVE_NODES,
     )
-
-
-def _sensitive_at_run_start(
-    request: pytest.FixtureRequest, _test: Any, nodes: list[TalosNode]
-) -> FanOut[SensitiveRead]:
-    per_role = _sensitive_roles(_run_role_credentials(request))
-    cluster: TalosCluster = request.getfixturevalue("talos_cluster")
-    return _sensitive_fanout(cluster, per_role, nodes if per_role else [])
-
-
-prefetch.at_run_start("test_reader_cannot_read_sensitive_resources", _sensitive_at_run_start)
 
 
 @pytest.mark.talos_check(

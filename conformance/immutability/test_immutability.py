@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from conformance._support.fanout import CheckedRead, FanOut, ReadCheck
-from conformance._support.fixtures import nodes_checked_by, read_at_once
+from conformance._support.fanout import CheckedRead, FanOut
+from conformance._support.fixtures import checked_at_once, nodes_checked_by, read_at_once
 from conformance._support.reach import PORT_22_NEEDS, DirectReach
 from conformance.immutability.port_reads import (
     PortRead,
@@ -56,6 +56,15 @@ def test_node_has_no_shell_and_no_ssh(
     shell_reads.get(talos_node).deliver(talos_evidence)
 
 
+@pytest.fixture(scope="module")
+def shell_reads(
+    request: pytest.FixtureRequest, talos_suite: SuiteSettings, talos_direct_reach: DirectReach
+) -> FanOut[CheckedRead]:
+    """Every checked node searched for shells and SSH at once (a listing a directory)."""
+    check = partial(_no_shell_or_ssh, talos_suite.docker, talos_direct_reach)
+    return checked_at_once(request, test_node_has_no_shell_and_no_ssh, check)
+
+
 def _no_shell_or_ssh(
     docker: bool,
     reach: DirectReach,
@@ -71,20 +80,6 @@ def _no_shell_or_ssh(
         talos_evidence["notes"] = result.notes
     if unreached is not None:  # nothing found through the endpoint; port 22 not scanned
         pytest.skip(unreached)
-
-
-def _shell_check(request: pytest.FixtureRequest) -> ReadCheck:
-    suite: SuiteSettings = request.getfixturevalue("talos_suite")
-    reach: DirectReach = request.getfixturevalue("talos_direct_reach")
-    return partial(_no_shell_or_ssh, suite.docker, reach)
-
-
-shell_reads = read_at_once(
-    "test_node_has_no_shell_and_no_ssh",
-    None,
-    "Every checked node searched for shells and SSH at once (a listing a directory).",
-    make=_shell_check,
-)
 
 
 @pytest.mark.talos_check(

@@ -260,14 +260,13 @@ def _cluster_addresses(
     read (errors on the checked node itself propagate)."""
     addresses: dict[str, list[str]] = {}
     unreadable: dict[str, str] = {}
-    nodes = cluster.reachable
-    reports = book.of_all(nodes)
-    for node in nodes:
-        report = reports[node.address]
-        if isinstance(report, TalosError):
+    for node in cluster.reachable:
+        try:
+            report = book.of(node)
+        except TalosError as exc:
             if node.address == checked.address:
-                raise report
-            unreadable[node.name] = str(report)
+                raise
+            unreadable[node.name] = str(exc)
             continue
         addresses[node.name] = [prefix.split("/", 1)[0] for prefix in report.kept]
     return addresses, unreadable

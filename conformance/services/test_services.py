@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any
 
 import pytest
 
 from conformance._support.context import Timing
-from conformance._support.fanout import CheckedRead, FanOut, ReadCheck
+from conformance._support.fanout import CheckedRead, FanOut
 from conformance._support.fixtures import read_at_once
 from conformance._support.observe import Observation
 from conformance.services.logs import QUIET_SERVICES, log_problem
@@ -644,27 +643,22 @@ def _resource_verdict(service: models.ServiceInfo | None, spec: object) -> str:
 )
 def test_services_resources_agree_with_service_list(
     talos_node: TalosNode,
+    talos_timing: Timing,
     talos_evidence: dict[str, Any],
-    services_resource_reads: FanOut[CheckedRead],
-) -> None:
-    services_resource_reads.get(talos_node).deliver(talos_evidence)
-
-
-def _resources_agree(
-    timing: Timing, talos_node: TalosNode, talos_evidence: dict[str, Any], check_id: str
+    talos_check_spec: CheckSpec,
 ) -> None:
     try:
         wait_until(
             lambda: _disagreements(talos_node),
             lambda found: not found,
-            timeout=timing.real(5.0),
+            timeout=talos_timing.real(5.0),
             node=talos_node.name,
             description="Services resources to agree with ServiceList",
         )
     except WaitTimeout as exc:
         seen = exc.last_observation
         raise ConformanceFailure(
-            check_id,
+            talos_check_spec.id,
             "the Services resources and ServiceList disagree",
             node=talos_node.name,
             expected="a Services resource exactly for each running service",
@@ -673,18 +667,6 @@ def _resources_agree(
             else str(seen),
         ) from None
     talos_evidence["agree"] = True
-
-
-def _agreement_check(request: pytest.FixtureRequest) -> ReadCheck:
-    return partial(_resources_agree, request.getfixturevalue("talos_timing"))
-
-
-services_resource_reads = read_at_once(
-    "test_services_resources_agree_with_service_list",
-    None,
-    "Every checked node's Services resources compared with its ServiceList at once.",
-    make=_agreement_check,
-)
 
 
 def _iso(seconds: float) -> str:
