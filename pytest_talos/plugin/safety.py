@@ -49,7 +49,9 @@ class RunSafety:
         self._previous_announcer: Callable[[str], None] | None = None
         self.finishing = False  # the session is finishing: its reports are being written
         self.late_sigterm = False
-        self.terminated = False  # a SIGTERM came before the session was finishing
+        self._sigint_installed = False
+        # the exception a SIGTERM or Ctrl-C raised before the session was finishing
+        self.signalled: type[KeyboardInterrupt] | None = None
 
     def install(self) -> None:
         if threading.current_thread() is threading.main_thread():
@@ -57,7 +59,17 @@ class RunSafety:
                 if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
                     signal.signal(signal.SIGTERM, self._on_sigterm)
                     self._sigterm_installed = True
+                if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                    signal.signal(signal.SIGINT, self._on_sigint)
+                    self._sigint_installed = True
         self._previous_announcer = set_announcer(self.announce)
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        """Ctrl-C as Python's own handler takes it (KeyboardInterrupt), remembered: see
+        :meth:`pytest_runtest_protocol`."""
+        if not self.finishing:
+            self.signalled = KeyboardInterrupt
+        signal.default_int_handler(signum, frame)
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         """SIGTERM stops the run like Ctrl-C, except once the session is finishing: every
@@ -65,7 +77,7 @@ class RunSafety:
         report short and end in a traceback; the run exits when they are written, with the
         exit code the report gives."""
         if not self.finishing:
-            self.terminated = True
+            self.signalled = Terminated
             raise Terminated(_TERMINATED)
         if not self.late_sigterm:
             self.late_sigterm = True
@@ -76,12 +88,14 @@ class RunSafety:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
-        """A SIGTERM's exception can land where Python swallows it (a weakref callback, a
-        __del__: "Exception ignored in ..."): the run then went on and could end PASSED.
-        Once the test it came in has ended, the run stops as the signal asked."""
+        """A SIGTERM's or a Ctrl-C's exception can land where Python swallows it (a weakref
+        callback, a __del__: "Exception ignored in ..."): the run then went on and could end
+        PASSED. Once the test it came in has ended, the run stops as the signal asked."""
         result = yield
-        if self.terminated:
+        if self.signalled is Terminated:
             raise Terminated(_TERMINATED)
+        if self.signalled is KeyboardInterrupt:
+            raise KeyboardInterrupt
         return result
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -95,6 +109,11 @@ class RunSafety:
             with contextlib.suppress(ValueError, OSError):
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
             self._sigterm_installed = False
+        if self._sigint_installed:
+            with contextlib.suppress(ValueError, OSError):
+                if signal.getsignal(signal.SIGINT) == self._on_sigint:
+                    signal.signal(signal.SIGINT, signal.default_int_handler)
+            self._sigint_installed = False
         set_announcer(self._previous_announcer)
 
     def announce(self, text: str) -> None:
