@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from conformance._support.context import Timing
+from conformance._support.fanout import each_at_once
 from conformance.cluster.clusterinfo import ClusterInfo, health_cluster_info, kube_nodes
 from conformance.cluster.discovery import (
     DISABLED_REASON,
@@ -46,9 +47,9 @@ def _views(cluster: TalosCluster) -> tuple[dict[str, dict[str, Member]], list[st
     list counts as off when the config cannot be read)."""
     views: dict[str, dict[str, Member]] = {}
     disabled: list[str] = []
-    for node in cluster.reachable:
-        found = members(node)
-        enabled = discovery_enabled(node)
+    nodes = cluster.reachable
+    read = each_at_once(nodes, lambda node: (members(node), discovery_enabled(node)))
+    for node, (found, enabled) in zip(nodes, read, strict=True):
         if enabled is False or (enabled is None and not found):
             disabled.append(node.name)
         else:

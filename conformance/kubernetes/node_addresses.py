@@ -28,14 +28,17 @@ from __future__ import annotations
 
 import fnmatch
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_talos.errors import TalosError
 from pytest_talos.node import TalosNode
 
 __all__ = ["CNI_LINK_NAMES", "AddressBook", "NodeAddressReport", "host_addresses"]
 
+READERS = 16  # nodes read at once (each read is two List calls, mostly waiting)
 ADDRESSES = ("AddressStatuses.net.talos.dev", "network")
 LINKS = ("LinkStatuses.net.talos.dev", "network")
 CNI_LINK_NAMES = (
@@ -135,6 +138,7 @@ class AddressBook:
 
     def __init__(self) -> None:
         self._found: dict[str, NodeAddressReport] = {}
+        self._errors: dict[str, TalosError] = {}  # the last read's, handed out once
 
     def of(self, node: TalosNode) -> NodeAddressReport:
         report = self._found.get(node.address)
@@ -142,3 +146,22 @@ class AddressBook:
             report = host_addresses(node.resources(*ADDRESSES), node.resources(*LINKS))
             self._found[node.address] = report
         return report
+
+    def of_all(self, nodes: Sequence[TalosNode]) -> dict[str, NodeAddressReport | TalosError]:
+        """Every node's addresses, or the error its read met (by address): the nodes not
+        read yet are read at once (a node after another costs a fleet's round trips)."""
+        missing = [node for node in nodes if node.address not in self._found]
+        if missing:
+            with ThreadPoolExecutor(min(READERS, len(missing))) as pool:
+                list(pool.map(self._try, missing))
+        found: dict[str, NodeAddressReport | TalosError] = {}
+        for node in nodes:
+            error = self._errors.pop(node.address, None)
+            found[node.address] = error if error is not None else self._found[node.address]
+        return found
+
+    def _try(self, node: TalosNode) -> None:
+        try:
+            self.of(node)
+        except TalosError as exc:  # not kept: the next ask reads the node again
+            self._errors[node.address] = exc

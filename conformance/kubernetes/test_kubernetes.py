@@ -260,13 +260,14 @@ def _cluster_addresses(
     read (errors on the checked node itself propagate)."""
     addresses: dict[str, list[str]] = {}
     unreadable: dict[str, str] = {}
-    for node in cluster.reachable:
-        try:
-            report = book.of(node)
-        except TalosError as exc:
+    nodes = cluster.reachable
+    reports = book.of_all(nodes)
+    for node in nodes:
+        report = reports[node.address]
+        if isinstance(report, TalosError):
             if node.address == checked.address:
-                raise
-            unreadable[node.name] = str(exc)
+                raise report
+            unreadable[node.name] = str(report)
             continue
         addresses[node.name] = [prefix.split("/", 1)[0] for prefix in report.kept]
     return addresses, unreadable
