@@ -101,6 +101,8 @@ def scan_state(scan: ports.ScanResult, port: int) -> str:
     """What the scan found on ``port``, also saying when the baseline host answers there too."""
     if port in scan.shared:
         return "open (also on the baseline)"
+    if port in scan.passing:
+        return "open once, closed when probed again (on the baseline neither)"
     try:
         return scan.state_of(port)
     except KeyError:

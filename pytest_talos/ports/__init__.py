@@ -39,6 +39,10 @@ lives (say ``127.0.0.254``), the ports found open on the node are probed again t
 port that answers on both belongs to a wildcard listener, not to the node: it is reported
 ``closed`` for the node and listed in :attr:`ScanResult.shared`. A node that itself
 listens on a wildcard address cannot be told apart this way; its ports show up as shared.
+The baseline is probed after the node's sweep: a port open on the node but not on the
+baseline is probed on the node once more, and one closed by then (a wildcard listener
+that came and went in between) is reported ``closed`` and listed in
+:attr:`ScanResult.passing`.
 
 The scanner needs a selector-based event loop (``add_writer``): the default on Linux
 and macOS, not Windows' proactor loop.

@@ -22,7 +22,9 @@ class ScanResult:
 
     ``address`` is the address actually scanned (``host`` resolved). ``shared`` lists the
     ports that were open on ``host`` *and* on the baseline host, i.e. wildcard listeners
-    that do not belong to the node; they are reported ``closed`` in ``results``.
+    that do not belong to the node; ``passing`` the ports open on ``host`` once that,
+    probed again, answered neither on the baseline nor on ``host`` (a wildcard listener of
+    this machine that came and went). Both are reported ``closed`` in ``results``.
     """
 
     host: str
@@ -31,6 +33,7 @@ class ScanResult:
     shared: tuple[int, ...] = ()
     address: str = ""
     baseline_host: str | None = None
+    passing: tuple[int, ...] = ()
 
     @property
     def open_ports(self) -> tuple[int, ...]:
@@ -50,7 +53,7 @@ class ScanResult:
         return (
             f"ScanResult(host={self.host!r}, address={self.address!r}, "
             f"open_ports={self.open_ports!r}, closed={len(self.closed)}, "
-            f"filtered={len(self.filtered)}, shared={self.shared!r}, "
+            f"filtered={len(self.filtered)}, shared={self.shared!r}, passing={self.passing!r}, "
             f"baseline_host={self.baseline_host!r}, elapsed={self.elapsed:.3f})"
         )
 
@@ -72,6 +75,9 @@ class ScanResult:
             ports = ",".join(map(str, self.shared)) or "none"
             baseline = self._bracketed(self.baseline_host)
             text += f"; open on baseline {baseline} too, so not the host's: {ports}"
+            if self.passing:
+                gone = ",".join(map(str, self.passing))
+                text += f"; open once, then on neither (a listener here that came and went): {gone}"
         return text
 
     def _ports_in(self, state: PortState) -> tuple[int, ...]:

@@ -65,7 +65,7 @@ async def scan_async(
     target = await resolve(host)
     baseline = await _resolve_baseline(baseline_host, target)
     with file_limit_for(wanted) as usable:
-        states, shared = await _sweep_with_baseline(
+        states, shared, passing = await _sweep_with_baseline(
             target, baseline, port_list, timeout=timeout, concurrency=usable
         )
     return ScanResult(
@@ -75,6 +75,7 @@ async def scan_async(
         shared=shared,
         address=target.address,
         baseline_host=None if baseline is None else baseline.address,
+        passing=passing,
     )
 
 
@@ -87,9 +88,15 @@ async def _sweep_with_baseline(
     concurrency: int,
     budget: ProbeBudget | None = None,
     spares: int = BATCH,
-) -> tuple[dict[int, PortState], tuple[int, ...]]:
-    """Every port's state on ``target``, and the open ones that are open on ``baseline``
-    too (those are set to closed). ``budget`` and ``spares``: see :class:`Sweep`."""
+) -> tuple[dict[int, PortState], tuple[int, ...], tuple[int, ...]]:
+    """Every port's state on ``target``; the open ones that are open on ``baseline`` too;
+    and the open ones that, probed again, answer neither there nor on ``target`` (both
+    kinds are set to closed). ``budget`` and ``spares``: see :class:`Sweep`.
+
+    The baseline is probed after the target's sweep: a wildcard listener of this machine
+    that came and went in between (another program's, on a port the kernel picked) was
+    open on the target alone. Probed once more, such a port is closed on the target too;
+    a port of the target's own stays open."""
     loop = asyncio.get_running_loop()
 
     def sweep(where: Target) -> Sweep:
@@ -99,15 +106,18 @@ async def _sweep_with_baseline(
 
     states = await sweep(target).run(port_list)
     if baseline is None:
-        return states, ()
+        return states, (), ()
     open_here = [port for port in port_list if states[port] == "open"]
     if not open_here:
-        return states, ()
+        return states, (), ()
     there = await sweep(baseline).run(open_here)
     shared = tuple(port for port in open_here if there[port] == "open")
-    for port in shared:
+    alone = [port for port in open_here if there[port] != "open"]
+    again = await sweep(target).run(alone) if alone else {}
+    passing = tuple(port for port in alone if again[port] != "open")
+    for port in (*shared, *passing):
         states[port] = "closed"
-    return states, shared
+    return states, shared, passing
 
 
 async def _resolve_baseline(baseline_host: str | None, target: Target) -> Target | None:
@@ -221,7 +231,7 @@ async def scan_many_async(
     ) -> ScanResult:
         async with turns:
             started = time.perf_counter()
-            states, shared = await _sweep_with_baseline(
+            states, shared, passing = await _sweep_with_baseline(
                 target,
                 baseline,
                 port_list,
@@ -237,6 +247,7 @@ async def scan_many_async(
                 shared=shared,
                 address=target.address,
                 baseline_host=None if baseline is None else baseline.address,
+                passing=passing,
             )
 
     with contextlib.ExitStack() as limit:

@@ -254,6 +254,7 @@ def encode_result(result: ScanResult) -> dict[str, Any]:
         "baseline_host": result.baseline_host,
         "elapsed": result.elapsed,
         "shared": list(result.shared),
+        "passing": list(result.passing),
         "open": list(result.open_ports),
         "filtered": list(result.filtered),
     }
@@ -279,6 +280,7 @@ def _decoded(answer: dict[str, Any], port_list: Sequence[int]) -> ScanResult | N
             shared=tuple(int(p) for p in answer["shared"]),
             address=str(answer["address"]),
             baseline_host=answer["baseline_host"],
+            passing=tuple(int(p) for p in answer["passing"]),
         )
     except (KeyError, TypeError, ValueError):
         return None

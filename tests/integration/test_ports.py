@@ -35,6 +35,8 @@ from pytest_talos.ports import (
     sweep,
     targets,
 )
+from pytest_talos.ports import scanner as scanner_module
+from pytest_talos.ports.sweep import Sweep
 from tests.integration.silent_ports import (
     SilentPortsUnavailable,
     make_silent_port,
@@ -467,6 +469,49 @@ def test_baseline_separates_wildcard_listeners_from_the_node(
     assert f"open on baseline {BASELINE} too, so not the host's: {wildcard_port}" in (
         proven.summary()
     )
+
+
+def test_a_wildcard_listener_that_came_and_went_is_not_the_nodes(
+    listen: Listen, reserve: Reserve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another program's listener on 0.0.0.0, on a port the kernel picked, open while the
+    node was swept and closed before the baseline was probed: the node's address answered
+    alone. Probed once more it is closed there too, so it is not counted as the node's."""
+    node = "127.0.0.74"
+    node_port = listen(node)
+    reserve(BASELINE, node_port)
+    passing = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    passing.bind(("0.0.0.0", 0))
+    passing.listen(4)
+    port = int(passing.getsockname()[1])
+
+    class ListenerGoesAfterTheNodesSweep(Sweep):
+        async def run(self, ports: Any) -> Any:
+            found = await super().run(ports)
+            passing.close()  # between the node's sweep and the baseline's
+            return found
+
+    monkeypatch.setattr(scanner_module, "Sweep", ListenerGoesAfterTheNodesSweep)
+    try:
+        result = scan(node, [port, node_port], baseline_host=BASELINE, in_worker=False)
+    finally:
+        passing.close()
+
+    assert result.passing == (port,)
+    assert result.open_ports == (node_port,)  # the node's own stays open
+    assert result.shared == ()
+    assert result.state_of(port) == "closed"
+    assert f"then on neither (a listener here that came and went): {port}" in result.summary()
+
+
+def test_a_listener_open_on_the_node_alone_stays_open_when_probed_again(
+    listen: Listen, reserve: Reserve
+) -> None:
+    node_port = listen("127.0.0.75")
+    reserve(BASELINE, node_port)
+    result = scan("127.0.0.75", [node_port], baseline_host=BASELINE, in_worker=False)
+    assert result.open_ports == (node_port,)
+    assert result.passing == ()
 
 
 def test_baseline_with_nothing_shared(listen: Listen, reserve: Reserve) -> None:
