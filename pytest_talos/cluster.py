@@ -20,10 +20,10 @@ import binascii
 import os
 import ssl
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -40,9 +40,12 @@ from pytest_talos.node import TalosNode
 from pytest_talos.talos_api import ResourceType, split_host_port
 from pytest_talos.talosconfig import TalosConfig, load_talosconfig
 
-__all__ = ["MEMBERS_TYPE", "KubernetesAccess", "TalosCluster"]
+__all__ = ["MEMBERS_TYPE", "KubernetesAccess", "TalosCluster", "read_each"]
 
 MEMBERS_TYPE = (ResourceType.MEMBERS, "cluster")
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class TalosCluster:
@@ -292,16 +295,24 @@ def _endpoint_host(endpoint: str) -> str:
 DESCRIBE_AT_ONCE = 16
 
 
+def read_each(
+    items: Sequence[T], read: Callable[[T], R], at_once: int = DESCRIBE_AT_ONCE
+) -> list[R]:
+    """``[read(item) for item in items]``, ``at_once`` of them at a time: a read of every
+    node pays one node's round trips, not the fleet's. The results keep their order; the
+    first item's error, in that order, is raised. The threads only wait: the client's
+    calls all run on its one event loop."""
+    if len(items) <= 1:
+        return [read(item) for item in items]
+    with ThreadPoolExecutor(min(at_once, len(items)), thread_name_prefix="talos-each") as pool:
+        return list(pool.map(read, items))
+
+
 def _describe_nodes(
     client: TalosClient, addresses: Sequence[str], scan_baseline: str | None
 ) -> list[TalosNode]:
-    """Every node described (:func:`_describe_node`), several at once, in the given order.
-    The threads only wait: the client's calls all run on its one event loop."""
-    if len(addresses) <= 1:
-        return [_describe_node(client, address, scan_baseline) for address in addresses]
-    workers = min(DESCRIBE_AT_ONCE, len(addresses))
-    with ThreadPoolExecutor(workers, thread_name_prefix="talos-describe") as pool:
-        return list(pool.map(lambda a: _describe_node(client, a, scan_baseline), addresses))
+    """Every node described (:func:`_describe_node`), several at once, in the given order."""
+    return read_each(addresses, lambda a: _describe_node(client, a, scan_baseline))
 
 
 def _describe_node(client: TalosClient, address: str, scan_baseline: str | None) -> TalosNode:

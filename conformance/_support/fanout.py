@@ -43,12 +43,10 @@ __all__ = [
     "Fetched",
     "changes_made",
     "checked_fanout",
-    "each_at_once",
     "run_checked",
 ]
 
 T = TypeVar("T")
-U = TypeVar("U")
 
 MAX_READERS = 32  # threads reading at once: each mostly waits for its node's deadline
 # real seconds a read-only check's run stays fresh for its node's test: a fleet's tests of
@@ -190,14 +188,3 @@ def checked_fanout(
         max_age=max_age,
         usable=lambda read: read.changes == changes_made(gate),
     )
-
-
-def each_at_once(items: Sequence[U], read: Callable[[U], T], readers: int = MAX_READERS) -> list[T]:
-    """``[read(item) for item in items]``, the reads made at once (``readers`` at a time):
-    a check that reads every node pays one node's round trips, not the fleet's. The
-    results keep their order; the first item's error, in that order, is raised."""
-    if len(items) < 2:
-        return [read(item) for item in items]
-    with ThreadPoolExecutor(min(readers, len(items)), thread_name_prefix="talos-each") as pool:
-        futures = [pool.submit(read, item) for item in items]
-    return [future.result() for future in futures]

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from conformance._support.context import Timing
-from conformance._support.fanout import each_at_once
 from conformance.cluster.clusterinfo import ClusterInfo, health_cluster_info, kube_nodes
 from conformance.cluster.discovery import (
     DISABLED_REASON,
@@ -19,7 +18,7 @@ from conformance.cluster.discovery import (
     members,
     short_name,
 )
-from pytest_talos.cluster import TalosCluster
+from pytest_talos.cluster import TalosCluster, read_each
 from pytest_talos.errors import ConformanceFailure, TalosError
 from pytest_talos.node import TalosNode
 from pytest_talos.plugin.conformance import ADMIN
@@ -48,7 +47,7 @@ def _views(cluster: TalosCluster) -> tuple[dict[str, dict[str, Member]], list[st
     views: dict[str, dict[str, Member]] = {}
     disabled: list[str] = []
     nodes = cluster.reachable
-    read = each_at_once(nodes, lambda node: (members(node), discovery_enabled(node)))
+    read = read_each(nodes, lambda node: (members(node), discovery_enabled(node)))
     for node, (found, enabled) in zip(nodes, read, strict=True):
         if enabled is False or (enabled is None and not found):
             disabled.append(node.name)

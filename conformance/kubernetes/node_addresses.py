@@ -29,16 +29,15 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_talos.cluster import read_each
 from pytest_talos.errors import TalosError
 from pytest_talos.node import TalosNode
 
 __all__ = ["CNI_LINK_NAMES", "AddressBook", "NodeAddressReport", "host_addresses"]
 
-READERS = 16  # nodes read at once (each read is two List calls, mostly waiting)
 ADDRESSES = ("AddressStatuses.net.talos.dev", "network")
 LINKS = ("LinkStatuses.net.talos.dev", "network")
 CNI_LINK_NAMES = (
@@ -150,10 +149,7 @@ class AddressBook:
     def of_all(self, nodes: Sequence[TalosNode]) -> dict[str, NodeAddressReport | TalosError]:
         """Every node's addresses, or the error its read met (by address): the nodes not
         read yet are read at once (a node after another costs a fleet's round trips)."""
-        missing = [node for node in nodes if node.address not in self._found]
-        if missing:
-            with ThreadPoolExecutor(min(READERS, len(missing))) as pool:
-                list(pool.map(self._try, missing))
+        read_each([node for node in nodes if node.address not in self._found], self._try)
         found: dict[str, NodeAddressReport | TalosError] = {}
         for node in nodes:
             error = self._errors.pop(node.address, None)

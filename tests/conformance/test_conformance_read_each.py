@@ -1,4 +1,4 @@
-"""Cluster-wide checks read every node at once: each_at_once (cluster.members-consistent)
+"""Cluster-wide checks read every node at once: read_each (cluster.members-consistent)
 and AddressBook.of_all (kubernetes.cidrs-clear-of-nodes)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any, cast
 
 import pytest
 
-from conformance._support.fanout import each_at_once
 from conformance.kubernetes.node_addresses import AddressBook
+from pytest_talos.cluster import read_each
 from pytest_talos.errors import TalosError
 from pytest_talos.node import TalosNode
 
@@ -34,20 +34,20 @@ class _Slow:
         return f"read {item}"
 
 
-def test_each_at_once_reads_together_and_keeps_the_order() -> None:
+def test_read_each_reads_together_and_keeps_the_order() -> None:
     reads = _Slow(0.2)
     items = [f"n{i}" for i in range(5)]
-    assert each_at_once(items, reads) == [f"read {i}" for i in items]
+    assert read_each(items, reads) == [f"read {i}" for i in items]
     assert reads.most == 5  # not one after another
 
 
-def test_each_at_once_is_bounded() -> None:
+def test_read_each_is_bounded() -> None:
     reads = _Slow(0.05)
-    each_at_once([f"n{i}" for i in range(6)], reads, readers=2)
+    read_each([f"n{i}" for i in range(6)], reads, at_once=2)
     assert reads.most == 2
 
 
-def test_each_at_once_raises_the_first_error_in_order() -> None:
+def test_read_each_raises_the_first_error_in_order() -> None:
     def read(item: str) -> str:
         if item in ("n2", "n4"):
             time.sleep(0.1 if item == "n2" else 0.0)  # n4 fails first in time
@@ -55,7 +55,7 @@ def test_each_at_once_raises_the_first_error_in_order() -> None:
         return item
 
     with pytest.raises(TalosError, match="n2 refused"):
-        each_at_once(["n1", "n2", "n3", "n4"], read)
+        read_each(["n1", "n2", "n3", "n4"], read)
 
 
 class _AddressNode:
