@@ -63,9 +63,10 @@ WORKER_COMMAND = [sys.executable, "-m", "pytest_talos.ports._worker"]
 
 def _deadline(port_count: int, timeout: float, concurrency: int) -> float:
     """The longest a healthy scan can take: every probe waits its whole ``timeout``, at most
-    ``concurrency`` at once, twice over for the baseline's re-probe."""
+    ``concurrency`` at once, three sweeps over (the node's, the baseline's re-probe of its
+    open ports, and the node's second probe of those open there alone)."""
     rounds = math.ceil(port_count / max(1, concurrency))
-    return 2 * (rounds + 1) * timeout + _GRACE
+    return 3 * (rounds + 1) * timeout + _GRACE
 
 
 class _Worker:
