@@ -7,7 +7,7 @@ import contextlib
 import socket
 import ssl
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -90,7 +90,7 @@ class TalosChannel(Channel):
         try:
             infos = await resolve(host, port)
             self.phase = "tcp"
-            sock = await _connect_any(loop, infos)
+            sock = await _connect_any(loop, infos, self._connected_too_late)
             self.phase = "tls"
             protocol = await self._handshake(loop, sock)
         except (OSError, EOFError) as exc:  # ssl.SSLError and socket.gaierror are OSErrors
@@ -99,6 +99,9 @@ class TalosChannel(Channel):
             ) from None
         self.phase = "ready"
         return protocol
+
+    def _connected_too_late(self) -> None:
+        self.phase = "connected"
 
     async def _handshake(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> H2Protocol:
         session = Session()
@@ -170,8 +173,14 @@ def _settle(found: asyncio.Future[Any], outcome: tuple[Any, BaseException | None
 async def _connect_any(
     loop: asyncio.AbstractEventLoop,
     infos: Sequence[tuple[Any, ...]],
+    connected_too_late: Callable[[], None],
 ) -> socket.socket:
-    """Connect to the first address that accepts; re-raise the first failure otherwise."""
+    """Connect to the first address that accepts; re-raise the first failure otherwise.
+
+    Cancelled (the call's deadline) while the kernel had in fact connected the socket, the
+    loop just had not run since: ``connected_too_late`` is called, so that the deadline's
+    message blames this busy process, not the network.
+    """
     first_error: OSError | None = None
     for family, type_, proto, _, address in infos:
         sock = socket.socket(family, type_, proto)
@@ -183,7 +192,18 @@ async def _connect_any(
             first_error = first_error or exc
             continue
         except BaseException:
+            if _peer_connected(sock):
+                connected_too_late()
             sock.close()
             raise
         return sock
     raise first_error or OSError("no address to connect to")
+
+
+def _peer_connected(sock: socket.socket) -> bool:
+    """Whether the kernel has finished the socket's TCP handshake (it has a peer)."""
+    try:
+        sock.getpeername()
+    except OSError:  # ENOTCONN: still connecting, or it failed
+        return False
+    return sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0

@@ -40,7 +40,9 @@ _UNKNOWN_METHOD = re.compile(r"^unknown (service \S+|method \S+ for service \S+)
 DEFAULT_TIMEOUT = 10.0  # seconds, unary calls and the idle gap of finite streams
 DEFAULT_STREAM_TIMEOUT = 120.0  # seconds, total limit of finite streams (read, list, logs)
 
-ConnectPhase = Literal["idle", "resolve", "tcp", "tls", "ready"]
+# "connected": the kernel finished the TCP handshake, but the deadline passed before this
+# process got to go on with it (a machine too busy to run the client's event loop in time).
+ConnectPhase = Literal["idle", "resolve", "tcp", "connected", "tls", "ready"]
 
 _CHECK_CREDS = "check the ca/crt/key of the talosconfig context (talosctl config info)"
 # OpenSSL reasons that mean "the bytes coming back are not TLS at all".
@@ -299,6 +301,11 @@ def _deadline(info: CallInfo) -> DeadlineExceeded:
         "tcp": (
             f"no TCP connection to {where} within {info.timeout:g}s: is the host reachable, "
             "or does a firewall drop the packets?"
+        ),
+        "connected": (
+            f"{where} accepted the TCP connection, but this process was too busy to start "
+            f"the TLS handshake within {info.timeout:g}s: the machine running the kit is "
+            "overloaded; retry, or pass a larger timeout"
         ),
         "tls": (
             f"{where} accepted the TCP connection but finished no TLS handshake within "

@@ -188,6 +188,7 @@ def test_talos_errors_pass_through_and_gain_context() -> None:
     [
         ("resolve", False, "resolving the host of 10.5.0.2:50000 took longer than 2.5s"),
         ("tcp", False, "no TCP connection to 10.5.0.2:50000 within 2.5s"),
+        ("connected", False, "but this process was too busy to start the TLS handshake"),
         ("tls", False, "accepted the TCP connection but finished no TLS handshake within 2.5s"),
         ("ready", False, "no reply within 2.5s (deadline)"),
         ("ready", True, "the stream did not finish within 2.5s"),
