@@ -4,10 +4,6 @@ fails on one that differs; every entry says where it was read."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -25,10 +21,10 @@ from pytest_talos.errors import ConfigError
 from pytest_talos.patches import apply_patches
 from pytest_talos.plugin.conformance.security_settings import key_fingerprint
 from pytest_talos.plugin.conformance.vendor_profile import load_vendor_profile
-from tests.conformance.suite_runner import run_suite, target_args
+from tests.conformance.suite_runner import SuiteRun, run_suite, target_args
 
 REPO = Path(__file__).resolve().parents[2]
-FAST = ("--talos-emulator", "--talos-emulator-time-scale", "20", "-p", "no:cacheprovider")
+FAST = ("--talos-emulator",)  # run_suite adds the fast clock (time scale 20)
 # What the recorder records on the emulator, and the vendor check that judges each.
 JUDGED = {
     "vendor.talos-version": ("talos", "version"),
@@ -43,25 +39,19 @@ JUDGED = {
 pytestmark = pytest.mark.slow
 
 
-def _suite(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TALOS", "PYTEST"))}
-    env["PYTHONPATH"] = str(REPO)
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", str(REPO / "conformance"), *FAST, "-q", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+def _suite(cwd: Path, report: Path, *args: str) -> SuiteRun:
+    """The suite against its own emulated cluster, forked from the tests' fork server as
+    every suite run of these tests is (tests/conformance/suite_runner.py)."""
+    return run_suite([*FAST, *args], report, cwd=cwd, timeout=300)
 
 
 def _record(tmp_path: Path, name: str, *variant: str) -> Path:
     path = tmp_path / f"{name}.yaml"
-    done = _suite(tmp_path, "--talos-record-profile", str(path), *variant)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert f"recorded the vendor profile {path}" in done.stdout + done.stderr
+    done = _suite(
+        tmp_path, tmp_path / f"report-{name}", "--talos-record-profile", str(path), *variant
+    )
+    assert done.returncode == 0, done.describe()
+    assert f"recorded the vendor profile {path}" in done.output
     load_vendor_profile(path)  # the format --talos-profile reads
     return path
 
@@ -74,17 +64,11 @@ def _accept(tmp_path: Path, profile: Path, *variant: str) -> list[dict[str, Any]
 def _accept_run(tmp_path: Path, profile: Path, *variant: str) -> dict[str, Any]:
     """The vendor-image run's results.json."""
     report = tmp_path / f"report-{profile.stem}-{len(list(tmp_path.iterdir()))}"
-    _suite(
-        tmp_path,
-        "--talos-suite=vendor-image",
-        "--talos-profile",
-        str(profile),
-        "--talos-report",
-        str(report),
-        *variant,
+    done = _suite(
+        tmp_path, report, "--talos-suite=vendor-image", "--talos-profile", str(profile), *variant
     )
-    results: dict[str, Any] = json.loads((report / "results.json").read_text())
-    return results
+    assert done.results is not None, done.describe()
+    return done.results
 
 
 def _outcomes(checks: Sequence[dict[str, Any]], check_id: str) -> set[str]:
