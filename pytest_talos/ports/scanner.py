@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from pytest_talos.errors import ConfigError
 from pytest_talos.ports.filelimit import file_limit_for
-from pytest_talos.ports.results import PortResult, PortState, ScanResult
+from pytest_talos.ports.results import PortState, ScanResult
 from pytest_talos.ports.sweep import BATCH, ProbeBudget, Sweep
 from pytest_talos.ports.targets import Target, normalise_ports, resolve
 from pytest_talos.ports.workers import IN_WORKER_FROM, scan_in_worker
@@ -68,9 +68,10 @@ async def scan_async(
         states, shared, passing = await _sweep_with_baseline(
             target, baseline, port_list, timeout=timeout, concurrency=usable
         )
-    return ScanResult(
-        host=target.host,
-        results=tuple(PortResult(port, states[port]) for port in port_list),
+    return ScanResult.from_states(
+        target.host,
+        port_list,
+        states,
         elapsed=time.perf_counter() - started,
         shared=shared,
         address=target.address,
@@ -240,9 +241,10 @@ async def scan_many_async(
                 budget=budget,
                 spares=spares,
             )
-            return ScanResult(
-                host=target.host,
-                results=tuple(PortResult(port, states[port]) for port in port_list),
+            return ScanResult.from_states(
+                target.host,
+                port_list,
+                states,
                 elapsed=time.perf_counter() - started,
                 shared=shared,
                 address=target.address,

@@ -37,7 +37,7 @@ from typing import IO, Any
 
 from pytest_talos import errors
 from pytest_talos.errors import DeadlineExceeded, TalosError
-from pytest_talos.ports.results import PortResult, PortState, ScanResult
+from pytest_talos.ports.results import PortState, ScanResult
 
 __all__ = [
     "IN_WORKER_FROM",
@@ -268,15 +268,16 @@ def encode_failure(exc: BaseException) -> dict[str, Any]:
 
 def _decoded(answer: dict[str, Any], port_list: Sequence[int]) -> ScanResult | None:
     """The result a worker sent, or None when it is not one (the scan is then made here)."""
-    states: dict[int, PortState] = dict.fromkeys(port_list, "closed")
+    states: dict[int, PortState] = {}
     try:
         for port in answer["open"]:
             states[int(port)] = "open"
         for port in answer["filtered"]:
             states[int(port)] = "filtered"
-        return ScanResult(
-            host=str(answer["host"]),
-            results=tuple(PortResult(port, states[port]) for port in port_list),
+        return ScanResult.from_states(
+            str(answer["host"]),
+            port_list,
+            states,
             elapsed=float(answer["elapsed"]),
             shared=tuple(int(p) for p in answer["shared"]),
             address=str(answer["address"]),
