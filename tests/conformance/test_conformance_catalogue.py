@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_talos.plugin.conformance.catalogue import AREAS, SUITES
+from tests.conformance import forkserver
 from tests.conformance.suite_runner import REPO, SUITE, plugin_args, subprocess_env
 
 DOCS = REPO / "docs" / "conformance.md"
@@ -23,32 +24,37 @@ SEVERITY = re.compile(
 
 
 def collect(tmp_path: Path, *args: str) -> list[dict[str, Any]]:
+    """The catalogue a collect-only run of the suite dumps (forked from the tests' fork
+    server where it can be, as the suite runs are: tests/conformance/forkserver.py)."""
     out = tmp_path / f"catalogue-{len(list(tmp_path.iterdir()))}.json"
     env = subprocess_env({"CONFORMANCE_CATALOGUE_OUT": str(out)})
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            *plugin_args(),
-            "-p",
-            "tests.conformance.catalogue_dump",
-            str(SUITE),
-            "--collect-only",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--talos-emulator",
-            *args,
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    argv = [
+        *plugin_args(),
+        "-p",
+        "tests.conformance.catalogue_dump",
+        str(SUITE),
+        "--collect-only",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--talos-emulator",
+        *args,
+    ]
+    if forkserver.usable(env):
+        ended = forkserver.run_forked(argv, cwd=tmp_path, env=env, timeout=120)
+        code, output = ended.returncode, ended.stdout + ended.stderr
+    else:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", *argv],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        code, output = done.returncode, done.stdout + done.stderr
+    assert code == 0, output
     entries: list[dict[str, Any]] = json.loads(out.read_text())
     return entries
 
