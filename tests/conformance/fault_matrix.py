@@ -362,7 +362,12 @@ FAULT_MATRIX: Mapping[str, FaultCase] = {
         ),
         why="cri never leaves Running, so a check of states alone passes between two flaps; "
         "its 'Health check failed' events (within the last 60 s, and in the watched window) "
-        "are caught by the quick profile too, not only by the machine hold",
+        "are caught by the quick profile too, not only by the machine hold. The first flap "
+        "comes 2 s after the boot and counts as the boot's: the services area alone can "
+        "be judged before the next, 20 s later (seen once in CI: "
+        "services.expected-running-healthy passed), so the run is the whole suite's, as on "
+        "a node that has been up a while",
+        whole_suite=True,
     ),
     "empty-logs": FaultCase(
         ("empty-logs",),
