@@ -1,4 +1,4 @@
-"""The Kubernetes client (all its ~250 model modules and pydantic: 0.7 s of CPU) is loaded
+"""The Kubernetes client (all its ~250 model modules and pydantic: 0.3 s of CPU) is loaded
 only where a run talks to Kubernetes, never by loading the plugin and the suite's plugin."""
 
 from __future__ import annotations
