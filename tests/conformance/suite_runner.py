@@ -32,6 +32,7 @@ __all__ = [
     "TIME_SCALE",
     "SuiteRun",
     "plugin_args",
+    "run_pytest",
     "run_suite",
     "subprocess_env",
     "target_args",
@@ -141,12 +142,7 @@ def run_suite(
         *args,
     )
     started = time.monotonic()
-    run_env = subprocess_env(env)
-    run_cwd = cwd or report_dir.parent
-    if forkserver.usable(run_env):
-        ended = forkserver.run_forked(argv, cwd=run_cwd, env=run_env, timeout=timeout)
-    else:
-        ended = _subprocess(argv, run_cwd, run_env, timeout)
+    ended = run_pytest(argv, cwd=cwd or report_dir.parent, env=subprocess_env(env), timeout=timeout)
     output = ended.stdout + ended.stderr
     if ended.timed_out:
         return SuiteRun(tuple(argv), -1, f"timed out after {timeout:g}s\n{output}", None, timeout)
@@ -154,6 +150,16 @@ def run_suite(
     results = json.loads(results_file.read_text()) if results_file.exists() else None
     seconds = time.monotonic() - started
     return SuiteRun(tuple(argv), ended.returncode, output, results, seconds, ended.cpu_seconds)
+
+
+def run_pytest(
+    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float
+) -> forkserver.EndedRun:
+    """``python -m pytest <argv>``: forked from the fork server where it can be, else a
+    plain subprocess (:func:`tests.conformance.forkserver.usable` says when)."""
+    if forkserver.usable(env):
+        return forkserver.run_forked(argv, cwd=cwd, env=env, timeout=timeout)
+    return _subprocess(argv, cwd, env, timeout)
 
 
 def _subprocess(

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_talos.plugin.conformance.catalogue import AREAS, SUITES
-from tests.conformance import forkserver
-from tests.conformance.suite_runner import REPO, SUITE, plugin_args, subprocess_env
+from tests.conformance.suite_runner import REPO, SUITE, plugin_args, run_pytest, subprocess_env
 
 DOCS = REPO / "docs" / "conformance.md"
 HEADING = re.compile(r"^#### `(?P<id>[a-z0-9.-]+)`", re.MULTILINE)
@@ -25,7 +22,7 @@ SEVERITY = re.compile(
 
 def collect(tmp_path: Path, *args: str) -> list[dict[str, Any]]:
     """The catalogue a collect-only run of the suite dumps (forked from the tests' fork
-    server where it can be, as the suite runs are: tests/conformance/forkserver.py)."""
+    server where it can be, as the suite runs are: ``run_pytest``)."""
     out = tmp_path / f"catalogue-{len(list(tmp_path.iterdir()))}.json"
     env = subprocess_env({"CONFORMANCE_CATALOGUE_OUT": str(out)})
     argv = [
@@ -40,20 +37,8 @@ def collect(tmp_path: Path, *args: str) -> list[dict[str, Any]]:
         "--talos-emulator",
         *args,
     ]
-    if forkserver.usable(env):
-        ended = forkserver.run_forked(argv, cwd=tmp_path, env=env, timeout=120)
-        code, output = ended.returncode, ended.stdout + ended.stderr
-    else:
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", *argv],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        code, output = done.returncode, done.stdout + done.stderr
+    ended = run_pytest(argv, cwd=tmp_path, env=env, timeout=120)
+    code, output = ended.returncode, ended.stdout + ended.stderr
     assert code == 0, output
     entries: list[dict[str, Any]] = json.loads(out.read_text())
     return entries

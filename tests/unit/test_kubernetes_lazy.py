@@ -9,15 +9,20 @@ import sys
 from pytest_talos.cluster import kubernetes_client_errors
 
 
+def _fresh_python(code: str) -> str:
+    """What ``code`` prints in a new interpreter (nothing imported yet)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    return done.stdout.strip()
+
+
 def test_loading_the_plugins_does_not_load_the_kubernetes_client() -> None:
     code = (
         "import sys, pytest_talos.plugin, pytest_talos.plugin.conformance; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'pydantic')))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
-    assert out.stdout.strip() == "[]"
+    assert _fresh_python(code) == "[]"
 
 
 def test_the_clients_error_is_caught_once_the_client_is_loaded() -> None:
@@ -31,7 +36,4 @@ def test_without_the_client_there_is_no_error_of_its_to_catch() -> None:
         "from pytest_talos.cluster import kubernetes_client_errors; "
         "import sys; print(kubernetes_client_errors(), 'kubernetes' in sys.modules)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
-    assert out.stdout.strip() == "() False"
+    assert _fresh_python(code) == "() False"
