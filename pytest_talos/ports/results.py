@@ -67,18 +67,18 @@ class ScanResult:
         baseline_host: str | None = None,
         passing: tuple[int, ...] = (),
     ) -> None:
+        facts = {
+            "host": host,
+            "elapsed": elapsed,
+            "shared": tuple(shared),
+            "address": address,
+            "baseline_host": baseline_host,
+            "passing": tuple(passing),
+        }
+        for name, value in facts.items():
+            object.__setattr__(self, name, value)
         given = tuple(results)
-        self._fill(
-            host,
-            tuple(r.port for r in given),
-            {r.port: r.state for r in given if r.state != "closed"},
-            elapsed=elapsed,
-            shared=shared,
-            address=address,
-            baseline_host=baseline_host,
-            passing=passing,
-        )
-        object.__setattr__(self, "_results", given)
+        self._set_ports(tuple(r.port for r in given), {r.port: r.state for r in given}, given)
 
     @classmethod
     def from_states(
@@ -95,46 +95,22 @@ class ScanResult:
     ) -> ScanResult:
         """The result of scanning ``ports`` (in that order) where ``states`` gives each
         port's state; a port it does not name was closed."""
-        result = cls.__new__(cls)
-        not_closed: dict[int, PortState] = {p: s for p, s in states.items() if s != "closed"}
-        result._fill(
-            host,
-            tuple(ports),
-            not_closed,
-            elapsed=elapsed,
-            shared=shared,
-            address=address,
-            baseline_host=baseline_host,
-            passing=passing,
-        )
-        object.__setattr__(result, "_results", None)
+        result = cls(host, (), elapsed, shared, address, baseline_host, passing)
+        result._set_ports(tuple(ports), states, None)
         return result
 
-    def _fill(
+    def _set_ports(
         self,
-        host: str,
         ports: tuple[int, ...],
-        not_closed: dict[int, PortState],
-        *,
-        elapsed: float,
-        shared: tuple[int, ...],
-        address: str,
-        baseline_host: str | None,
-        passing: tuple[int, ...],
+        states: Mapping[int, PortState],
+        results: tuple[PortResult, ...] | None,
     ) -> None:
-        values = {
-            "host": host,
-            "elapsed": elapsed,
-            "shared": tuple(shared),
-            "address": address,
-            "baseline_host": baseline_host,
-            "passing": tuple(passing),
-            "_ports": ports,
-            "_not_closed": _in_scan_order(ports, not_closed),
-            "_closed": None,
-        }
-        for name, value in values.items():
-            object.__setattr__(self, name, value)
+        """The ports scanned, the states of those not closed, and (if built) every result."""
+        not_closed = {p: s for p, s in states.items() if s != "closed"}
+        object.__setattr__(self, "_ports", ports)
+        object.__setattr__(self, "_not_closed", _in_scan_order(ports, not_closed))
+        object.__setattr__(self, "_closed", None)
+        object.__setattr__(self, "_results", results)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"a ScanResult is immutable: cannot set {name!r}")
