@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_talos.client import ChangeGate
-from pytest_talos.cluster import TalosCluster
+from pytest_talos.cluster import TalosCluster, read_each
 from pytest_talos.errors import ConfigError, TalosError
 from pytest_talos.guard import ConfigGuard, ConfigRestoreError, JournalOrigin, unchanged_while
 from pytest_talos.hookspecs import PytestTalosDeprecationWarning
@@ -36,6 +36,8 @@ class TalosSession:
         self._cluster: TalosCluster | None = None
         self._error: TalosError | None = None
         self._ports: dict[str, frozenset[int]] = {}
+        self._ports_read = False  # the kit's expected ports of every node read at once
+        self._prefetched: dict[str, frozenset[int]] = {}
         # Every client the plugin hands out checks this gate before a changing call; its level
         # is the run's --talos-allow outside tests and the test's marker inside one.
         self.gate = ChangeGate(settings.allow.value, explain=self._refusal)
@@ -158,7 +160,9 @@ class TalosSession:
 
     def expected_ports(self, node: TalosNode) -> frozenset[int]:
         if node.address not in self._ports:
-            ports = set(expected_ports_for(node))  # the role and the node's machine config
+            known = self._kit_ports(node)
+            # the role and the node's machine config
+            ports = set(known if known is not None else expected_ports_for(node))
             returned = self.config.hook.pytest_talos_expected_ports(
                 node=node, role=node.role, ports=ports
             )
@@ -168,6 +172,19 @@ class TalosSession:
                     ports.update(extra)
             self._ports[node.address] = frozenset(ports)
         return self._ports[node.address]
+
+    def _kit_ports(self, node: TalosNode) -> frozenset[int] | None:
+        """The kit's expected ports of ``node`` as read for every node at once, by the first
+        node's test (two calls a node: a fleet pays one node's round trips, not N); None
+        when not read so (under pytest-xdist, whose workers each get a few nodes, or the
+        read failed: the node's own read then raises its error, for its own test)."""
+        if not self._ports_read:
+            self._ports_read = True
+            if self._cluster is not None and not hasattr(self.config, "workerinput"):
+                nodes = self._cluster.reachable
+                found = zip(nodes, read_each(nodes, _ports_or_none), strict=True)
+                self._prefetched = {n.address: p for n, p in found if p is not None}
+        return self._prefetched.pop(node.address, None)
 
     def describe_target(self) -> str:
         s = self.settings
@@ -393,3 +410,10 @@ def _warn_returned_ports(extra: Iterable[int]) -> None:
         ),
         stacklevel=2,
     )
+
+
+def _ports_or_none(node: TalosNode) -> frozenset[int] | None:
+    try:
+        return expected_ports_for(node)
+    except TalosError:
+        return None

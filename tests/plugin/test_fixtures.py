@@ -270,6 +270,78 @@ def test_expected_ports_hook_returning_ports_still_extends_but_is_deprecated(
     )
 
 
+def test_expected_ports_of_every_node_are_read_at_once_by_the_first_node(
+    run: Run, pytester: pytest.Pytester
+) -> None:
+    # The kit's part (the role, the config) is read for all three nodes on the first
+    # node's setup, each on a thread of its own; the hook still runs once per node, here.
+    pytester.makeconftest("""
+        import threading
+        from pytest_talos.plugin import session
+
+        READ, HOOKED = [], []
+        kit_ports = session.expected_ports_for
+
+        def recorded(node):
+            READ.append((node.name, threading.current_thread().name))
+            return kit_ports(node)
+
+        def pytest_configure(config):
+            session.expected_ports_for = recorded
+
+        def pytest_unconfigure(config):  # the inner run shares this process's modules
+            session.expected_ports_for = kit_ports
+
+        def pytest_talos_expected_ports(node, role, ports):
+            HOOKED.append((node.name, threading.current_thread().name))
+    """)
+    pytester.makepyfile("""
+        import conftest
+
+        def test_ports(talos_node):
+            assert 50000 in talos_node.expected_ports
+            assert len(conftest.READ) == 3
+            assert all(thread.startswith("talos-each") for _, thread in conftest.READ)
+            assert conftest.HOOKED[-1] == (talos_node.name, "MainThread")
+
+        def test_each_node_hooked_once():
+            names = [name for name, _ in conftest.HOOKED]
+            assert sorted(names) == sorted(set(names)) and len(names) == 3
+    """)
+    result = run("--talos-emulator=1:2")
+    result.assert_outcomes(passed=4)
+
+
+def test_a_node_whose_ports_cannot_be_read_errors_its_own_test_only(
+    run: Run, pytester: pytest.Pytester
+) -> None:
+    pytester.makeconftest("""
+        from pytest_talos.errors import TalosError
+        from pytest_talos.plugin import session
+
+        kit_ports = session.expected_ports_for
+
+        def failing(node):
+            if node.name == "talos-default-worker-2":
+                raise TalosError("the config read timed out", node=node.name)
+            return kit_ports(node)
+
+        def pytest_configure(config):
+            session.expected_ports_for = failing
+
+        def pytest_unconfigure(config):  # the inner run shares this process's modules
+            session.expected_ports_for = kit_ports
+    """)
+    pytester.makepyfile("""
+        def test_ports(talos_node):
+            assert 50000 in talos_node.expected_ports
+    """)
+    result = run("--talos-emulator=1:2", "-v")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*test_ports?talos-default-worker-2? ERROR*"])
+    result.stdout.fnmatch_lines(["*the config read timed out*"])
+
+
 def test_select_nodes_hook(run: Run, pytester: pytest.Pytester) -> None:
     pytester.makeconftest("""
         def pytest_talos_select_nodes(nodes, config):
