@@ -45,11 +45,11 @@ from pytest_talos.errors import (
     TalosError,
     WaitTimeout,
 )
-from pytest_talos.node import TalosNode, node_release
+from pytest_talos.node import TalosNode
 from pytest_talos.plugin.conformance.catalogue import CheckSpec
 from pytest_talos.plugin.conformance.outcomes import collapse_repeats
 from pytest_talos.plugin.conformance.settings import SuiteSettings
-from pytest_talos.releases import Release
+from pytest_talos.releases import Release, release_of
 from pytest_talos.restarts import (
     SERVICE_EVENTS_KEPT,
     XID_SLACK,
@@ -150,11 +150,10 @@ def isolated(node: TalosNode) -> bool:
 
 def wanted_services(node: TalosNode) -> frozenset[str]:
     """:func:`expected_services` of ``node``'s role, mode, release and config."""
-    mode = node.version.platform_mode
-    needs_config = mode != "container" and node_release(node).has_sandboxd
-    return expected_services(
-        node.role, mode, node_release(node), isolated(node) if needs_config else False
-    )
+    version = node.version  # one Version call: the mode and the release both come from it
+    mode, release = version.platform_mode, release_of(version.tag).release
+    needs_config = mode != "container" and release.has_sandboxd
+    return expected_services(node.role, mode, release, isolated(node) if needs_config else False)
 
 
 def _crash_looping(service: models.ServiceInfo) -> bool:
@@ -298,18 +297,19 @@ def _in_window(events: list[models.Event], since: float | None) -> list[models.E
 def _recent_or_fanned_out(
     node: TalosNode, timing: Timing, fanned: FanOut[RecentRead], lower: float | None
 ) -> list[models.Event]:
-    """The node's recent events: from the fan-out when it read this node settled and the
-    node's clock is known here (to cut that read to this moment's window, from the
-    earliest the node's clock can be now), else read now, as the node is."""
-    if lower is not None:
-        try:
-            settled, events = fanned.get(node)
-        except TalosError:  # the earlier read failed: read now, and let that one speak
-            settled, events = False, []
-        if settled:
-            return _in_window(events, lower - RECENT)
-        return _in_window(_recent_events(node, timing), lower - RECENT)
-    return _recent_events(node, timing)
+    """The node's recent events: from the fan-out when it read this node settled, else
+    read now, as the node is. When the node's clock is known here, a read is cut to this
+    moment's window, from the earliest the node's clock can be now (a real node's: up to
+    NODE_CLOCK_SKEW older than RECENT). An emulated clock reached from outside is not
+    known: the fan-out's read is used uncut, a window at most FANOUT_MAX_AGE and the read's
+    own deadline older than the test's (25 node seconds at 20x, less than that skew)."""
+    try:
+        settled, events = fanned.get(node)
+    except TalosError:  # the earlier read failed: read now, and let that one speak
+        settled, events = False, []
+    if not settled:
+        events = _recent_events(node, timing)
+    return events if lower is None else _in_window(events, lower - RECENT)
 
 
 def _node_now(emulator: Any, timing: Timing) -> tuple[float | None, float | None]:
@@ -648,9 +648,14 @@ def _resource_verdict(service: models.ServiceInfo | None, spec: object) -> str:
 )
 def test_services_resources_agree_with_service_list(
     talos_node: TalosNode,
-    talos_timing: Timing,
     talos_evidence: dict[str, Any],
-    talos_check_spec: CheckSpec,
+    service_resource_reads: FanOut[CheckedRead],
+) -> None:
+    service_resource_reads.get(talos_node).deliver(talos_evidence)
+
+
+def _services_resources_agree(
+    talos_node: TalosNode, talos_evidence: dict[str, Any], check_id: str, *, talos_timing: Timing
 ) -> None:
     try:
         wait_until(
@@ -663,7 +668,7 @@ def test_services_resources_agree_with_service_list(
     except WaitTimeout as exc:
         seen = exc.last_observation
         raise ConformanceFailure(
-            talos_check_spec.id,
+            check_id,
             "the Services resources and ServiceList disagree",
             node=talos_node.name,
             expected="a Services resource exactly for each running service",
@@ -672,6 +677,15 @@ def test_services_resources_agree_with_service_list(
             else str(seen),
         ) from None
     talos_evidence["agree"] = True
+
+
+service_resource_reads = read_at_once(
+    "test_services_resources_agree_with_service_list",
+    _services_resources_agree,
+    "ServiceList, the Services resources and ServiceList again, read on every checked node "
+    "at once (until they agree, up to 5 node seconds).",
+    uses=("talos_timing",),
+)
 
 
 def _iso(seconds: float) -> str:
