@@ -228,12 +228,18 @@ def checked_at_once(
     )
 
 
-def read_at_once(test_name: str, check: ReadCheck, doc: str) -> Any:
+def read_at_once(
+    test_name: str, check: Callable[..., None], doc: str, uses: tuple[str, ...] = ()
+) -> Any:
     """A module fixture (assign it to the name the test asks for) of :func:`checked_at_once`
-    for the module's test ``test_name``."""
+    for the module's test ``test_name``. ``check`` is a :data:`ReadCheck` once given, by
+    keyword, the fixtures named in ``uses`` (session or module scoped ones: the fan-out
+    outlives a test)."""
 
     def reads(request: pytest.FixtureRequest) -> FanOut[CheckedRead]:
-        return checked_at_once(request, getattr(request.module, test_name), check)
+        bound = {name: request.getfixturevalue(name) for name in uses}
+        body: ReadCheck = partial(check, **bound) if bound else check
+        return checked_at_once(request, getattr(request.module, test_name), body)
 
     reads.__doc__ = doc
     return pytest.fixture(scope="module")(reads)

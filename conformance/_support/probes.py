@@ -17,7 +17,7 @@ import datetime as dt
 import socket
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -1016,8 +1016,11 @@ def _reader_verdict(what: str, call: Callable[[], str]) -> Attempt:
     return Attempt(what, accepted=True, detail=detail)
 
 
-def reader_admin_attempts(reader: TalosClient) -> dict[str, Attempt]:
-    """The Kubeconfig RPC, and GenerateClientConfiguration asking for os:admin, as os:reader.
+def reader_admin_attempts(
+    reader: TalosClient, which: Sequence[str] = ("kubeconfig", "mint")
+) -> dict[str, Attempt]:
+    """The Kubeconfig RPC (``kubeconfig``), and GenerateClientConfiguration asking for
+    os:admin (``mint``), as os:reader: those of ``which``.
 
     Both are os:admin only (internal/app/machined/pkg/system/services/machined.go); the
     authorizer refuses before the handler, so a worker's Unimplemented is a finding too.
@@ -1032,10 +1035,11 @@ def reader_admin_attempts(reader: TalosClient) -> dict[str, Attempt]:
         roles = ", ".join(certificate_roles(creds.crt_pem)) or "none"
         return f"minted a client certificate with roles {roles}"
 
-    return {
-        "kubeconfig": _reader_verdict("Kubeconfig as os:reader", kubeconfig),
-        "mint": _reader_verdict("GenerateClientConfiguration(os:admin) as os:reader", mint),
+    calls = {
+        "kubeconfig": ("Kubeconfig as os:reader", kubeconfig),
+        "mint": ("GenerateClientConfiguration(os:admin) as os:reader", mint),
     }
+    return {name: _reader_verdict(*calls[name]) for name in which}
 
 
 # machined takes its apply lock before it looks at the caller's roles (v1alpha1_server.go

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 import pytest
@@ -447,9 +448,18 @@ def test_kubernetes_ca_certificate_is_refused(
 )
 def test_reader_cannot_apply_configuration(
     talos_node: TalosNode,
-    talos_reader: ReaderAccess,
     talos_evidence: dict[str, Any],
-    talos_check_spec: CheckSpec,
+    reader_apply_reads: FanOut[CheckedRead],
+) -> None:
+    reader_apply_reads.get(talos_node).deliver(talos_evidence)
+
+
+def _reader_cannot_apply(
+    talos_node: TalosNode,
+    talos_evidence: dict[str, Any],
+    check_id: str,
+    *,
+    talos_reader: ReaderAccess,
 ) -> None:
     reader = talos_reader.for_node(talos_node.address)
     current = talos_node.machine_config.raw
@@ -462,19 +472,27 @@ def test_reader_cannot_apply_configuration(
         return
     except APIError as exc:
         raise ConformanceFailure(
-            talos_check_spec.id,
+            check_id,
             "the reader was refused, but not for lack of rights",
             node=talos_node.name,
             expected="PermissionDenied: not authorized",
             observed=f"{exc.code}: {exc.details}",
         ) from None
     raise ConformanceFailure(
-        talos_check_spec.id,
+        check_id,
         "an os:reader client got through ApplyConfiguration",
         node=talos_node.name,
         expected="PermissionDenied: not authorized",
         observed=f"accepted (dry run): {reply.mode_details.splitlines()[0]}",
     )
+
+
+reader_apply_reads = read_at_once(
+    "test_reader_cannot_apply_configuration",
+    _reader_cannot_apply,
+    "The reader's dry-run apply tried on every checked node at once (two calls a node).",
+    uses=("talos_reader",),
+)
 
 
 # The modes a reader's real apply is tried in: machined's handler refuses a non-admin outside
@@ -704,19 +722,43 @@ def test_reader_cannot_run_disruptive_calls(
 )
 def test_reader_cannot_get_kubeconfig(
     talos_node: TalosNode,
-    talos_reader: ReaderAccess,
     talos_evidence: dict[str, Any],
-    talos_check_spec: CheckSpec,
+    reader_kubeconfig_reads: FanOut[CheckedRead],
 ) -> None:
-    attempt = probes.reader_admin_attempts(talos_reader.for_node(talos_node.address))
+    reader_kubeconfig_reads.get(talos_node).deliver(talos_evidence)
+
+
+def _reader_refused_admin_call(
+    which: str,
+    message: str,
+    talos_node: TalosNode,
+    talos_evidence: dict[str, Any],
+    check_id: str,
+    *,
+    talos_reader: ReaderAccess,
+) -> None:
+    """One of :func:`probes.reader_admin_attempts` (``which``) must be PermissionDenied."""
+    reader = talos_reader.for_node(talos_node.address)
     _refused_or_fail(
-        talos_check_spec.id,
+        check_id,
         talos_node,
-        [attempt["kubeconfig"]],
+        [probes.reader_admin_attempts(reader, (which,))[which]],
         talos_evidence,
-        "an os:reader client got past Kubeconfig's os:admin rule",
+        message,
         "PermissionDenied: not authorized",
     )
+
+
+reader_kubeconfig_reads = read_at_once(
+    "test_reader_cannot_get_kubeconfig",
+    partial(
+        _reader_refused_admin_call,
+        "kubeconfig",
+        "an os:reader client got past Kubeconfig's os:admin rule",
+    ),
+    "The reader's Kubeconfig call tried on every checked node at once.",
+    uses=("talos_reader",),
+)
 
 
 @pytest.mark.talos_check(
@@ -727,19 +769,22 @@ def test_reader_cannot_get_kubeconfig(
 )
 def test_reader_cannot_mint_admin_configuration(
     talos_node: TalosNode,
-    talos_reader: ReaderAccess,
     talos_evidence: dict[str, Any],
-    talos_check_spec: CheckSpec,
+    reader_mint_reads: FanOut[CheckedRead],
 ) -> None:
-    attempt = probes.reader_admin_attempts(talos_reader.for_node(talos_node.address))
-    _refused_or_fail(
-        talos_check_spec.id,
-        talos_node,
-        [attempt["mint"]],
-        talos_evidence,
+    reader_mint_reads.get(talos_node).deliver(talos_evidence)
+
+
+reader_mint_reads = read_at_once(
+    "test_reader_cannot_mint_admin_configuration",
+    partial(
+        _reader_refused_admin_call,
+        "mint",
         "an os:reader client got past GenerateClientConfiguration's os:admin rule",
-        "PermissionDenied: not authorized",
-    )
+    ),
+    "The reader's GenerateClientConfiguration(os:admin) tried on every checked node at once.",
+    uses=("talos_reader",),
+)
 
 
 @pytest.mark.talos_check(
