@@ -199,18 +199,31 @@ def admin_kubeconfig(talos_cluster: TalosCluster) -> bytes | str:
     claim="The Talos API answers Version on every node, with a configured (RBAC) machine",
 )
 def test_version_answers_on_every_node(
-    talos_node: TalosNode, talos_evidence: dict[str, Any], talos_check_spec: CheckSpec
+    talos_node: TalosNode,
+    talos_evidence: dict[str, Any],
+    version_answers: FanOut[CheckedRead],
 ) -> None:
+    version_answers.get(talos_node).deliver(talos_evidence)
+
+
+def _version_answers(talos_node: TalosNode, talos_evidence: dict[str, Any], check_id: str) -> None:
     version = talos_node.version
     talos_evidence.update(tag=version.tag, platform=version.platform, arch=version.arch)
     if not version.tag.startswith("v") or version.rbac is not True:
         raise ConformanceFailure(
-            talos_check_spec.id,
+            check_id,
             "Version did not describe a configured Talos node",
             node=talos_node.name,
             expected="a v-tag and features.rbac = true",
             observed=f"tag {version.tag!r}, rbac {version.rbac}",
         )
+
+
+version_answers = read_at_once(
+    "test_version_answers_on_every_node",
+    _version_answers,
+    "Version asked of every checked node at once (one call a node).",
+)
 
 
 @pytest.mark.talos_check(

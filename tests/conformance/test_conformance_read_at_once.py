@@ -16,6 +16,7 @@ from tests.conformance.suite_runner import SuiteRun, run_suite
 RECORDER = ("-p", "tests.conformance.fanout_recorder")
 # check id -> what its fan-out is recorded as (fanout_recorder._name)
 AT_ONCE = {
+    "api.version-answers": "api.version-answers",
     "api.reader-cannot-apply": "api.reader-cannot-apply",
     "api.reader-cannot-get-kubeconfig": "api.reader-cannot-get-kubeconfig",
     "api.reader-cannot-mint-roles": "api.reader-cannot-mint-roles",
@@ -23,7 +24,7 @@ AT_ONCE = {
     "certs.api-certificate": "apid_certificate_reads.<locals>.read",
 }
 SELECTED = (
-    "reader_cannot_apply_configuration or reader_cannot_get_kubeconfig or "
+    "version_answers_on_every_node or reader_cannot_apply_configuration or reader_cannot_get_kubeconfig or "
     "reader_cannot_mint_admin or resources_agree_with_service_list or "
     "apid_certificate_trusted"
 )
