@@ -23,10 +23,15 @@ AT_ONCE = {
     "services.resources-match-service-list": "services.resources-match-service-list",
     "certs.api-certificate": "apid_certificate_reads.<locals>.read",
 }
-SELECTED = (
-    "version_answers_on_every_node or reader_cannot_apply_configuration or reader_cannot_get_kubeconfig or "
-    "reader_cannot_mint_admin or resources_agree_with_service_list or "
-    "apid_certificate_trusted"
+SELECTED = " or ".join(
+    (
+        "version_answers_on_every_node",
+        "reader_cannot_apply_configuration",
+        "reader_cannot_get_kubeconfig",
+        "reader_cannot_mint_admin",
+        "resources_agree_with_service_list",
+        "apid_certificate_trusted",
+    )
 )
 
 
