@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
+from functools import partial, wraps
 from typing import Any, Generic, TypeVar
 
 from pytest_talos.client import ChangeGate
@@ -41,8 +41,10 @@ __all__ = [
     "CheckedRead",
     "FanOut",
     "Fetched",
+    "Gated",
     "changes_made",
     "checked_fanout",
+    "gated_fanout",
     "run_checked",
 ]
 
@@ -136,6 +138,35 @@ def changes_made(gate: ChangeGate | None) -> int:
     """Changes let through the gate (and announced to it) so far; 0 without a gate: a read
     begun at a lower count may have seen the node before a change."""
     return 0 if gate is None else gate.changes
+
+
+@dataclass(frozen=True)
+class Gated(Generic[T]):
+    """One node's read, and how many changes the run had made when it began."""
+
+    value: T
+    changes: int
+
+
+def gated_fanout(
+    nodes: Sequence[TalosNode],
+    read: Callable[[TalosNode], T],
+    gate: ChangeGate | None,
+    *,
+    max_age: float = READ_MAX_AGE,
+) -> FanOut[Gated[T]]:
+    """``read`` of every one of ``nodes`` at once, for a test that judges what was read
+    itself; a node's read is served within ``max_age`` and only if no change went through
+    ``gate`` since it began."""
+
+    @wraps(read)  # named as the read it stamps (in tracebacks, and for the tests)
+    def stamped(node: TalosNode) -> Gated[T]:
+        began = changes_made(gate)
+        return Gated(read(node), began)
+
+    return FanOut(
+        nodes, stamped, max_age=max_age, usable=lambda found: found.changes == changes_made(gate)
+    )
 
 
 # A read-only check's body: its node, the evidence it fills in and its check id; it returns

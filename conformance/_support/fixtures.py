@@ -15,8 +15,10 @@ from conformance._support.fanout import (
     READ_MAX_AGE,
     CheckedRead,
     FanOut,
+    Gated,
     ReadCheck,
     checked_fanout,
+    gated_fanout,
 )
 from conformance._support.node_runs import NodeCheck, NodeRuns
 from conformance._support.observe import READY_STABLE_FOR, Observation, WatchWindow
@@ -209,6 +211,31 @@ def nodes_checked_by(
     return [node for node in cluster.reachable if node.name in names]
 
 
+def nodes_at_once(request: pytest.FixtureRequest, test: Callable[..., Any]) -> list[TalosNode]:
+    """The nodes a module fixture reads (or runs ``test``'s check on) all at once: those
+    :func:`nodes_checked_by` names; none under pytest-xdist, where each test reads its own
+    node (which nodes a worker gets is not known beforehand: each would read them all)."""
+    if is_worker(request.config):
+        return []
+    return nodes_checked_by(request, test, request.getfixturevalue("talos_cluster"))
+
+
+def values_at_once(
+    request: pytest.FixtureRequest,
+    test: Callable[..., Any],
+    read: Callable[[TalosNode], T],
+    *,
+    max_age: float = READ_MAX_AGE,
+) -> FanOut[Gated[T]]:
+    """For a module fixture: ``read`` of every node ``test`` checks, all at once, by the
+    first of its tests, which then judges its node's read itself (say, so that the warnings
+    its verdict raises are its own). A read begun before a change of the run's is not used:
+    the test reads its node again."""
+    cluster: TalosCluster = request.getfixturevalue("talos_cluster")
+    nodes = nodes_at_once(request, test)
+    return gated_fanout(nodes, read, cluster.client.change_gate, max_age=max_age)
+
+
 def checked_at_once(
     request: pytest.FixtureRequest,
     test: Callable[..., Any],
@@ -222,9 +249,12 @@ def checked_at_once(
     test runs the check itself). Under pytest-xdist each test runs its own node's check
     (which nodes a worker gets is not known beforehand: each would read them all)."""
     cluster: TalosCluster = request.getfixturevalue("talos_cluster")
-    nodes = [] if is_worker(request.config) else nodes_checked_by(request, test, cluster)
     return checked_fanout(
-        nodes, check, marked_check(test).id, cluster.client.change_gate, max_age=max_age
+        nodes_at_once(request, test),
+        check,
+        marked_check(test).id,
+        cluster.client.change_gate,
+        max_age=max_age,
     )
 
 
@@ -257,9 +287,8 @@ def node_runs(
     nodes restored, at its end. Under pytest-xdist each test runs its own node's check
     (which nodes a worker gets is not known beforehand)."""
     cluster: TalosCluster = request.getfixturevalue("talos_cluster")
-    nodes = [] if is_worker(request.config) else nodes_checked_by(request, test, cluster)
     runs = NodeRuns(
-        nodes,
+        nodes_at_once(request, test),
         check,
         request.getfixturevalue("talos_guarded"),
         label=label,

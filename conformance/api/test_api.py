@@ -22,7 +22,7 @@ from conformance._support import probes
 from conformance._support.context import ReaderAccess
 from conformance._support.early import Expired
 from conformance._support.fanout import CheckedRead, FanOut
-from conformance._support.fixtures import nodes_checked_by, read_at_once
+from conformance._support.fixtures import nodes_at_once, read_at_once
 from conformance.cluster.discovery import discovery_enabled
 from pytest_talos import models
 from pytest_talos.cluster import TalosCluster
@@ -36,7 +36,7 @@ from pytest_talos.errors import (
 from pytest_talos.guard import ConfigGuard
 from pytest_talos.node import TalosNode, node_release
 from pytest_talos.pki import CertificateAuthority
-from pytest_talos.plugin.conformance import ADMIN, is_worker
+from pytest_talos.plugin.conformance import ADMIN
 from pytest_talos.plugin.conformance.catalogue import CheckSpec
 from pytest_talos.reporting import natural_key
 from pytest_talos.talos_api import OPERATOR, READER
@@ -580,11 +580,7 @@ def sensitive_reads(
     same calls, one node's result per test); not under pytest-xdist, whose workers already
     check nodes side by side."""
     per_role = _sensitive_roles(role_credentials)
-    nodes = (
-        []
-        if not per_role or is_worker(request.config)
-        else nodes_checked_by(request, test_reader_cannot_read_sensitive_resources, talos_cluster)
-    )
+    nodes = nodes_at_once(request, test_reader_cannot_read_sensitive_resources) if per_role else []
     return FanOut(
         nodes,
         lambda node: _sensitive_read(node, talos_cluster, per_role),

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from conformance._support.fanout import READ_MAX_AGE, FanOut, changes_made
-from conformance._support.fixtures import nodes_checked_by
+from conformance._support.fanout import FanOut, Gated
+from conformance._support.fixtures import values_at_once
 from conformance._support.reach import DIRECT_REACH_CHECKS, KUBE_API_AT_NODE_NEEDS, DirectReach
 from pytest_talos.certs import (
     CertificateReport,
@@ -32,7 +31,6 @@ from pytest_talos.certs import (
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import ConformanceFailure, PermissionDenied, TalosError
 from pytest_talos.node import TalosNode
-from pytest_talos.plugin.conformance import is_worker
 from pytest_talos.plugin.conformance.catalogue import CheckSpec
 from pytest_talos.plugin.conformance.settings import SuiteSettings
 from pytest_talos.talosconfig import Context
@@ -131,55 +129,29 @@ def test_apid_certificate_trusted_and_names_node(
     talos_suite: SuiteSettings,
     talos_evidence: dict[str, Any],
     talos_check_spec: CheckSpec,
-    apid_certificate_reads: FanOut[ApidRead],
+    apid_certificate_reads: FanOut[Gated[CertificateReport]],
 ) -> None:
     context = _context(talos_cluster)
-    report = apid_certificate_reads.get(talos_node).report
+    report = apid_certificate_reads.get(talos_node).value
     cas = ca_certificates(context, _policy(talos_suite))
     _verdict(talos_check_spec.id, talos_node.name, [report, *cas], talos_evidence)
-
-
-@dataclass(frozen=True)
-class ApidRead:
-    """One node's apid certificate report, and how many changes the run had made before."""
-
-    report: CertificateReport
-    changes: int
 
 
 @pytest.fixture(scope="module")
 def apid_certificate_reads(
     request: pytest.FixtureRequest, talos_cluster: TalosCluster, talos_direct_reach: DirectReach
-) -> FanOut[ApidRead]:
+) -> FanOut[Gated[CertificateReport]]:
     """apid's certificate read on every checked node at once (a TLS handshake with each
-    node's own address, then its addresses and hostname), by the first node's test. The
-    verdict is each test's: its warnings are the test's own. Not under pytest-xdist, whose
-    workers already check nodes side by side; a read begun before a change of the run's is
-    not used."""
-    config = talos_cluster.talosconfig
-    checked = config is not None and not is_worker(request.config)
-    nodes = (
-        nodes_checked_by(request, test_apid_certificate_trusted_and_names_node, talos_cluster)
-        if checked
-        else []
-    )
-    gate = talos_cluster.client.change_gate
+    node's own address, then its addresses and hostname), by the first node's test; the
+    verdict is each test's, so that its warnings are the test's own."""
 
-    def read(node: TalosNode) -> ApidRead:
+    def read(node: TalosNode) -> CertificateReport:
         # the test skips on a node not reached directly (the autouse _direct_reach) before
         # it asks; here that node is not read at all
         talos_direct_reach.require(node, DIRECT_REACH_CHECKS["certs.api-certificate"])
-        began = changes_made(gate)
-        context = _context(talos_cluster)
-        report = apid_certificate(node, context, timeout=talos_cluster.client.timeout)
-        return ApidRead(report, began)
+        return apid_certificate(node, _context(talos_cluster), timeout=talos_cluster.client.timeout)
 
-    return FanOut(
-        nodes,
-        read,
-        max_age=READ_MAX_AGE,
-        usable=lambda found: found.changes == changes_made(gate),
-    )
+    return values_at_once(request, test_apid_certificate_trusted_and_names_node, read)
 
 
 @pytest.fixture

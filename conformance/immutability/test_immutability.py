@@ -15,7 +15,11 @@ from typing import Any
 import pytest
 
 from conformance._support.fanout import CheckedRead, FanOut
-from conformance._support.fixtures import checked_at_once, nodes_checked_by, read_at_once
+from conformance._support.fixtures import (
+    checked_at_once,
+    nodes_at_once,
+    read_at_once,
+)
 from conformance._support.reach import PORT_22_NEEDS, DirectReach
 from conformance.immutability.port_reads import (
     PortRead,
@@ -41,7 +45,6 @@ from pytest_talos.checks import (
 from pytest_talos.cluster import TalosCluster
 from pytest_talos.errors import ConformanceFailure, TalosError
 from pytest_talos.node import TalosNode
-from pytest_talos.plugin.conformance import is_worker
 from pytest_talos.plugin.conformance.settings import SuiteSettings
 
 
@@ -277,8 +280,5 @@ def port_reads(
     """Every node this run's port check runs on, observed at once by its first test. Not
     under pytest-xdist: its workers already check nodes side by side, and which nodes a
     worker gets is not known beforehand (each would scan them all)."""
-    if is_worker(request.config):
-        # each test reads its own
-        return port_fanout([], talos_cluster.client.change_gate, reach=talos_direct_reach)
-    nodes = nodes_checked_by(request, test_only_expected_ports_are_open, talos_cluster)
+    nodes = nodes_at_once(request, test_only_expected_ports_are_open)
     return port_fanout(nodes, talos_cluster.client.change_gate, reach=talos_direct_reach)

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import pytest
 
-from conformance._support.fanout import FanOut, checked_fanout, run_checked
+from conformance._support.fanout import FanOut, checked_fanout, gated_fanout, run_checked
 from pytest_talos.client import ChangeGate
 from pytest_talos.errors import ConformanceFailure
 from pytest_talos.node import ReadOnlyGuard, TalosNode
@@ -210,3 +210,26 @@ def test_a_check_run_begun_before_a_change_is_run_again_by_its_test() -> None:
     fan.get(nodes[1])
 
     assert sorted(runs) == ["10.0.0.1", "10.0.0.2", "10.0.0.2"]
+
+
+def test_a_gated_read_is_served_unchanged_and_read_again_after_a_change() -> None:
+    gate = ChangeGate()
+    nodes = _nodes(3)
+    calls: list[str] = []
+    all_began = threading.Barrier(3, timeout=10)
+
+    def read(node: Any) -> str:
+        calls.append(node.address)
+        if len(calls) <= 3:
+            all_began.wait()  # the fan-out's three reads began before the change
+        return f"read {node.address} #{calls.count(node.address)}"
+
+    fan = gated_fanout(nodes, read, gate)
+
+    first = fan.get(nodes[0])
+    assert (first.value, first.changes) == ("read 10.0.0.1 #1", 0)
+    assert fan.get(nodes[1]).value == "read 10.0.0.2 #1"  # nothing changed: the fan-out's
+    gate.note_change()  # a mutating check changed a node after the fan-out's reads began
+    again = fan.get(nodes[2])
+    assert (again.value, again.changes) == ("read 10.0.0.3 #2", 1)  # read by its test
+    assert sorted(calls) == sorted(n.address for n in [*nodes, nodes[2]])
