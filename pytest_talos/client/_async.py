@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import datetime as dt
 import os
@@ -37,7 +38,7 @@ from pytest_talos.client._gate import ChangeGate
 from pytest_talos.client._streams import OpenedStream, iterated
 from pytest_talos.client._subscriptions import open_events, open_health_check
 from pytest_talos.endpoint import Endpoint
-from pytest_talos.errors import NodeError, NotFound
+from pytest_talos.errors import APIError, NodeError, NotFound
 from pytest_talos.talosconfig import load_talosconfig
 from pytest_talos.transport import (
     DEFAULT_STREAM_TIMEOUT,
@@ -57,6 +58,9 @@ __all__ = [
 ]
 
 DEFAULT_WATCH_TIMEOUT = 60.0  # seconds a watch / event stream may stay open by default
+# Lists of list_each in flight at once, as HTTP/2 streams of the one connection.
+LIST_STREAMS = 16
+Listed = builtins.list[models.Resource] | APIError  # one list of list_each
 
 
 # Seconds a one-to-many call may take at least (see AsyncTalosClient.fanout).
@@ -503,6 +507,29 @@ class AsyncTalosClient:
     ) -> builtins.list[models.Resource]:
         """All resources of a type (``talosctl get <type>``)."""
         return await self._cosi.list_all(type, namespace)
+
+    async def list_each(self, queries: Sequence[tuple[str, str | None]]) -> builtins.list[Listed]:
+        """:meth:`list_resources` of every ``(type, namespace)`` at once (their round trips
+        overlap), in order; a list the node answers with an error is that
+        :class:`~pytest_talos.errors.APIError` in its place, so one refusal hides no other
+        answer. A transport error (no connection, the deadline) still raises."""
+        gate = asyncio.Semaphore(LIST_STREAMS)
+        await self.resource_definitions()  # the type cache filled once, not by every list
+
+        async def one(kind: str, namespace: str | None) -> Listed:
+            async with gate:
+                try:
+                    return await self.list_resources(kind, namespace)
+                except APIError as exc:
+                    return exc
+
+        lists = [asyncio.ensure_future(one(k, n)) for k, n in queries]
+        try:
+            return builtins.list(await asyncio.gather(*lists))
+        except BaseException:  # a transport error or a cancel: the other lists stop too
+            for pending in lists:
+                pending.cancel()
+            raise
 
     async def _open_watch(
         self,

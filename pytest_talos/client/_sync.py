@@ -394,5 +394,6 @@ class TalosClient:
     resolve_type = _blocking(AsyncTalosClient.resolve_type)
     get = _blocking(AsyncTalosClient.get)
     list_resources = _blocking(AsyncTalosClient.list_resources)
+    list_each = _blocking(AsyncTalosClient.list_each)
     watch = _streaming(AsyncTalosClient._open_watch)
     machine_config = _blocking(AsyncTalosClient.machine_config)

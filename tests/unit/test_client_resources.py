@@ -363,6 +363,26 @@ def test_list_resources(client: TalosClient) -> None:
     assert all(s.namespace == "runtime" for s in services)
 
 
+def test_list_each_answers_every_list_in_order_and_a_refusal_in_its_place() -> None:
+    cosi = FakeCosi(client_roles=("os:reader",))
+    transport = FakeTransport(cosi.routes(), client_roles=("os:reader",))
+    with TalosClient.from_transport(transport) as reader:
+        services, config, unknown = reader.list_each(
+            [(SERVICES, "runtime"), ("MachineConfigs.config.talos.dev", "config"), ("nope", None)]
+        )
+
+    assert not isinstance(services, Exception)
+    assert [s.id for s in services] == ["apid", "etcd", "kubelet"]
+    assert isinstance(config, PermissionDenied)  # sensitive: the reader is refused
+    assert isinstance(unknown, NotFound)  # no such type: NotFound, and no List of it sent
+    lists = [r.message.type for r in transport.requests if r.name == "List"]  # type: ignore[attr-defined]
+    # the types read once for all three, and again only for the name not found in them
+    definitions = "ResourceDefinitions.meta.cosi.dev"
+    assert sorted(lists) == sorted(
+        [definitions, definitions, SERVICES, "MachineConfigs.config.talos.dev"]
+    )
+
+
 def test_machine_config(client: TalosClient) -> None:
     config = client.machine_config()
 
