@@ -17,6 +17,7 @@ from grpclib.protocol import H2Protocol
 
 from pytest_talos.errors import ConnectError
 from pytest_talos.talos_api import join_host_port
+from pytest_talos.transport._coalesce import CoalescingTransport
 from pytest_talos.transport._errors import (
     ConnectPhase,
     connect_failure,
@@ -53,8 +54,10 @@ class _TrackingProtocol(H2Protocol):
         self._session = session
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._session.transport = cast(asyncio.Transport, transport)
-        super().connection_made(transport)
+        tls = cast(asyncio.Transport, transport)
+        self._session.transport = tls
+        # grpclib writes frame by frame; a loop turn's frames go out as one TLS record
+        super().connection_made(CoalescingTransport(tls, asyncio.get_running_loop()))
 
     def data_received(self, data: bytes) -> None:
         self._session.server_spoke = True
