@@ -71,6 +71,7 @@ __all__ = [
     "PROBE_BACKDATE",
     "Attempt",
     "MethodCall",
+    "RoleCalls",
     "certificate_attempt",
     "connect_without_certificate",
     "control_attempt",
@@ -83,6 +84,7 @@ __all__ = [
     "not_yet_valid_attempts",
     "reader_admin_attempts",
     "reader_apply",
+    "role_attempts",
     "sensitive_read_attempts",
     "served_by",
     "signer_from_config",
@@ -908,24 +910,48 @@ def method_attempts(
     """Send each of ``calls`` to ``node`` (through ``endpoint``) with ``credentials``, on a
     connection of their own (the client has no such methods, on purpose); each attempt is
     labelled with the certificate's role."""
-    role = ", ".join(certificate_roles(credentials.crt_pem)) or "no role"
-    ssl_context = shared_ssl_context(credentials.ca_pem, credentials.crt_pem, credentials.key_pem)
+    return role_attempts(endpoint, node, timeout, [(credentials, calls)])
+
+
+RoleCalls = tuple[models.ClientConfiguration, tuple[MethodCall, ...]]
+
+
+def role_attempts(
+    endpoint: str, node: str, timeout: float, per_role: Sequence[RoleCalls]
+) -> list[Attempt]:
+    """:func:`method_attempts` of every ``(credentials, calls)`` of ``per_role`` at once, a
+    connection each; the attempts in order, role after role."""
 
     async def run() -> list[Attempt]:
-        transport = Connection(GrpcTransport(endpoint, ssl_context), timeout=timeout)
-        target = Target(node=node)
-        gate = asyncio.Semaphore(PROBE_STREAMS)
-
-        async def attempt(call: MethodCall) -> Attempt:
-            async with gate:
-                return _as_role(role, await _method_attempt(transport, target, call))
-
-        try:  # each attempt stands alone: sent together, judged one by one, in order
-            return list(await asyncio.gather(*(attempt(c) for c in calls)))
-        finally:
-            await transport.aclose()
+        found = await asyncio.gather(
+            *(_attempts(endpoint, node, timeout, creds, calls) for creds, calls in per_role)
+        )
+        return [attempt for attempts in found for attempt in attempts]
 
     return asyncio.run(run())
+
+
+async def _attempts(
+    endpoint: str,
+    node: str,
+    timeout: float,
+    credentials: models.ClientConfiguration,
+    calls: tuple[MethodCall, ...],
+) -> list[Attempt]:
+    role = ", ".join(certificate_roles(credentials.crt_pem)) or "no role"
+    ssl_context = shared_ssl_context(credentials.ca_pem, credentials.crt_pem, credentials.key_pem)
+    transport = Connection(GrpcTransport(endpoint, ssl_context), timeout=timeout)
+    target = Target(node=node)
+    gate = asyncio.Semaphore(PROBE_STREAMS)
+
+    async def attempt(call: MethodCall) -> Attempt:
+        async with gate:
+            return _as_role(role, await _method_attempt(transport, target, call))
+
+    try:  # each attempt stands alone: sent together, judged one by one, in order
+        return list(await asyncio.gather(*(attempt(c) for c in calls)))
+    finally:
+        await transport.aclose()
 
 
 _LIST = _rpc(_STATE + "List", state_pb2.ListRequest, state_pb2.ListResponse)
@@ -976,16 +1002,16 @@ def sensitive_targets(
     known = release.sensitive_types
     targets = dict(known)
     targets.update({kind: d.default_namespace for kind, d in served.items() if d.sensitive})
+    listable = [kind for kind in sorted(targets) if kind in served]
+    listed = admin.list_each([(kind, targets[kind]) for kind in listable])  # at once
+    ids = {
+        kind: [r.id for r in found][:2]
+        for kind, found in zip(listable, listed, strict=True)
+        if not isinstance(found, APIError)
+    }
     calls: list[MethodCall] = []
     for kind in sorted(targets):
-        namespace = targets[kind]
-        ids: list[str] = []
-        if kind in served:
-            try:
-                ids = [r.id for r in admin.list_resources(kind, namespace)][:2]
-            except APIError:
-                ids = []
-        calls += _cosi_reads(kind, namespace, ids or [_ABSENT_ID])
+        calls += _cosi_reads(kind, targets[kind], ids.get(kind) or [_ABSENT_ID])
     return calls, sorted(set(known) - set(served))
 
 

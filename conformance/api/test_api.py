@@ -554,19 +554,19 @@ def _sensitive_read(
     cluster: TalosCluster,
     per_role: list[tuple[models.ClientConfiguration, tuple[probes.MethodCall, ...]]],
 ) -> SensitiveRead:
+    """The node's sensitive types found once (their ids as the admin sees them), then every
+    role's reads of them and its own privileged reads, the roles at once."""
+    cosi_reads, not_served = probes.sensitive_targets(
+        node.client,
+        node_release(node),  # the sensitive types differ by release
+    )
     client = cluster.client
-    attempts: list[probes.Attempt] = []
-    not_served: list[str] = []
-    for credentials, reads in per_role:
-        found, not_served = probes.sensitive_read_attempts(
-            node.client,
-            client.endpoint,
-            credentials,
-            node.address,
-            client.timeout,
-            node_release(node),  # the sensitive types differ by release
-        )
-        attempts += found + _role_attempts(cluster, node, credentials, reads)
+    attempts = probes.role_attempts(
+        client.endpoint,
+        node.address,
+        client.timeout,
+        [(credentials, (*cosi_reads, *reads)) for credentials, reads in per_role],
+    )
     return attempts, not_served
 
 
