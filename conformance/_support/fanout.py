@@ -7,7 +7,11 @@ checked at once, on a bounded pool of threads (each read carries its own deadlin
 hands each per-node test its node's result, as long as that result is fresh enough:
 
 * a result is used only within ``max_age`` real seconds of the read's end; later, the
-  nodes not yet served are read again, all at once (the state may have changed);
+  nodes not yet served are read again at once (the state may have changed): as many as
+  the tests used in time from the round before, and one more, starting with the node
+  asked for. The tests come at their own pace; reading more nodes than they take within
+  ``max_age`` only makes reads that go stale unused (30 nodes' recent events at 20 ms:
+  113 reads in 7 rounds where 30 were used);
 * a result is used only once; a node asked for a second time is read again;
 * ``usable`` may refuse a result (say, the node was not settled when it was read); the
   test then reads its node itself, as it would without the fan-out.
@@ -88,7 +92,13 @@ class FanOut(Generic[T]):
         self._lock = threading.Lock()
         self._pending: dict[str, Future[Fetched[T]]] = {}
         self._served: set[str] = set()
-        self.rounds = 0  # fan-outs made (for the benchmarks and the tests)
+        self._used_in_time = 0  # results of the latest round its tests used while fresh
+        self.round_sizes: list[int] = []  # nodes read by each fan-out (benchmarks, tests)
+
+    @property
+    def rounds(self) -> int:
+        """Fan-outs made so far."""
+        return len(self.round_sizes)
 
     def get(self, node: TalosNode) -> T:
         """This node's result: from the last fan-out when still fresh and usable, else a
@@ -101,13 +111,15 @@ class FanOut(Generic[T]):
         fetched = future.result()  # re-raises the node's error
         if time.monotonic() - fetched.ended > self._max_age or not self._usable(fetched.value):
             return self._read(node)
+        with self._lock:
+            self._used_in_time += 1
         return fetched.value
 
     def _take(self, node: TalosNode) -> Future[Fetched[T]]:
         with self._lock:
             future = self._pending.pop(node.address, None)
             if future is None or self._stale(future):
-                self._fan_out()
+                self._fan_out(node.address)
                 future = self._pending.pop(node.address)
             return future
 
@@ -116,15 +128,22 @@ class FanOut(Generic[T]):
             return False
         return time.monotonic() - future.result().ended > self._max_age
 
-    def _fan_out(self) -> None:
-        """Read every node not yet served, at once (replacing older reads of them)."""
-        waiting = [a for a in self._nodes if a not in self._served]
-        self.rounds += 1
+    def _fan_out(self, first: str) -> None:
+        """Read the nodes not yet served at once, from ``first`` on: all of them the first
+        time, after that as many as the round before had used in time, and one more
+        (replacing older reads of them)."""
+        order = list(self._nodes)
+        start = order.index(first)
+        waiting = [a for a in order[start:] + order[:start] if a not in self._served]
+        if self.rounds:
+            waiting = waiting[: self._used_in_time + 1]
+        self.round_sizes.append(len(waiting))
+        self._used_in_time = 0
         pool = ThreadPoolExecutor(
             min(self._readers, len(waiting)), thread_name_prefix="talos-fanout"
         )
         try:
-            self._pending = {a: pool.submit(self._timed, self._nodes[a]) for a in waiting}
+            self._pending.update({a: pool.submit(self._timed, self._nodes[a]) for a in waiting})
         finally:
             pool.shutdown(wait=False)  # the threads end with their reads
 

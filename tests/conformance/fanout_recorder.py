@@ -29,11 +29,10 @@ _fan_out = fanout.FanOut._fan_out
 _timed = fanout.FanOut._timed
 
 
-def _recorded_fan_out(self: Any) -> None:
+def _recorded_fan_out(self: Any, first: str) -> None:
+    _fan_out(self, first)
     with _LOCK:
-        waiting = [a for a in self._nodes if a not in self._served]
-        _ROUNDS.append({"read": _name(self._read), "nodes": len(waiting)})
-    _fan_out(self)
+        _ROUNDS.append({"read": _name(self._read), "nodes": self.round_sizes[-1]})
 
 
 def _recorded_timed(self: Any, node: Any) -> Any:

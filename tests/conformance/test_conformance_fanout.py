@@ -92,6 +92,27 @@ def test_a_stale_result_is_read_again_with_the_nodes_not_yet_served() -> None:
     assert reads.calls.count("10.0.0.1") == 1  # a served node is not read again
 
 
+def test_after_a_stale_round_only_as_many_nodes_as_were_used_in_time_are_read() -> None:
+    nodes = _nodes(8)
+    reads = _Reads()
+    fan = FanOut(nodes, reads, max_age=0.1)
+
+    for node in nodes[:2]:  # two tests in time: their results are used
+        assert fan.get(node).endswith("#1")
+    time.sleep(0.2)  # the tests slowed down: the six other results went stale unused
+    assert fan.get(nodes[2]) == "read 10.0.0.3 #2"
+    # the new round read three nodes (two used in time, one more), from the one asked for
+    assert fan.round_sizes == [8, 3]
+    for node in nodes[3:5]:  # served from that round, in time
+        assert fan.get(node).endswith("#2")
+    assert sorted(reads.calls[8:]) == ["10.0.0.3", "10.0.0.4", "10.0.0.5"]
+    time.sleep(0.2)
+    assert fan.get(nodes[5]) == "read 10.0.0.6 #2"
+    assert fan.round_sizes == [8, 3, 3]  # three used in time: up to four, three are left
+    assert [fan.get(node) for node in nodes[6:]] == ["read 10.0.0.7 #2", "read 10.0.0.8 #2"]
+    assert fan.rounds == 3
+
+
 def test_a_result_is_served_once_then_read_afresh() -> None:
     nodes = _nodes(2)
     reads = _Reads()
