@@ -148,9 +148,11 @@ def isolated(node: TalosNode) -> bool:
     )
 
 
-def wanted_services(node: TalosNode) -> frozenset[str]:
-    """:func:`expected_services` of ``node``'s role, mode, release and config."""
-    version = node.version  # one Version call: the mode and the release both come from it
+def wanted_services(node: TalosNode, version: models.Version | None = None) -> frozenset[str]:
+    """:func:`expected_services` of ``node``'s role, mode, release and config; ``version``:
+    the node's Version when the caller has just read it."""
+    if version is None:
+        version = node.version  # one Version call: the mode and the release both come from it
     mode, release = version.platform_mode, release_of(version.tag).release
     needs_config = mode != "container" and release.has_sandboxd
     return expected_services(node.role, mode, release, isolated(node) if needs_config else False)
@@ -346,8 +348,9 @@ def test_expected_services_are_running_and_healthy(
     recent_events: FanOut[RecentRead],
     talos_check_spec: CheckSpec,
 ) -> None:
-    role, mode = talos_node.role, talos_node.version.platform_mode
-    wanted = wanted_services(talos_node)
+    version = talos_node.version  # once: the mode, and the services the release needs
+    role, mode = talos_node.role, version.platform_mode
+    wanted = wanted_services(talos_node, version)
     talos_evidence["services required"] = sorted(wanted)
     talos_evidence["platform mode"] = mode
     if mode != "container":
