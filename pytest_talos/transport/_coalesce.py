@@ -1,11 +1,12 @@
 """One TLS record and one ``send`` for all the HTTP/2 frames written in one loop turn.
 
 grpclib writes each frame as it makes it: a call's HEADERS, then its DATA, then every
-WINDOW_UPDATE and ACK, each a ``transport.write``. Under TLS each write is a record of its
-own, encrypted and sent by a system call of its own, and each of those lets go of the GIL
-and takes it back. A probe with sixteen calls in flight wrote some fifty small records in a
-row; in a quick run of ten nodes those writes were half of the probes' time, most of it
-spent waiting for the GIL beside the other nodes' threads (py-spy, ``docs/benchmarks.md``).
+WINDOW_UPDATE and PING ACK, each a ``transport.write``. Under TLS each write is a record of
+its own, encrypted and sent by a system call of its own, and each of those lets go of the
+GIL and takes it back. A probe sends sixteen calls at once, two records each; in a quick
+run of ten emulated nodes, py-spy found the probes' threads in those writes in 54 % of
+their samples, most of it waiting to take the GIL back beside the other nodes' threads
+(19 % once joined; ``docs/benchmarks.md``, seventh round).
 
 :class:`CoalescingTransport` stands between grpclib and the TLS transport: the writes of
 one turn of the event loop are joined and handed over together when the turn ends
