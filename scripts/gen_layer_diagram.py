@@ -48,6 +48,7 @@ ROLES = {
     "releases": "per-release facts",
     "models": "typed results",
     "errors": "error tree",
+    "coalesce": "HTTP/2 write batching",
 }
 
 BOX_W, BOX_H, GAP_X, GAP_Y, LEFT, TOP = 190, 46, 14, 22, 120, 64

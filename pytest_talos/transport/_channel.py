@@ -15,9 +15,9 @@ from grpclib.client import Channel, Handler
 from grpclib.config import Configuration
 from grpclib.protocol import H2Protocol
 
+from pytest_talos.coalesce import CoalescingTransport
 from pytest_talos.errors import ConnectError
 from pytest_talos.talos_api import join_host_port
-from pytest_talos.transport._coalesce import CoalescingTransport
 from pytest_talos.transport._errors import (
     ConnectPhase,
     connect_failure,

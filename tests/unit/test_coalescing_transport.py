@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pytest_talos.transport._coalesce import CoalescingTransport
+from pytest_talos.coalesce import CoalescingTransport
 
 
 class Recording(asyncio.Transport):

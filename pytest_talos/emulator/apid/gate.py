@@ -22,6 +22,7 @@ from grpclib.const import Handler
 from grpclib.protocol import H2Protocol
 from grpclib.server import Server
 
+from pytest_talos.coalesce import CoalescingTransport
 from pytest_talos.emulator.apid.latency import Latency
 from pytest_talos.emulator.apid.tls import (
     certificate_expired,
@@ -149,7 +150,8 @@ class _CheckedProtocol(H2Protocol):
         cert = ssl_object.getpeercert() if ssl_object is not None else None
         self.book.transports.add(transport)
         self.book.peers[self._peer] = certificate_identity(cert)
-        super().connection_made(transport)
+        # apid's writer sends the frames ready together at once (grpc-go controlbuf.go)
+        super().connection_made(CoalescingTransport(transport, asyncio.get_running_loop()))
         self.book.latency.hold(transport)
 
     def _acceptable(self, der: bytes | None, quirk: Callable[[Quirk], bool]) -> bool:

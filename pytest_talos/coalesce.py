@@ -13,6 +13,13 @@ one turn of the event loop are joined and handed over together when the turn end
 (``call_soon``), in the order they were written. No byte waits for anything but the end of
 the turn it was written in, so no round trip gets longer; closing hands over what is still
 held first, and aborting drops it, as the transport below would.
+
+Both sides use it: the client's channel (``transport/_channel.py``) and the emulator's apid
+(``emulator/apid/gate.py``). apid is a grpc-go server, whose writer queues frames and
+flushes its buffered connection only once its queue has run dry (grpc-go
+``internal/transport/controlbuf.go`` loopyWriter, ``http_util.go`` bufWriter): frames
+ready together leave together there too. This module imports asyncio alone, no grpclib: a
+leaf that the transport and the emulator may both import.
 """
 
 from __future__ import annotations
