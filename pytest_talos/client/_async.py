@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import datetime as dt
 import os
 import warnings
@@ -514,7 +515,8 @@ class AsyncTalosClient:
         :class:`~pytest_talos.errors.APIError` in its place, so one refusal hides no other
         answer. A transport error (no connection, the deadline) still raises."""
         gate = asyncio.Semaphore(LIST_STREAMS)
-        await self.resource_definitions()  # the type cache filled once, not by every list
+        with contextlib.suppress(APIError):  # refused: each list then says so in its place
+            await self.resource_definitions()  # the type cache filled once, not by every list
 
         async def one(kind: str, namespace: str | None) -> Listed:
             async with gate:

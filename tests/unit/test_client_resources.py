@@ -383,6 +383,20 @@ def test_list_each_answers_every_list_in_order_and_a_refusal_in_its_place() -> N
     )
 
 
+def test_list_each_when_even_the_types_are_refused_says_so_for_each_list() -> None:
+    cosi = FakeCosi()
+    routes = cosi.routes()
+
+    def refuse_everything(request: FakeRequest) -> list[state_pb2.ListResponse]:
+        raise FakeStatus("PERMISSION_DENIED", "not authorized")
+
+    routes["/cosi.resource.State/List"] = refuse_everything
+    with TalosClient.from_transport(FakeTransport(routes)) as client:
+        found = client.list_each([(SERVICES, "runtime"), ("MachineConfigs.config.talos.dev", None)])
+
+    assert [type(f) for f in found] == [PermissionDenied, PermissionDenied]
+
+
 def test_machine_config(client: TalosClient) -> None:
     config = client.machine_config()
 
