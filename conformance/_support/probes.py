@@ -1018,16 +1018,20 @@ def sensitive_targets(
 def sensitive_read_attempts(
     admin: TalosClient,
     endpoint: str,
-    credentials: models.ClientConfiguration,
     node: str,
     timeout: float,
+    per_role: Sequence[RoleCalls],
     release: Release = V1_13,
 ) -> tuple[list[Attempt], list[str]]:
-    """Get, List, Watch (kind and id) of every sensitive type of ``release``, with
-    ``credentials`` (a role without os:admin). Returns the attempts and the known-sensitive
-    types the node does not list."""
-    calls, not_served = sensitive_targets(admin, release)
-    return method_attempts(endpoint, credentials, node, timeout, tuple(calls)), not_served
+    """Get, List, Watch (kind and id) of every sensitive type of ``release`` by each role of
+    ``per_role`` (roles without os:admin), then that role's own calls, the roles at once.
+    The types and their ids are found once, for all roles. Returns the attempts, role
+    after role, and the known-sensitive types the node does not list."""
+    cosi_reads, not_served = sensitive_targets(admin, release)
+    attempts = role_attempts(
+        endpoint, node, timeout, [(creds, (*cosi_reads, *own)) for creds, own in per_role]
+    )
+    return attempts, not_served
 
 
 def _reader_verdict(what: str, call: Callable[[], str]) -> Attempt:

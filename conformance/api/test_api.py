@@ -554,20 +554,15 @@ def _sensitive_read(
     cluster: TalosCluster,
     per_role: list[tuple[models.ClientConfiguration, tuple[probes.MethodCall, ...]]],
 ) -> SensitiveRead:
-    """The node's sensitive types found once (their ids as the admin sees them), then every
-    role's reads of them and its own privileged reads, the roles at once."""
-    cosi_reads, not_served = probes.sensitive_targets(
-        node.client,
-        node_release(node),  # the sensitive types differ by release
-    )
     client = cluster.client
-    attempts = probes.role_attempts(
+    return probes.sensitive_read_attempts(
+        node.client,
         client.endpoint,
         node.address,
         client.timeout,
-        [(credentials, (*cosi_reads, *reads)) for credentials, reads in per_role],
+        per_role,
+        node_release(node),  # the sensitive types differ by release
     )
-    return attempts, not_served
 
 
 @pytest.fixture(scope="module")

@@ -121,9 +121,9 @@ def test_every_sensitive_read_is_refused_whether_the_type_is_listed_or_not(
         found, not_served = probes.sensitive_read_attempts(
             admin.with_node(cluster.nodes[1].address),
             cluster.endpoint,
-            _credentials(cluster, role),
             cluster.nodes[1].address,
             TIMEOUT,
+            [(_credentials(cluster, role), ())],
         )
     assert "OSRootSecrets.secrets.talos.dev" in not_served
     assert "MachineConfigs.config.talos.dev" not in not_served
@@ -137,10 +137,31 @@ def test_every_sensitive_read_is_refused_whether_the_type_is_listed_or_not(
     assert len(probes.KNOWN_SENSITIVE) == 35
 
 
+def test_both_roles_probe_at_once_with_the_targets_found_once(cluster: EmulatedCluster) -> None:
+    node = cluster.nodes[1].address
+    per_role = [(_credentials(cluster, READER), ()), (_credentials(cluster, OPERATOR), ())]
+    with _admin(cluster) as admin:
+        found, _ = probes.sensitive_read_attempts(
+            admin.with_node(node), cluster.endpoint, node, TIMEOUT, per_role
+        )
+    half = len(found) // 2
+    assert len(found) == 2 * half > 0
+    assert all(a.what.endswith(f" as {READER}") for a in found[:half])  # role after role
+    assert all(a.what.endswith(f" as {OPERATOR}") for a in found[half:])
+    assert [a.what.rsplit(" as ", 1)[0] for a in found[:half]] == [
+        a.what.rsplit(" as ", 1)[0] for a in found[half:]
+    ]  # the same targets for both
+    assert not any(a.accepted for a in found)
+
+
 def test_a_type_served_but_not_listed_is_caught() -> None:
     with _faulty("unlisted-secrets-served") as emulated, _admin(emulated) as admin:
         found, _ = probes.sensitive_read_attempts(
-            admin, emulated.endpoint, _credentials(emulated, READER), emulated.nodes[0].address, 5
+            admin,
+            emulated.endpoint,
+            emulated.nodes[0].address,
+            5,
+            [(_credentials(emulated, READER), ())],
         )
     leaked = [a.what for a in found if a.accepted]
     assert leaked == [
