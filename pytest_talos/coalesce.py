@@ -16,10 +16,11 @@ held first, and aborting drops it, as the transport below would.
 
 Both sides use it: the client's channel (``transport/_channel.py``) and the emulator's apid
 (``emulator/apid/gate.py``). apid is a grpc-go server, whose writer queues frames and
-flushes its buffered connection only once its queue has run dry (grpc-go
-``internal/transport/controlbuf.go`` loopyWriter, ``http_util.go`` bufWriter): frames
-ready together leave together there too. This module imports asyncio alone, no grpclib: a
-leaf that the transport and the emulator may both import.
+flushes its buffered connection only once its queue has run dry (grpc-go v1.82.1, as
+Talos v1.13.9 pins it: ``internal/transport/controlbuf.go`` ``loopyWriter.run``,
+``http_util.go`` ``bufWriter``): frames ready together leave together there too. This
+module imports asyncio alone, no grpclib: a leaf that the transport and the emulator may
+both import.
 """
 
 from __future__ import annotations

@@ -150,7 +150,7 @@ class _CheckedProtocol(H2Protocol):
         cert = ssl_object.getpeercert() if ssl_object is not None else None
         self.book.transports.add(transport)
         self.book.peers[self._peer] = certificate_identity(cert)
-        # apid's writer sends the frames ready together at once (grpc-go controlbuf.go)
+        # apid sends the frames ready together at once (grpc-go v1.82.1 controlbuf.go)
         super().connection_made(CoalescingTransport(transport, asyncio.get_running_loop()))
         self.book.latency.hold(transport)
 
